@@ -1,1 +1,34 @@
-fn main() {}
+//! `softib` — the softib command line.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod pcap_cmd;
+
+#[derive(Parser)]
+#[command(
+    name = "softib",
+    version,
+    about = "softib: an InfiniBand transport engine (IBA vol. 1 ch. 9)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check and decode pcap captures of RoCEv2 (Ethernet) or native IB (DLT_USER0) packets.
+    Pcap {
+        #[command(subcommand)]
+        command: pcap_cmd::PcapCommand,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Pcap { command } => pcap_cmd::run(command),
+    }
+}

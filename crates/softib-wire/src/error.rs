@@ -151,6 +151,13 @@ pub enum Error {
     },
     /// The BTH opcode is not in the opcode table.
     UnknownOpcode(u8),
+    /// The extension headers given for an opcode differ from the set the opcode table requires
+    /// (`present`: the header was given but the opcode has none; otherwise it is missing).
+    HeaderSet {
+        opcode: u8,
+        header: Header,
+        present: bool,
+    },
     /// The payload is longer than allowed (path MTU, or the opcode carries none).
     PayloadTooLong { len: usize, max: usize },
     /// The invariant CRC does not match.
@@ -188,6 +195,26 @@ impl fmt::Display for Error {
                 field.name()
             ),
             Error::UnknownOpcode(op) => write!(f, "BTH.OpCode {op:#04x} is not a known opcode"),
+            Error::HeaderSet {
+                opcode,
+                header,
+                present: true,
+            } => write!(
+                f,
+                "opcode {opcode:#04x} carries no {} but one was given",
+                header.name()
+            ),
+            Error::HeaderSet {
+                opcode,
+                header,
+                present: false,
+            } => {
+                write!(
+                    f,
+                    "opcode {opcode:#04x} requires a {} header",
+                    header.name()
+                )
+            }
             Error::PayloadTooLong { len, max } => {
                 write!(f, "payload of {len} bytes exceeds the limit of {max}")
             }

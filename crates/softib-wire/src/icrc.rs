@@ -1,1 +1,658 @@
-//! (being written)
+//! ICRC — the 32-bit invariant CRC that ends every IBA transport packet (RoCEv2 and native IB).
+//!
+//! # Algorithm
+//!
+//! The standard reflected CRC-32 (polynomial 0x04C11DB7, reflected 0xEDB88320: the
+//! Ethernet / zlib CRC, computed here by `crc32fast`) over, in order:
+//!
+//! 1. 8 bytes of 0xFF standing for the LRH: every LRH field is variant, since switches rewrite
+//!    VL and routers replace the whole LRH, so the LRH is covered as all ones;
+//! 2. RoCEv2: the IPv4 header with TOS, TTL and header checksum set to all ones, or the IPv6
+//!    header with traffic class, flow label and hop limit set to all ones; native IB: the GRH,
+//!    if present, with TClass, FlowLabel and HopLmt set to all ones (the GRH has the IPv6
+//!    layout);
+//! 3. RoCEv2 only: the UDP header with the checksum set to all ones;
+//! 4. the BTH with byte 4 (FECN, BECN, Resv6a — "Resv8a" in IBA 1.0/1.1) set to 0xFF;
+//! 5. everything after the BTH up to the ICRC: extension headers, payload and pad bytes.
+//!
+//! The result (the CRC-32 as zlib reports it, i.e. already complemented) goes on the wire least
+//! significant byte first: `icrc.to_le_bytes()` are the four ICRC bytes ([`put`], [`get`]).
+//!
+//! # Sources
+//!
+//! * RoCEv2: Linux `drivers/infiniband/sw/rxe/rxe_icrc.c` (`rxe_icrc_hdr`): it seeds the CRC
+//!   register with 0xDEBB20E3, "the result of computing a CRC with a seed of 0xffffffff and
+//!   8 bytes of 0xff representing a masked LRH", masks the IP, UDP and BTH fields listed above,
+//!   and stores the complemented CRC little-endian. Checked on every UDP/4791 packet of the rxe
+//!   captures in `shared/testvectors/rxe` (IPv4 and IPv6) by the tests below, as
+//!   `check_icrc.py` (and scapy's `BTH.compute_icrc`) did when they were recorded.
+//! * Native IB, the LRH: the pre-mainline rxe that carried real LRH/GRH headers (Mellanox /
+//!   System Fabric Works 2009-2010, `rxe_sb8_ib_headers`) uses the same 0xDEBB20E3 seed when an
+//!   LRH is present and starts feeding at the GRH (or BTH), i.e. the whole LRH counts as ones;
+//!   it masks GRH bytes 0 (low nibble), 1-3 and 7 and BTH byte 4 exactly as here. This agrees
+//!   with the IBA rule that the ICRC covers only fields that neither switches (LRH:VL,
+//!   BTH:Resv8a) nor routers (the whole LRH, GRH:TClass/FlowLabel/HopLmt) may change, so that
+//!   it protects the packet end to end while routers recompute only the VCRC. The LRH is
+//!   protected hop by hop by the VCRC ([`crate::vcrc`]).
+//!
+//! softib feeds the eight 0xFF bytes instead of starting from rxe's register value
+//! ([`LRH_MASKED_REGISTER`]); the two are the same computation (tested).
+//!
+//! # Cost
+//!
+//! The headers are copied, masked, into one stack array (LRH stand-in + IP + UDP + BTH: 48 bytes
+//! for IPv4, three whole 16-byte blocks) and fed in one call; the extension headers, payload and
+//! pad are fed straight from the caller's slice, never copied. Each `crc32fast` call ends in a
+//! reduction and a byte-wise tail, so fewer, block-aligned calls keep the ICRC near plain
+//! `crc32fast` speed: 0.84× (IPv4) and 0.82× (IPv6) of `crc32fast::hash` over the same bytes
+//! for a 4 KiB payload on the development machine (`icrc_speed`, an on-demand test).
+
+use crc32fast::Hasher;
+
+use crate::bth;
+use crate::error::{check_len, Error, Header, Result};
+use crate::{ipv4, udp};
+
+/// Length of the ICRC in bytes.
+pub const LEN: usize = 4;
+
+/// Raw CRC-32 register value after 8 bytes of 0xFF from the standard initial value (rxe's seed).
+pub const LRH_MASKED_REGISTER: u32 = 0xDEBB_20E3;
+
+/// ICRC-variant bits of an IPv4 header, as (byte offset, bits): TOS, TTL, header checksum.
+const IPV4_VARIANT: &[(usize, u8)] = &[(1, 0xFF), (8, 0xFF), (10, 0xFF), (11, 0xFF)];
+/// ICRC-variant bits of an IPv6 header or GRH: traffic class (byte 0 bits 3:0, byte 1 bits
+/// 7:4), flow label (byte 1 bits 3:0, bytes 2-3), hop limit (byte 7).
+const IPV6_VARIANT: &[(usize, u8)] = &[(0, 0x0F), (1, 0xFF), (2, 0xFF), (3, 0xFF), (7, 0xFF)];
+/// ICRC-variant bits of the UDP header: the checksum.
+const UDP_VARIANT: &[(usize, u8)] = &[(6, 0xFF), (7, 0xFF)];
+/// ICRC-variant bits of the BTH: FECN, BECN, Resv6a.
+const BTH_VARIANT: &[(usize, u8)] = &[(bth::ICRC_MASKED_BYTE, 0xFF)];
+
+/// Length of the all-ones LRH stand-in.
+const LRH_LEN: usize = 8;
+/// Length of the IPv6 header (and of the GRH).
+const IPV6_LEN: usize = 40;
+/// Room for the longest masked run: LRH stand-in + IPv4 with options + UDP + BTH.
+const STAGE_LEN: usize = LRH_LEN + ipv4::MAX_LEN + udp::LEN + bth::LEN;
+/// Every variant bit lies in the first this-many bytes of its header.
+const VARIANT_SPAN: usize = 12;
+
+/// Collects the LRH stand-in and the masked copies of the headers so that `crc32fast` sees them
+/// as one run, then takes the payload straight from the caller's slice. One call per run
+/// matters: every call ends in a reduction and a byte-wise tail, and for RoCEv2/IPv4 the run
+/// (8 + 20 + 8 + 12 bytes) is exactly three 16-byte blocks.
+struct Staged {
+    h: Hasher,
+    buf: [u8; STAGE_LEN],
+    len: usize,
+}
+
+impl Staged {
+    /// Starts with the 8 all-ones bytes standing for the LRH.
+    fn after_lrh() -> Staged {
+        Staged {
+            h: Hasher::new(),
+            buf: [0xFF; STAGE_LEN],
+            len: LRH_LEN,
+        }
+    }
+
+    fn flush(&mut self) {
+        self.h.update(&self.buf[..self.len]);
+        self.len = 0;
+    }
+
+    /// Appends `hdr` with the bits of `variant` set to one (offsets past its end are ignored).
+    fn push(&mut self, hdr: &[u8], variant: &[(usize, u8)]) {
+        if self.len + hdr.len() > STAGE_LEN {
+            self.flush();
+        }
+        // Longer than any valid header: stage the part that holds the variant bits, feed the rest.
+        let (head, tail) = if hdr.len() > STAGE_LEN {
+            hdr.split_at(VARIANT_SPAN)
+        } else {
+            (hdr, &[][..])
+        };
+        let at = self.len;
+        self.buf[at..at + head.len()].copy_from_slice(head);
+        for &(off, bits) in variant {
+            if off < head.len() {
+                self.buf[at + off] |= bits;
+            }
+        }
+        self.len += head.len();
+        if !tail.is_empty() {
+            self.flush();
+            self.h.update(tail);
+        }
+    }
+
+    /// Appends the BTH (masked) and feeds everything after it; returns the ICRC.
+    fn finish(mut self, transport: &[u8]) -> u32 {
+        let (bth, rest) = transport.split_at(transport.len().min(bth::LEN));
+        self.push(bth, BTH_VARIANT);
+        self.flush();
+        self.h.update(rest);
+        self.h.finalize()
+    }
+}
+
+/// The common case in one fixed-size stack array: `buf` (all ones, exactly
+/// 8 + ip + 8 + 12 bytes long) receives the masked IP, UDP and BTH headers after the LRH
+/// stand-in and is fed in one call, then `rest` straight from the caller.
+#[inline(always)]
+fn fixed_run(
+    buf: &mut [u8],
+    ip: &[u8],
+    ip_variant: &[(usize, u8)],
+    udp_hdr: &[u8],
+    bth_hdr: &[u8],
+    rest: &[u8],
+) -> u32 {
+    let (ip_b, tail) = buf[LRH_LEN..].split_at_mut(ip.len());
+    let (udp_b, bth_b) = tail.split_at_mut(udp::LEN);
+    ip_b.copy_from_slice(ip);
+    udp_b.copy_from_slice(udp_hdr);
+    bth_b.copy_from_slice(bth_hdr);
+    for &(off, bits) in ip_variant {
+        ip_b[off] |= bits;
+    }
+    for &(off, bits) in UDP_VARIANT {
+        udp_b[off] |= bits;
+    }
+    for &(off, bits) in BTH_VARIANT {
+        bth_b[off] |= bits;
+    }
+    let mut h = Hasher::new();
+    h.update(buf);
+    h.update(rest);
+    h.finalize()
+}
+
+/// ICRC of a RoCEv2 packet over IPv4.
+///
+/// `ip_hdr` is the whole IPv4 header (options included), `udp_hdr` the 8-byte UDP header and
+/// `transport` the UDP payload from the first BTH byte through the last pad byte (the ICRC
+/// excluded). Lengths are not judged: the bytes given are covered as given.
+pub fn roce_v4(ip_hdr: &[u8], udp_hdr: &[u8], transport: &[u8]) -> u32 {
+    if ip_hdr.len() == ipv4::LEN && udp_hdr.len() == udp::LEN && transport.len() >= bth::LEN {
+        let (bth_hdr, rest) = transport.split_at(bth::LEN);
+        let mut buf = [0xFF; LRH_LEN + ipv4::LEN + udp::LEN + bth::LEN];
+        return fixed_run(&mut buf, ip_hdr, IPV4_VARIANT, udp_hdr, bth_hdr, rest);
+    }
+    let mut s = Staged::after_lrh();
+    s.push(ip_hdr, IPV4_VARIANT);
+    s.push(udp_hdr, UDP_VARIANT);
+    s.finish(transport)
+}
+
+/// ICRC of a RoCEv2 packet over IPv6: as [`roce_v4`], with the 40-byte IPv6 header.
+pub fn roce_v6(ip_hdr: &[u8], udp_hdr: &[u8], transport: &[u8]) -> u32 {
+    if ip_hdr.len() == IPV6_LEN && udp_hdr.len() == udp::LEN && transport.len() >= bth::LEN {
+        let (bth_hdr, rest) = transport.split_at(bth::LEN);
+        let mut buf = [0xFF; LRH_LEN + IPV6_LEN + udp::LEN + bth::LEN];
+        return fixed_run(&mut buf, ip_hdr, IPV6_VARIANT, udp_hdr, bth_hdr, rest);
+    }
+    let mut s = Staged::after_lrh();
+    s.push(ip_hdr, IPV6_VARIANT);
+    s.push(udp_hdr, UDP_VARIANT);
+    s.finish(transport)
+}
+
+/// ICRC of a native IB packet (LRH:LNH = IBA local or IBA global).
+///
+/// `grh` is the 40-byte GRH when LNH says one follows the LRH; `transport` runs from the first
+/// BTH byte through the last pad byte. The LRH takes no argument: every LRH bit is variant, so
+/// it is covered as 8 bytes of 0xFF (see the module documentation), and two packets that differ
+/// only in their LRH have the same ICRC. Raw packets (LNH = raw, IPv6 non-IBA) carry no ICRC.
+pub fn native(grh: Option<&[u8]>, transport: &[u8]) -> u32 {
+    let mut s = Staged::after_lrh();
+    if let Some(g) = grh {
+        s.push(g, IPV6_VARIANT);
+    }
+    s.finish(transport)
+}
+
+/// Writes `icrc` to the first 4 bytes of `buf` in wire order (least significant byte first);
+/// returns 4.
+pub fn put(buf: &mut [u8], icrc: u32) -> Result<usize> {
+    check_len(Header::Icrc, buf, LEN)?;
+    buf[..LEN].copy_from_slice(&icrc.to_le_bytes());
+    Ok(LEN)
+}
+
+/// Reads the ICRC from the first 4 bytes of `buf` (wire order, least significant byte first).
+pub fn get(buf: &[u8]) -> Result<u32> {
+    check_len(Header::Icrc, buf, LEN)?;
+    Ok(u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]))
+}
+
+/// Splits `transport_and_icrc` into the covered bytes and the ICRC found at its end.
+fn split(transport_and_icrc: &[u8]) -> Result<(&[u8], u32)> {
+    let have = transport_and_icrc.len();
+    if have < LEN {
+        return Err(Error::truncated(Header::Icrc, LEN, have));
+    }
+    let (covered, tail) = transport_and_icrc.split_at(have - LEN);
+    Ok((covered, get(tail)?))
+}
+
+fn compare(computed: u32, found: u32) -> Result<()> {
+    if computed == found {
+        Ok(())
+    } else {
+        Err(Error::Icrc { computed, found })
+    }
+}
+
+/// Checks the ICRC at the end of `transport_and_icrc` (BTH .. ICRC) of a RoCEv2/IPv4 packet.
+pub fn verify_roce_v4(ip_hdr: &[u8], udp_hdr: &[u8], transport_and_icrc: &[u8]) -> Result<()> {
+    let (covered, found) = split(transport_and_icrc)?;
+    compare(roce_v4(ip_hdr, udp_hdr, covered), found)
+}
+
+/// Checks the ICRC at the end of `transport_and_icrc` (BTH .. ICRC) of a RoCEv2/IPv6 packet.
+pub fn verify_roce_v6(ip_hdr: &[u8], udp_hdr: &[u8], transport_and_icrc: &[u8]) -> Result<()> {
+    let (covered, found) = split(transport_and_icrc)?;
+    compare(roce_v6(ip_hdr, udp_hdr, covered), found)
+}
+
+/// Checks the ICRC at the end of `transport_and_icrc` (BTH .. ICRC) of a native IB packet.
+pub fn verify_native(grh: Option<&[u8]>, transport_and_icrc: &[u8]) -> Result<()> {
+    let (covered, found) = split(transport_and_icrc)?;
+    compare(native(grh, covered), found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pcap::{PcapReader, LINKTYPE_ETHERNET};
+
+    const VECTORS: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/testvectors/rxe"
+    );
+
+    /// One RoCEv2 packet cut out of a capture: IP header, UDP header, BTH .. ICRC.
+    struct Roce {
+        v6: bool,
+        ip: Vec<u8>,
+        udp: Vec<u8>,
+        rest: Vec<u8>,
+    }
+
+    impl Roce {
+        fn icrc(&self) -> u32 {
+            let covered = &self.rest[..self.rest.len() - LEN];
+            if self.v6 {
+                roce_v6(&self.ip, &self.udp, covered)
+            } else {
+                roce_v4(&self.ip, &self.udp, covered)
+            }
+        }
+        fn ok(&self) -> bool {
+            let r = if self.v6 {
+                verify_roce_v6(&self.ip, &self.udp, &self.rest)
+            } else {
+                verify_roce_v4(&self.ip, &self.udp, &self.rest)
+            };
+            r.is_ok()
+        }
+    }
+
+    /// Every UDP/4791 packet of every capture, split with a minimal hand parser (independent of
+    /// the crate's packet parsers).
+    fn roce_packets() -> Vec<(String, Roce)> {
+        let mut out = Vec::new();
+        let mut names: Vec<_> = std::fs::read_dir(VECTORS)
+            .expect("test vectors")
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "pcap"))
+            .collect();
+        names.sort();
+        assert!(names.len() >= 10, "too few captures in {VECTORS}");
+        for path in names {
+            let data = std::fs::read(&path).unwrap();
+            let rd = PcapReader::new(&data).unwrap();
+            assert_eq!(rd.link_type(), LINKTYPE_ETHERNET);
+            for rec in rd.records() {
+                let f = rec.unwrap().data;
+                let et = u16::from_be_bytes([f[12], f[13]]);
+                let ip = &f[14..];
+                let (v6, ihl, proto) = match et {
+                    0x0800 => (false, usize::from(ip[0] & 0xf) * 4, ip[9]),
+                    0x86dd => (true, 40, ip[6]),
+                    _ => continue,
+                };
+                let udp = &ip[ihl..];
+                if proto != 17 || u16::from_be_bytes([udp[2], udp[3]]) != udp::ROCEV2_PORT {
+                    continue;
+                }
+                let ulen = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+                out.push((
+                    path.file_name().unwrap().to_string_lossy().into_owned(),
+                    Roce {
+                        v6,
+                        ip: ip[..ihl].to_vec(),
+                        udp: udp[..8].to_vec(),
+                        rest: udp[8..ulen].to_vec(),
+                    },
+                ));
+            }
+        }
+        out
+    }
+
+    /// rxe's seed is the CRC register after the 8 all-ones bytes softib feeds for the LRH, so
+    /// seeding with it and skipping the stand-in gives the same ICRC.
+    #[test]
+    fn rxe_seed_is_register_after_eight_ones() {
+        assert_eq!(!crc32fast::hash(&[0xff; 8]), LRH_MASKED_REGISTER);
+        let t = *b"123456789abcdef";
+        let mut m = t;
+        m[4] = 0xff;
+        let mut h = Hasher::new_with_initial(!LRH_MASKED_REGISTER);
+        h.update(&m);
+        assert_eq!(native(None, &t), h.finalize());
+    }
+
+    /// The mask tables agree with the per-header helpers of `ipv4` and `udp`.
+    #[test]
+    fn variant_tables_match_header_helpers() {
+        let apply = |len: usize, variant: &[(usize, u8)]| {
+            let mut b = vec![0u8; len];
+            for &(off, bits) in variant {
+                b[off] |= bits;
+            }
+            b
+        };
+        assert_eq!(apply(20, IPV4_VARIANT), ipv4::icrc_masked(&[0; 20]));
+        assert_eq!(apply(8, UDP_VARIANT), udp::icrc_masked(&[0; 8]));
+        let mut v6 = apply(40, IPV6_VARIANT);
+        assert_eq!(&v6[..8], &[0x0f, 0xff, 0xff, 0xff, 0, 0, 0, 0xff]);
+        v6[..8].fill(0);
+        assert!(v6.iter().all(|&b| b == 0));
+        for t in [IPV4_VARIANT, IPV6_VARIANT, UDP_VARIANT, BTH_VARIANT] {
+            assert!(t.iter().all(|&(off, _)| off < VARIANT_SPAN));
+        }
+    }
+
+    /// IPv4 options are covered unmasked, after the masked fixed header.
+    #[test]
+    fn ipv4_options_are_covered() {
+        let mut ip = [0u8; 24];
+        ip[..20].copy_from_slice(&[
+            0x46, 0x00, 0x00, 0x70, 0xe8, 0x0e, 0x40, 0x00, 0x40, 0x11, 0, 0, 10, 99, 0, 2, 10, 99,
+            0, 3,
+        ]);
+        ip[20..].copy_from_slice(&[0x94, 0x04, 0x00, 0x00]);
+        let udp = [0xc1, 0x69, 0x12, 0xb7, 0x00, 0x1c, 0x00, 0x00];
+        let t = [
+            0x11u8, 0, 0xff, 0xff, 0, 0, 0, 0x13, 0, 0, 0, 1, 0x1f, 0, 0, 1,
+        ];
+        let mut s = vec![0xffu8; 8];
+        let mut i = ip;
+        for &(off, bits) in IPV4_VARIANT {
+            i[off] |= bits;
+        }
+        s.extend_from_slice(&i);
+        s.extend_from_slice(&udp::icrc_masked(&udp));
+        let mut tt = t;
+        tt[4] = 0xff;
+        s.extend_from_slice(&tt);
+        assert_eq!(roce_v4(&ip, &udp, &t), crc32fast::hash(&s));
+        let mut ip2 = ip;
+        ip2[23] = 1;
+        assert_ne!(roce_v4(&ip2, &udp, &t), roce_v4(&ip, &udp, &t));
+    }
+
+    /// Oversized or split inputs are covered byte for byte like the explicit string.
+    #[test]
+    fn oversized_headers_are_covered_as_given() {
+        let ip = [0x11u8; 100];
+        let udp = [0x22u8; 9];
+        let t = [0x33u8; 20];
+        let mut s = vec![0xffu8; 8];
+        let mut i = ip.to_vec();
+        for &(off, bits) in IPV4_VARIANT {
+            i[off] |= bits;
+        }
+        s.extend_from_slice(&i);
+        let mut u = udp.to_vec();
+        u[6] = 0xff;
+        u[7] = 0xff;
+        s.extend_from_slice(&u);
+        let mut tt = t.to_vec();
+        tt[4] = 0xff;
+        s.extend_from_slice(&tt);
+        assert_eq!(roce_v4(&ip, &udp, &t), crc32fast::hash(&s));
+    }
+
+    #[test]
+    fn every_capture_packet_verifies() {
+        let pkts = roce_packets();
+        assert!(pkts.len() > 300, "only {} RoCEv2 packets", pkts.len());
+        assert!(pkts.iter().any(|(_, p)| p.v6), "no IPv6 capture");
+        for (file, p) in &pkts {
+            assert!(p.ok(), "{file}: bad ICRC on {:02x?}", &p.rest[..12]);
+            // The general (staged) path agrees with the fixed-size fast path.
+            let mut s = Staged::after_lrh();
+            s.push(&p.ip, if p.v6 { IPV6_VARIANT } else { IPV4_VARIANT });
+            s.push(&p.udp, UDP_VARIANT);
+            assert_eq!(s.finish(&p.rest[..p.rest.len() - LEN]), p.icrc());
+        }
+    }
+
+    #[derive(Clone, Copy)]
+    enum Part {
+        Ip,
+        Udp,
+        Rest,
+    }
+
+    /// Flips the bits `bit` of byte `at` of `part` and reports whether the ICRC still verifies.
+    fn still_ok(p: &Roce, part: Part, at: usize, bit: u8) -> bool {
+        let mut q = Roce {
+            v6: p.v6,
+            ip: p.ip.clone(),
+            udp: p.udp.clone(),
+            rest: p.rest.clone(),
+        };
+        match part {
+            Part::Ip => q.ip[at] ^= bit,
+            Part::Udp => q.udp[at] ^= bit,
+            Part::Rest => q.rest[at] ^= bit,
+        }
+        q.ok()
+    }
+
+    #[test]
+    fn covered_fields_are_protected_and_variant_fields_are_not() {
+        let pkts = roce_packets();
+        let v4 = &pkts
+            .iter()
+            .find(|(_, p)| !p.v6 && p.rest.len() > 40)
+            .unwrap()
+            .1;
+        let v6 = &pkts.iter().find(|(_, p)| p.v6).unwrap().1;
+        use Part::{Ip as ip, Rest as rest, Udp as udp};
+        for p in [v4, v6] {
+            let src_addr = if p.v6 { 8 } else { 12 };
+            let dst_addr = if p.v6 { 39 } else { 19 };
+            // Covered: addresses, ports, UDP length, BTH opcode / P_Key / DestQP / PSN,
+            // AckReq, payload bytes.
+            assert!(!still_ok(p, ip, src_addr, 0x01));
+            assert!(!still_ok(p, ip, dst_addr, 0x80));
+            assert!(!still_ok(p, udp, 0, 0x01));
+            assert!(!still_ok(p, udp, 3, 0x01));
+            assert!(!still_ok(p, udp, 5, 0x04));
+            for (at, bit) in [(0, 1), (2, 0x80), (7, 1), (8, 0x80), (11, 1), (12, 1)] {
+                assert!(!still_ok(p, rest, at, bit), "BTH byte {at}");
+            }
+            let last = p.rest.len() - LEN - 1;
+            assert!(!still_ok(p, rest, last, 0x10));
+            // The ICRC itself.
+            assert!(!still_ok(p, rest, last + 1, 0x01));
+            // Variant: BTH FECN, BECN, Resv6a; UDP checksum.
+            for bit in [0x80, 0x40, 0x01] {
+                assert!(still_ok(p, rest, 4, bit));
+            }
+            assert!(still_ok(p, udp, 6, 0xff));
+            assert!(still_ok(p, udp, 7, 0x01));
+        }
+        // IPv4: TOS (DSCP and ECN), TTL and header checksum are variant; ID, flags, length and
+        // protocol are covered.
+        for (at, bit) in [(1, 0x03), (1, 0xfc), (8, 0x40), (10, 0x01), (11, 0x80)] {
+            assert!(still_ok(v4, ip, at, bit), "IPv4 byte {at}");
+        }
+        for (at, bit) in [
+            (0, 0x01),
+            (2, 0x01),
+            (3, 0x04),
+            (4, 0x01),
+            (6, 0x40),
+            (9, 1),
+        ] {
+            assert!(!still_ok(v4, ip, at, bit), "IPv4 byte {at}");
+        }
+        // IPv6: traffic class, flow label and hop limit are variant; version, payload length
+        // and next header are covered.
+        for (at, bit) in [
+            (0, 0x08),
+            (1, 0xf0),
+            (1, 0x01),
+            (2, 0xff),
+            (3, 0x01),
+            (7, 0x40),
+        ] {
+            assert!(still_ok(v6, ip, at, bit), "IPv6 byte {at}");
+        }
+        for (at, bit) in [(0, 0x10), (5, 0x01), (6, 0x01)] {
+            assert!(!still_ok(v6, ip, at, bit), "IPv6 byte {at}");
+        }
+    }
+
+    #[test]
+    fn wire_order_is_little_endian() {
+        let pkts = roce_packets();
+        let p = &pkts[0].1;
+        let n = p.rest.len();
+        let icrc = p.icrc();
+        assert_eq!(icrc.to_le_bytes(), p.rest[n - 4..]);
+        let mut buf = [0u8; 5];
+        assert_eq!(put(&mut buf, 0x1234_5678), Ok(4));
+        assert_eq!(buf, [0x78, 0x56, 0x34, 0x12, 0]);
+        assert_eq!(get(&buf), Ok(0x1234_5678));
+        assert!(put(&mut [0u8; 3], 0).is_err());
+        assert!(get(&[0u8; 3]).is_err());
+        assert_eq!(
+            verify_roce_v4(&p.ip, &p.udp, &p.rest[..3]),
+            Err(Error::Truncated {
+                header: Header::Icrc,
+                need: 4,
+                have: 3
+            })
+        );
+        let mut bad = p.rest.clone();
+        bad[n - 1] ^= 0x80;
+        assert_eq!(
+            verify_roce_v4(&p.ip, &p.udp, &bad),
+            Err(Error::Icrc {
+                computed: icrc,
+                found: icrc ^ 0x8000_0000
+            })
+        );
+    }
+
+    /// Native IB covers FF×8 (for the LRH) ‖ masked GRH ‖ masked BTH ‖ rest: built here from
+    /// the IPv6 capture (GRH = the IPv6 header with NxtHdr 0x1B) and checked against the CRC of
+    /// the explicit byte string.
+    #[test]
+    fn native_matches_explicit_byte_string() {
+        let pkts = roce_packets();
+        let p = &pkts.iter().find(|(_, p)| p.v6).unwrap().1;
+        let mut grh = p.ip.clone();
+        grh[6] = 0x1b;
+        let covered = &p.rest[..p.rest.len() - 4];
+        let mut s = vec![0xffu8; 8];
+        let mut g = grh.clone();
+        g[0] |= 0x0f;
+        g[1..4].fill(0xff);
+        g[7] = 0xff;
+        s.extend_from_slice(&g);
+        let mut t = covered.to_vec();
+        t[4] = 0xff;
+        s.extend_from_slice(&t);
+        let icrc = native(Some(&grh), covered);
+        assert_eq!(icrc, crc32fast::hash(&s));
+        // Without a GRH (LNH 2).
+        let mut s = vec![0xffu8; 8];
+        s.extend_from_slice(&t);
+        assert_eq!(native(None, covered), crc32fast::hash(&s));
+        // Variant GRH fields and BTH byte 4 do not matter; the GIDs and the payload do.
+        let mut g2 = grh.clone();
+        g2[1] ^= 0x5a;
+        g2[7] = 1;
+        let mut c2 = covered.to_vec();
+        c2[4] = 0x40;
+        assert_eq!(native(Some(&g2), &c2), icrc);
+        g2[20] ^= 1;
+        assert_ne!(native(Some(&g2), &c2), icrc);
+        c2[20] ^= 1;
+        assert_ne!(native(None, &c2), native(None, covered));
+        // With the ICRC appended, verify_native accepts it.
+        let mut with = covered.to_vec();
+        with.extend_from_slice(&icrc.to_le_bytes());
+        assert_eq!(verify_native(Some(&grh), &with), Ok(()));
+        assert!(verify_native(None, &with).is_err());
+    }
+
+    #[test]
+    fn short_inputs_do_not_panic() {
+        for n in 0..14 {
+            let b = vec![0x5au8; n];
+            let _ = roce_v4(&b, &b, &b);
+            let _ = roce_v6(&b, &b, &b);
+            let _ = native(Some(&b), &b);
+            let _ = native(None, &b);
+        }
+    }
+
+    /// Throughput against plain `crc32fast` over the same bytes (LRH stand-in, headers, BTH and
+    /// a 4 KiB payload), IPv4 and IPv6. Timing-sensitive, so run on demand:
+    /// `cargo test --release -p softib-wire icrc_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn icrc_speed() {
+        use std::hint::black_box;
+        use std::time::Instant;
+        let best = |f: &dyn Fn() -> u32| {
+            (0..9)
+                .map(|_| {
+                    let t = Instant::now();
+                    let mut x = 0u32;
+                    for _ in 0..100_000 {
+                        x ^= f();
+                    }
+                    black_box(x);
+                    t.elapsed().as_secs_f64()
+                })
+                .fold(f64::MAX, f64::min)
+        };
+        let udp = [0x12u8; 8];
+        let transport = vec![0xa5u8; 12 + 4096];
+        for ip in [vec![0x45u8; 20], vec![0x60u8; 40]] {
+            let mut whole = vec![0xffu8; 8];
+            whole.extend_from_slice(&ip);
+            whole.extend_from_slice(&udp);
+            whole.extend_from_slice(&transport);
+            let f: fn(&[u8], &[u8], &[u8]) -> u32 = if ip.len() == 20 { roce_v4 } else { roce_v6 };
+            let t_icrc = best(&|| f(black_box(&ip), black_box(&udp), black_box(&transport)));
+            let t_plain = best(&|| crc32fast::hash(black_box(&whole)));
+            let ratio = t_plain / t_icrc;
+            println!("IP header {} bytes: relative speed {ratio:.3}", ip.len());
+            assert!(ratio >= 0.8, "ICRC runs at {ratio:.2}x crc32fast");
+        }
+    }
+}
