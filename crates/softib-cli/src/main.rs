@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod pcap_cmd;
+mod synth;
 
 #[derive(Parser)]
 #[command(

@@ -20,6 +20,13 @@ pub enum PcapCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Write a capture with one packet of every opcode softib knows, built by softib's encoder.
+    Synth {
+        /// Output pcap file.
+        out: PathBuf,
+        #[arg(long, value_enum, default_value = "ipv4")]
+        framing: crate::synth::Framing,
+    },
     /// Print one line per transport packet.
     Decode {
         file: PathBuf,
@@ -61,6 +68,16 @@ pub fn run(cmd: PcapCommand) -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
+        PcapCommand::Synth { out, framing } => match crate::synth::write(&out, framing) {
+            Ok(n) => {
+                println!("{}: wrote {n} packets", out.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", out.display());
+                ExitCode::FAILURE
+            }
+        },
         PcapCommand::Decode { file, json } => match decode_file(&file, json) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
