@@ -242,7 +242,7 @@ fn text_line(frame: usize, t: &TransportPacket<'_>, crc_ok: bool) -> String {
     );
     if let Some(a) = &h.aeth {
         line += &format!(
-            " syndrome={} ({:?}) msn={}",
+            " syndrome={} ({}) msn={}",
             hex(a.syndrome.into(), 2),
             a.decoded(),
             hex(a.msn.value().into(), 6)

@@ -249,6 +249,36 @@ impl AethSyndrome {
     }
 }
 
+impl core::fmt::Display for AethSyndrome {
+    /// `ACK credits=N` / `ACK credits=invalid`, `RNR-NAK 0.64 ms`, `NAK PSN-sequence-error`, ...
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            AethSyndrome::Ack { credits } => match credits.credits() {
+                Some(n) => write!(f, "ACK credits={n}"),
+                None => f.write_str("ACK credits=invalid"),
+            },
+            AethSyndrome::RnrNak { timer } => {
+                let ns = timer.as_nanos();
+                write!(
+                    f,
+                    "RNR-NAK {}.{:02} ms",
+                    ns / 1_000_000,
+                    (ns % 1_000_000) / 10_000
+                )
+            }
+            AethSyndrome::Nak(code) => f.write_str(match code {
+                NakCode::PsnSequenceError => "NAK PSN-sequence-error",
+                NakCode::InvalidRequest => "NAK invalid-request",
+                NakCode::RemoteAccessError => "NAK remote-access-error",
+                NakCode::RemoteOperationalError => "NAK remote-operational-error",
+                NakCode::InvalidRdRequest => "NAK invalid-RD-request",
+                NakCode::Reserved(_) => "NAK reserved-code",
+            }),
+            AethSyndrome::Reserved(b) => write!(f, "reserved syndrome {b:#04x}"),
+        }
+    }
+}
+
 /// Zero-copy view of an AETH at the start of `buffer`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AethView<T: AsRef<[u8]>> {
@@ -389,6 +419,28 @@ mod tests {
         let mut out = [0u8; 4];
         assert_eq!(aeth.emit(&mut out), Ok(4));
         assert_eq!(&out[..], &pkt[Bth::LEN..]);
+    }
+
+    #[test]
+    fn syndrome_display() {
+        assert_eq!(
+            AethSyndrome::from_byte(0x1f).to_string(),
+            "ACK credits=invalid"
+        );
+        assert_eq!(AethSyndrome::from_byte(0x05).to_string(), "ACK credits=6");
+        assert_eq!(AethSyndrome::from_byte(0x2c).to_string(), "RNR-NAK 0.64 ms");
+        assert_eq!(
+            AethSyndrome::from_byte(0x20).to_string(),
+            "RNR-NAK 655.36 ms"
+        );
+        assert_eq!(
+            AethSyndrome::from_byte(0x60).to_string(),
+            "NAK PSN-sequence-error"
+        );
+        assert_eq!(
+            AethSyndrome::from_byte(0x80).to_string(),
+            "reserved syndrome 0x80"
+        );
     }
 
     #[test]
