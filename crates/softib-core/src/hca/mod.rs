@@ -1,0 +1,600 @@
+//! The HCA: the endpoint object that owns every verbs object.
+//!
+//! [`Hca`] is sans-IO: it never reads a clock, opens a socket or spawns a thread. The verbs
+//! here are the control path (objects, QP state machine, posting, polling); the transport data
+//! path drives the queued WQEs.
+//!
+//! # Objects and handles
+//!
+//! PDs, CQs, SRQs, MRs and AHs are addressed by small `Copy` handles that carry a generation,
+//! so a handle to a destroyed object never reaches a newer one. QPs are addressed by their
+//! [`Qpn`], allocated upward from `0x11` like rxe (QPN 0 and 1 are the special QPs, 2..=0x10
+//! are kept free) and wrapping below 2^24.
+//!
+//! # Completions on Error
+//!
+//! When a QP enters ERR (by `modify_qp`, by the transport engine, or on `destroy_qp`) every
+//! outstanding send WR and then every outstanding receive WR is completed with
+//! `IBV_WC_WR_FLUSH_ERR`, in posting order, whether or not it was signaled. Receive WRs queued
+//! on an SRQ belong to the SRQ and are not flushed; instead the QP reports
+//! `IBV_EVENT_QP_LAST_WQE_REACHED`. WRs posted while the QP is in ERR complete with
+//! `IBV_WC_WR_FLUSH_ERR` at once (send WRs likewise in SQE). Moving to RESET empties the queues
+//! without completions.
+
+mod qp;
+
+#[cfg(test)]
+mod tests;
+
+use crate::error::{
+    AhError, AllocPdError, CqError, CreateAhError, CreateCqError, CreateSrqError, DeallocPdError,
+    DeregMrError, DestroyCqError, DestroySrqError, ModifySrqError, PostSrqRecvError,
+    QueryPortError, RegMrError, SrqError,
+};
+use crate::table::Table;
+use crate::verbs::ah::{self, Ah, AhAttr};
+use crate::verbs::cq::{self, Cq, CqAttr, WorkCompletion};
+use crate::verbs::device::{DeviceAttr, HcaConfig, PortAttr, PortConfig};
+use crate::verbs::event::AsyncEvent;
+use crate::verbs::mr::{MrAccessError, MrCheckError, MrInfo, MrRegFailure, MrSlice, MrTable};
+use crate::verbs::qp::Qp;
+use crate::verbs::srq::{Srq, SrqAttr, SrqAttrMask, SrqInitAttr};
+use crate::verbs::types::AccessFlags;
+use crate::verbs::wr::{RecvWqe, RecvWr};
+use crate::verbs::{AhHandle, CqHandle, MrHandle, PdHandle, SrqHandle};
+use std::collections::{BTreeMap, VecDeque};
+
+/// A protection domain: only a count of the objects that use it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Pd {
+    pub(crate) users: usize,
+}
+
+/// A completion the CQ refused because it overran (the CQ is in error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CqOverrunError;
+
+/// An InfiniBand host channel adapter: device attributes, ports and every verbs object.
+///
+/// The object tables are `pub(crate)` so the transport modules of this crate can work on the
+/// queued WQEs directly.
+#[derive(Debug, Clone)]
+pub struct Hca {
+    pub(crate) device: DeviceAttr,
+    pub(crate) ports: Vec<PortConfig>,
+    pub(crate) pds: Table<Pd>,
+    pub(crate) mrs: MrTable,
+    pub(crate) cqs: Table<Cq>,
+    pub(crate) srqs: Table<Srq>,
+    pub(crate) ahs: Table<Ah>,
+    /// QPs by QPN value; a BTreeMap so iteration is deterministic.
+    pub(crate) qps: BTreeMap<u32, Qp>,
+    pub(crate) next_qpn: u32,
+    pub(crate) async_events: VecDeque<AsyncEvent>,
+    pub(crate) completion_events: VecDeque<CqHandle>,
+}
+
+impl Hca {
+    /// A new HCA with no objects.
+    pub fn new(config: HcaConfig) -> Hca {
+        let mut device = config.device;
+        device.phys_port_cnt = u8::try_from(config.ports.len()).unwrap_or(u8::MAX);
+        Hca {
+            device,
+            ports: config.ports,
+            pds: Table::default(),
+            mrs: MrTable::new(config.mr_iova_base),
+            cqs: Table::default(),
+            srqs: Table::default(),
+            ahs: Table::default(),
+            qps: BTreeMap::new(),
+            next_qpn: qp::MIN_QPN,
+            async_events: VecDeque::new(),
+            completion_events: VecDeque::new(),
+        }
+    }
+
+    // ----- device and ports -------------------------------------------------------------
+
+    /// Device attributes (`ibv_query_device`).
+    pub fn query_device(&self) -> &DeviceAttr {
+        &self.device
+    }
+
+    /// Attributes of port `port_num` (1-based) (`ibv_query_port`).
+    pub fn query_port(&self, port_num: u8) -> Result<PortAttr, QueryPortError> {
+        self.port(port_num)
+            .map(PortAttr::from_config)
+            .ok_or(QueryPortError::InvalidPort {
+                port: port_num,
+                num_ports: self.device.phys_port_cnt,
+            })
+    }
+
+    pub(crate) fn port(&self, port_num: u8) -> Option<&PortConfig> {
+        ah::port_config(&self.ports, port_num)
+    }
+
+    // ----- protection domains -----------------------------------------------------------
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> Result<PdHandle, AllocPdError> {
+        if self.pds.len() >= self.device.max_pd as usize {
+            return Err(AllocPdError::TooManyPds {
+                max: self.device.max_pd,
+            });
+        }
+        Ok(PdHandle(self.pds.insert(Pd::default())))
+    }
+
+    /// Frees a protection domain; fails while MRs, QPs, SRQs or AHs use it.
+    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), DeallocPdError> {
+        let p = self.pds.get(pd.0).ok_or(DeallocPdError::NoSuchPd(pd))?;
+        if p.users > 0 {
+            return Err(DeallocPdError::Busy { pd, users: p.users });
+        }
+        self.pds.remove(pd.0);
+        Ok(())
+    }
+
+    fn pd_use(&mut self, pd: PdHandle, delta: isize) {
+        if let Some(p) = self.pds.get_mut(pd.0) {
+            p.users = p.users.saturating_add_signed(delta);
+        }
+    }
+
+    // ----- memory regions ---------------------------------------------------------------
+
+    /// Registers `data` as a memory region of `pd` (`ibv_reg_mr`). The region owns the bytes.
+    /// `iova` is the first I/O virtual address; `None` lets the HCA assign a page-aligned
+    /// range disjoint from every region it placed before.
+    pub fn reg_mr(
+        &mut self,
+        pd: PdHandle,
+        data: Vec<u8>,
+        access: AccessFlags,
+        iova: Option<u64>,
+    ) -> Result<MrInfo, RegMrError> {
+        if self.pds.get(pd.0).is_none() {
+            return Err(RegMrError::NoSuchPd(pd));
+        }
+        let len = data.len() as u64;
+        if len > self.device.max_mr_size {
+            return Err(RegMrError::TooLarge {
+                len,
+                max: self.device.max_mr_size,
+            });
+        }
+        if self.mrs.len() >= self.device.max_mr as usize {
+            return Err(RegMrError::TooManyMrs {
+                max: self.device.max_mr,
+            });
+        }
+        let info = self
+            .mrs
+            .register(pd, data, access, iova)
+            .map_err(|e| match e {
+                MrRegFailure::InvalidAccess => RegMrError::InvalidAccess(access),
+                MrRegFailure::AddressOverflow => RegMrError::AddressOverflow {
+                    addr: iova.unwrap_or(0),
+                    len,
+                },
+                MrRegFailure::AddressSpaceExhausted => RegMrError::AddressSpaceExhausted { len },
+                MrRegFailure::TooManyMrs => RegMrError::TooManyMrs {
+                    max: self.device.max_mr,
+                },
+            })?;
+        self.pd_use(pd, 1);
+        Ok(info)
+    }
+
+    /// Deregisters a memory region and drops its bytes.
+    pub fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), DeregMrError> {
+        let pd = self.mrs.remove(mr).ok_or(DeregMrError::NoSuchMr(mr))?;
+        self.pd_use(pd, -1);
+        Ok(())
+    }
+
+    /// Address, length, keys and access of a memory region.
+    pub fn query_mr(&self, mr: MrHandle) -> Result<MrInfo, MrAccessError> {
+        self.mrs.info(mr).ok_or(MrAccessError::NoSuchMr(mr))
+    }
+
+    /// The bytes of a memory region.
+    pub fn mr_bytes(&self, mr: MrHandle) -> Result<&[u8], MrAccessError> {
+        self.mrs
+            .get(mr)
+            .map(|m| &m.data[..])
+            .ok_or(MrAccessError::NoSuchMr(mr))
+    }
+
+    /// The bytes of a memory region, writable.
+    pub fn mr_bytes_mut(&mut self, mr: MrHandle) -> Result<&mut [u8], MrAccessError> {
+        self.mrs
+            .get_mut(mr)
+            .map(|m| &mut m.data[..])
+            .ok_or(MrAccessError::NoSuchMr(mr))
+    }
+
+    /// Copies `data` into the region at byte `offset`.
+    pub fn mr_write(
+        &mut self,
+        mr: MrHandle,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), MrAccessError> {
+        let bytes = self.mr_bytes_mut(mr)?;
+        let mr_len = bytes.len();
+        let dst = offset
+            .checked_add(data.len())
+            .and_then(|end| bytes.get_mut(offset..end))
+            .ok_or(MrAccessError::OutOfBounds {
+                offset,
+                len: data.len(),
+                mr_len,
+            })?;
+        dst.copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Copies `buf.len()` bytes of the region from byte `offset` into `buf`.
+    pub fn mr_read(
+        &self,
+        mr: MrHandle,
+        offset: usize,
+        buf: &mut [u8],
+    ) -> Result<(), MrAccessError> {
+        let bytes = self.mr_bytes(mr)?;
+        let src = offset
+            .checked_add(buf.len())
+            .and_then(|end| bytes.get(offset..end))
+            .ok_or(MrAccessError::OutOfBounds {
+                offset,
+                len: buf.len(),
+                mr_len: bytes.len(),
+            })?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+
+    /// Protection check of a local access through an L_Key, as the data path runs it when a
+    /// WR executes: key valid, region in `pd`, `needed` rights granted (`LOCAL_WRITE` when the
+    /// HCA writes local memory, nothing for reads), and `[addr, addr + len)` inside the region
+    /// (overflow-safe). A zero-length access is valid with any key.
+    pub fn check_local(
+        &self,
+        pd: PdHandle,
+        lkey: u32,
+        addr: u64,
+        len: u64,
+        needed: AccessFlags,
+    ) -> Result<MrSlice, MrCheckError> {
+        self.mrs.check_local(pd, lkey, addr, len, needed)
+    }
+
+    /// Protection check of a remote access through an R_Key (`needed` is `REMOTE_READ`,
+    /// `REMOTE_WRITE` or `REMOTE_ATOMIC`). A zero-length access is valid with any key.
+    pub fn check_remote(
+        &self,
+        pd: PdHandle,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        needed: AccessFlags,
+    ) -> Result<MrSlice, MrCheckError> {
+        self.mrs.check_remote(pd, rkey, va, len, needed)
+    }
+
+    /// The bytes a successful check granted (`None` if the region was deregistered since).
+    pub fn mr_slice(&self, s: &MrSlice) -> Option<&[u8]> {
+        self.mrs.slice(s)
+    }
+
+    /// The bytes a successful check granted, writable.
+    pub fn mr_slice_mut(&mut self, s: &MrSlice) -> Option<&mut [u8]> {
+        self.mrs.slice_mut(s)
+    }
+
+    // ----- completion queues ------------------------------------------------------------
+
+    /// Creates a CQ of at least `cqe` entries (`ibv_create_cq`); the capacity is `cqe` rounded
+    /// up to a power of two minus one, as rxe does (see [`Hca::query_cq`]).
+    pub fn create_cq(&mut self, cqe: u32) -> Result<CqHandle, CreateCqError> {
+        let max = self.device.max_cqe;
+        if cqe == 0 || cqe > max {
+            return Err(CreateCqError::InvalidCqe { cqe, max });
+        }
+        if self.cqs.len() >= self.device.max_cq as usize {
+            return Err(CreateCqError::TooManyCqs {
+                max: self.device.max_cq,
+            });
+        }
+        Ok(CqHandle(
+            self.cqs.insert(Cq::new(cq::rounded_capacity(cqe))),
+        ))
+    }
+
+    /// Destroys a CQ; fails while QPs use it. Pending completion events for it are dropped.
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), DestroyCqError> {
+        let c = self.cqs.get(cq.0).ok_or(DestroyCqError::NoSuchCq(cq))?;
+        if c.users > 0 {
+            return Err(DestroyCqError::Busy { cq, users: c.users });
+        }
+        self.cqs.remove(cq.0);
+        self.completion_events.retain(|&c| c != cq);
+        Ok(())
+    }
+
+    /// Capacity, fill level, overrun flag and armed notification of a CQ.
+    pub fn query_cq(&self, cq: CqHandle) -> Result<CqAttr, CqError> {
+        self.cqs
+            .get(cq.0)
+            .map(Cq::attr)
+            .ok_or(CqError::NoSuchCq(cq))
+    }
+
+    /// Takes up to `max` completions, oldest first (`ibv_poll_cq`). After an overrun the
+    /// completions queued before it are still returned; once they are gone, polling fails
+    /// with [`CqError::Overrun`].
+    pub fn poll_cq(&mut self, cq: CqHandle, max: usize) -> Result<Vec<WorkCompletion>, CqError> {
+        let c = self.cqs.get_mut(cq.0).ok_or(CqError::NoSuchCq(cq))?;
+        if c.is_empty() && c.overrun() && max > 0 {
+            return Err(CqError::Overrun(cq));
+        }
+        let mut out = Vec::new();
+        while out.len() < max {
+            match c.pop() {
+                Some(wc) => out.push(wc),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Like [`Hca::poll_cq`] but fills `out` and returns how many entries were written.
+    pub fn poll_cq_into(
+        &mut self,
+        cq: CqHandle,
+        out: &mut [WorkCompletion],
+    ) -> Result<usize, CqError> {
+        let c = self.cqs.get_mut(cq.0).ok_or(CqError::NoSuchCq(cq))?;
+        if c.is_empty() && c.overrun() && !out.is_empty() {
+            return Err(CqError::Overrun(cq));
+        }
+        let mut n = 0;
+        for slot in out.iter_mut() {
+            match c.pop() {
+                Some(wc) => {
+                    *slot = wc;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        Ok(n)
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`): the next completion (with `solicited_only`, the next
+    /// solicited or unsuccessful completion) queues one completion event.
+    pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<(), CqError> {
+        self.cqs
+            .get_mut(cq.0)
+            .ok_or(CqError::NoSuchCq(cq))?
+            .arm(solicited_only);
+        Ok(())
+    }
+
+    /// The next completion event: a CQ whose armed notification fired
+    /// (`ibv_get_cq_event`).
+    pub fn poll_completion_event(&mut self) -> Option<CqHandle> {
+        self.completion_events.pop_front()
+    }
+
+    /// The next asynchronous event (`ibv_get_async_event`).
+    pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
+        self.async_events.pop_front()
+    }
+
+    /// Queues a completion on `cq`, firing its notification if armed. On overrun the
+    /// completion is lost, the CQ enters error and (the first time) a `CqError` async event
+    /// is queued.
+    pub(crate) fn push_completion(
+        &mut self,
+        cq: CqHandle,
+        wc: WorkCompletion,
+        solicited: bool,
+    ) -> Result<(), CqOverrunError> {
+        let Some(c) = self.cqs.get_mut(cq.0) else {
+            // QPs keep their CQs alive (destroy_cq is refused while they are used).
+            debug_assert!(false, "completion for a destroyed CQ {cq:?}");
+            return Err(CqOverrunError);
+        };
+        match c.push(wc, solicited) {
+            Ok(true) => {
+                self.completion_events.push_back(cq);
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(o) => {
+                if o.entered_error {
+                    self.async_events.push_back(AsyncEvent::CqError { cq });
+                }
+                Err(CqOverrunError)
+            }
+        }
+    }
+
+    // ----- shared receive queues --------------------------------------------------------
+
+    /// Creates an SRQ (`ibv_create_srq`). The initial limit is ignored (disarmed).
+    pub fn create_srq(
+        &mut self,
+        pd: PdHandle,
+        init: &SrqInitAttr,
+    ) -> Result<SrqHandle, CreateSrqError> {
+        if self.pds.get(pd.0).is_none() {
+            return Err(CreateSrqError::NoSuchPd(pd));
+        }
+        let d = &self.device;
+        if init.max_wr == 0 || init.max_wr > d.max_srq_wr {
+            return Err(CreateSrqError::InvalidMaxWr {
+                max_wr: init.max_wr,
+                max: d.max_srq_wr,
+            });
+        }
+        if init.max_sge > d.max_srq_sge {
+            return Err(CreateSrqError::InvalidMaxSge {
+                max_sge: init.max_sge,
+                max: d.max_srq_sge,
+            });
+        }
+        if self.srqs.len() >= d.max_srq as usize {
+            return Err(CreateSrqError::TooManySrqs { max: d.max_srq });
+        }
+        let h = SrqHandle(self.srqs.insert(Srq::new(pd, init.max_wr, init.max_sge)));
+        self.pd_use(pd, 1);
+        Ok(h)
+    }
+
+    /// Resizes the SRQ and/or arms its limit (`ibv_modify_srq`). A failed modify changes
+    /// nothing.
+    pub fn modify_srq(
+        &mut self,
+        srq: SrqHandle,
+        attr: &SrqAttr,
+        mask: SrqAttrMask,
+    ) -> Result<(), ModifySrqError> {
+        let max_srq_wr = self.device.max_srq_wr;
+        let s = self
+            .srqs
+            .get_mut(srq.0)
+            .ok_or(ModifySrqError::NoSuchSrq(srq))?;
+        let mut max_wr = s.max_wr;
+        if mask.contains(SrqAttrMask::MAX_WR) {
+            if attr.max_wr == 0 || attr.max_wr > max_srq_wr {
+                return Err(ModifySrqError::InvalidMaxWr {
+                    max_wr: attr.max_wr,
+                    max: max_srq_wr,
+                });
+            }
+            if (attr.max_wr as usize) < s.queue.len() {
+                return Err(ModifySrqError::MaxWrBelowOutstanding {
+                    max_wr: attr.max_wr,
+                    outstanding: s.queue.len(),
+                });
+            }
+            max_wr = attr.max_wr;
+        }
+        let limit = if mask.contains(SrqAttrMask::LIMIT) {
+            attr.srq_limit
+        } else {
+            s.limit
+        };
+        if limit > max_wr {
+            return Err(ModifySrqError::LimitTooLarge { limit, max_wr });
+        }
+        s.max_wr = max_wr;
+        s.limit = limit;
+        Ok(())
+    }
+
+    /// Attributes of an SRQ (`ibv_query_srq`); the limit reads 0 when disarmed.
+    pub fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttr, SrqError> {
+        self.srqs
+            .get(srq.0)
+            .map(Srq::attr)
+            .ok_or(SrqError::NoSuchSrq(srq))
+    }
+
+    /// Destroys an SRQ; fails while QPs are attached. Its queued WRs are dropped.
+    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), DestroySrqError> {
+        let s = self
+            .srqs
+            .get(srq.0)
+            .ok_or(DestroySrqError::NoSuchSrq(srq))?;
+        if s.users > 0 {
+            return Err(DestroySrqError::Busy {
+                srq,
+                users: s.users,
+            });
+        }
+        let pd = s.pd;
+        self.srqs.remove(srq.0);
+        self.pd_use(pd, -1);
+        Ok(())
+    }
+
+    /// Posts receive WRs to an SRQ (`ibv_post_srq_recv`): all of them or, on error, none.
+    pub fn post_srq_recv(
+        &mut self,
+        srq: SrqHandle,
+        wrs: &[RecvWr],
+    ) -> Result<(), PostSrqRecvError> {
+        let s = self
+            .srqs
+            .get_mut(srq.0)
+            .ok_or(PostSrqRecvError::NoSuchSrq(srq))?;
+        for (index, wr) in wrs.iter().enumerate() {
+            if s.queue.len() + index >= s.max_wr as usize {
+                return Err(PostSrqRecvError::QueueFull {
+                    index,
+                    max_wr: s.max_wr,
+                });
+            }
+            if wr.sg_list.len() > s.max_sge as usize {
+                return Err(PostSrqRecvError::TooManySge {
+                    index,
+                    num_sge: wr.sg_list.len(),
+                    max: s.max_sge,
+                });
+            }
+        }
+        s.queue.extend(wrs.iter().map(RecvWqe::from));
+        Ok(())
+    }
+
+    /// Takes the oldest WQE of an SRQ for the data path, queuing `SrqLimitReached` when this
+    /// drops the WQE count below the armed limit.
+    pub(crate) fn take_srq_wqe(&mut self, srq: SrqHandle) -> Option<RecvWqe> {
+        let (wqe, fired) = self.srqs.get_mut(srq.0)?.pop();
+        if fired {
+            self.async_events
+                .push_back(AsyncEvent::SrqLimitReached { srq });
+        }
+        wqe
+    }
+
+    // ----- address handles --------------------------------------------------------------
+
+    /// Creates an address handle (`ibv_create_ah`) after checking the address vector against
+    /// the ports (port exists, GID index in range, GRH present on RoCE ports, SL ≤ 15).
+    pub fn create_ah(&mut self, pd: PdHandle, attr: &AhAttr) -> Result<AhHandle, CreateAhError> {
+        if self.pds.get(pd.0).is_none() {
+            return Err(CreateAhError::NoSuchPd(pd));
+        }
+        ah::validate_ah_attr(attr, &self.ports)?;
+        if self.ahs.len() >= self.device.max_ah as usize {
+            return Err(CreateAhError::TooManyAhs {
+                max: self.device.max_ah,
+            });
+        }
+        let h = AhHandle(self.ahs.insert(Ah { pd, attr: *attr }));
+        self.pd_use(pd, 1);
+        Ok(h)
+    }
+
+    /// The address vector of an AH.
+    pub fn query_ah(&self, ah: AhHandle) -> Result<AhAttr, AhError> {
+        self.ahs
+            .get(ah.0)
+            .map(|a| a.attr)
+            .ok_or(AhError::NoSuchAh(ah))
+    }
+
+    /// Destroys an AH. Send WRs already posted keep the address vector they resolved.
+    pub fn destroy_ah(&mut self, ah: AhHandle) -> Result<(), AhError> {
+        let a = self.ahs.remove(ah.0).ok_or(AhError::NoSuchAh(ah))?;
+        self.pd_use(a.pd, -1);
+        Ok(())
+    }
+}

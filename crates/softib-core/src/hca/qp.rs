@@ -1,0 +1,667 @@
+//! QP verbs: create, modify (the state machine), query, destroy, post send/receive, and the
+//! state changes the transport engine triggers.
+
+use super::Hca;
+use crate::error::{CreateQpError, ModifyQpError, PostRecvError, PostSendError, QpError};
+use crate::verbs::ah;
+use crate::verbs::cq::WorkCompletion;
+use crate::verbs::event::{AsyncEvent, QpErrorCause};
+use crate::verbs::qp::{check_transition, Qp, QpAttr, QpAttrMask, QpInitAttr};
+use crate::verbs::types::{AccessFlags, QpState, QpType, WcOpcode};
+use crate::verbs::wr::{
+    RecvWqe, RecvWr, SendWqe, SendWr, UdWqeDest, WqePayload, WqeState, WrOpcode,
+};
+use crate::verbs::PdHandle;
+use softib_wire::psn::MASK24;
+use softib_wire::Qpn;
+
+/// First QPN handed out (rxe: QPN 0 and 1 are the special QPs, indices below 0x11 unused).
+pub(crate) const MIN_QPN: u32 = 0x11;
+
+impl Hca {
+    // ----- lifecycle --------------------------------------------------------------------
+
+    /// Creates a QP in RESET (`ibv_create_qp`). With an SRQ the QP has no receive queue of
+    /// its own and its `max_recv_wr` / `max_recv_sge` read back as 0. The QPN is the next
+    /// free number from 0x11 upward.
+    pub fn create_qp(&mut self, pd: PdHandle, init: &QpInitAttr) -> Result<Qpn, CreateQpError> {
+        if self.pds.get(pd.0).is_none() {
+            return Err(CreateQpError::NoSuchPd(pd));
+        }
+        for cq in [init.send_cq, init.recv_cq] {
+            if self.cqs.get(cq.0).is_none() {
+                return Err(CreateQpError::NoSuchCq(cq));
+            }
+        }
+        if let Some(srq) = init.srq {
+            if init.qp_type.is_raw() {
+                return Err(CreateQpError::SrqNotSupported {
+                    qp_type: init.qp_type,
+                });
+            }
+            if self.srqs.get(srq.0).is_none() {
+                return Err(CreateQpError::NoSuchSrq(srq));
+            }
+        }
+        let d = &self.device;
+        let mut cap = init.cap;
+        if init.srq.is_some() {
+            cap.max_recv_wr = 0;
+            cap.max_recv_sge = 0;
+        }
+        let limits = [
+            ("max_send_wr", cap.max_send_wr, d.max_qp_wr),
+            ("max_recv_wr", cap.max_recv_wr, d.max_qp_wr),
+            ("max_send_sge", cap.max_send_sge, d.max_sge),
+            ("max_recv_sge", cap.max_recv_sge, d.max_sge),
+            ("max_inline_data", cap.max_inline_data, d.max_inline_data),
+        ];
+        for (field, value, max) in limits {
+            if value > max {
+                return Err(CreateQpError::CapTooLarge { field, value, max });
+            }
+        }
+        if self.qps.len() >= d.max_qp as usize {
+            return Err(CreateQpError::TooManyQps { max: d.max_qp });
+        }
+        let qpn = self.alloc_qpn();
+        let mut init = *init;
+        init.cap = cap;
+        self.qps.insert(qpn.value(), Qp::new(qpn, pd, &init));
+        self.pd_use(pd, 1);
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq.0) {
+                c.users += 1;
+            }
+        }
+        if let Some(s) = init.srq.and_then(|srq| self.srqs.get_mut(srq.0)) {
+            s.users += 1;
+        }
+        Ok(qpn)
+    }
+
+    /// The next free QPN at or after the cursor, wrapping from 2^24 - 1 back to 0x11. The
+    /// caller has checked `max_qp`, which is far below 2^24, so a free number exists.
+    fn alloc_qpn(&mut self) -> Qpn {
+        loop {
+            let n = self.next_qpn;
+            self.next_qpn = if n >= MASK24 { MIN_QPN } else { n + 1 };
+            if !self.qps.contains_key(&n) {
+                return Qpn::new(n);
+            }
+        }
+    }
+
+    /// Destroys a QP. Outstanding WRs are flushed to the CQs first (as if the QP entered
+    /// ERR, without async events), so every posted `wr_id` comes back.
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), QpError> {
+        if !self.qps.contains_key(&qpn.value()) {
+            return Err(QpError::NoSuchQp(qpn));
+        }
+        self.flush_qp(qpn);
+        let qp = self
+            .qps
+            .remove(&qpn.value())
+            .ok_or(QpError::NoSuchQp(qpn))?;
+        self.pd_use(qp.pd, -1);
+        for cq in [qp.send_cq, qp.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq.0) {
+                c.users = c.users.saturating_sub(1);
+            }
+        }
+        if let Some(s) = qp.srq.and_then(|srq| self.srqs.get_mut(srq.0)) {
+            s.users = s.users.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    /// The QP object (state, queues) for inspection.
+    pub fn qp(&self, qpn: Qpn) -> Option<&Qp> {
+        self.qps.get(&qpn.value())
+    }
+
+    /// Current attributes (`ibv_query_qp`): every field, with the live PSNs, `cur_qp_state`
+    /// equal to `qp_state`, and `sq_draining` true while an SQD drain is in progress.
+    pub fn query_qp(&self, qpn: Qpn) -> Result<QpAttr, QpError> {
+        self.qp(qpn).map(Qp::query).ok_or(QpError::NoSuchQp(qpn))
+    }
+
+    /// The creation attributes (`init_attr` of `ibv_query_qp`).
+    pub fn query_qp_init_attr(&self, qpn: Qpn) -> Result<QpInitAttr, QpError> {
+        self.qp(qpn)
+            .map(Qp::init_attr)
+            .ok_or(QpError::NoSuchQp(qpn))
+    }
+
+    // ----- modify -----------------------------------------------------------------------
+
+    /// Modifies a QP (`ibv_modify_qp`): the fields of `attr` named by `mask`, and the state if
+    /// `mask` has [`QpAttrMask::STATE`].
+    ///
+    /// The mask is checked against the transition table
+    /// ([`TRANSITIONS`](crate::verbs::qp::TRANSITIONS)), then each attribute value: port and
+    /// P_Key index in range, address vectors usable on the QP's port, path MTU ≤ the port's
+    /// active MTU, timeouts ≤ 31, `retry_cnt` / `rnr_retry` ≤ 7, `min_rnr_timer` ≤ 31,
+    /// `max_rd_atomic` / `max_dest_rd_atomic` within the device limits, `dest_qp_num` < 2^24.
+    /// A failed modify changes nothing.
+    ///
+    /// Side effects of the new state: RESET empties the queues without completions and
+    /// clears the attributes; ERR flushes (see [`Hca`]: sends then receives, in posting order, with
+    /// `IBV_WC_WR_FLUSH_ERR`); RTS → SQD starts
+    /// draining the send queue and, with `en_sqd_async_notify`, reports `SqDrained` once no
+    /// send WR is in flight.
+    pub fn modify_qp(
+        &mut self,
+        qpn: Qpn,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), ModifyQpError> {
+        let qp = self.qp(qpn).ok_or(ModifyQpError::NoSuchQp(qpn))?;
+        let cur = qp.attr.qp_state;
+        if mask.contains(QpAttrMask::CUR_STATE) && attr.cur_qp_state != cur {
+            return Err(ModifyQpError::BadCurrentState {
+                claimed: attr.cur_qp_state,
+                actual: cur,
+            });
+        }
+        let next = if mask.contains(QpAttrMask::STATE) {
+            attr.qp_state
+        } else {
+            cur
+        };
+        check_transition(cur, next, qp.qp_type, mask)?;
+        self.check_attr_values(qp, attr, mask)?;
+
+        // Everything is valid: apply.
+        let qp = self
+            .qps
+            .get_mut(&qpn.value())
+            .ok_or(ModifyQpError::NoSuchQp(qpn))?;
+        qp.attr.apply(attr, mask);
+        if mask.contains(QpAttrMask::SQ_PSN) {
+            qp.transport.next_psn = attr.sq_psn;
+        }
+        if mask.contains(QpAttrMask::RQ_PSN) {
+            qp.transport.expected_psn = attr.rq_psn;
+        }
+        match next {
+            QpState::Reset => qp.reset(),
+            QpState::Rts => qp.sq_draining = false,
+            QpState::Sqd if cur == QpState::Rts => qp.sq_draining = true,
+            _ => {}
+        }
+        match next {
+            QpState::Err if cur != QpState::Err => self.enter_error(qpn, None),
+            QpState::Sqd if cur == QpState::Rts => self.check_sq_drained(qpn),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Per-attribute value checks of `modify_qp` for the fields in `mask`.
+    fn check_attr_values(
+        &self,
+        qp: &Qp,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), ModifyQpError> {
+        let has = |f: QpAttrMask| mask.contains(f);
+        let num_ports = self.device.phys_port_cnt;
+        let port_num = if has(QpAttrMask::PORT) {
+            attr.port_num
+        } else {
+            qp.attr.port_num
+        };
+        let port = self.port(port_num).ok_or(ModifyQpError::InvalidPort {
+            attr: QpAttrMask::PORT,
+            port: port_num,
+            num_ports,
+        })?;
+        if has(QpAttrMask::PORT) || has(QpAttrMask::PKEY_INDEX) {
+            let index = if has(QpAttrMask::PKEY_INDEX) {
+                attr.pkey_index
+            } else {
+                qp.attr.pkey_index
+            };
+            if usize::from(index) >= port.pkeys.len() {
+                return Err(ModifyQpError::PkeyIndexOutOfRange {
+                    attr: QpAttrMask::PKEY_INDEX,
+                    index,
+                    port: port_num,
+                    table_len: port.pkeys.len(),
+                });
+            }
+        }
+        if has(QpAttrMask::ACCESS_FLAGS) {
+            let bits = attr.qp_access_flags.bits();
+            if bits & !AccessFlags::all().bits() != 0 {
+                return Err(ModifyQpError::InvalidAccessFlags(bits));
+            }
+        }
+        if has(QpAttrMask::AV) {
+            self.check_av(&attr.ah_attr, QpAttrMask::AV, port_num)?;
+        }
+        if has(QpAttrMask::PATH_MTU) && attr.path_mtu > port.active_mtu {
+            return Err(ModifyQpError::PathMtuTooLarge {
+                requested: attr.path_mtu,
+                active: port.active_mtu,
+                port: port_num,
+            });
+        }
+        if has(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
+            return Err(ModifyQpError::TimeoutOutOfRange {
+                attr: QpAttrMask::TIMEOUT,
+                value: attr.timeout,
+            });
+        }
+        if has(QpAttrMask::RETRY_CNT) && attr.retry_cnt > 7 {
+            return Err(ModifyQpError::RetryCountOutOfRange(attr.retry_cnt));
+        }
+        if has(QpAttrMask::RNR_RETRY) && attr.rnr_retry > 7 {
+            return Err(ModifyQpError::RnrRetryOutOfRange(attr.rnr_retry));
+        }
+        if has(QpAttrMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
+            return Err(ModifyQpError::MinRnrTimerOutOfRange(attr.min_rnr_timer));
+        }
+        if has(QpAttrMask::MAX_QP_RD_ATOMIC)
+            && u32::from(attr.max_rd_atomic) > self.device.max_qp_init_rd_atom
+        {
+            return Err(ModifyQpError::MaxRdAtomicTooLarge {
+                requested: attr.max_rd_atomic,
+                max: self.device.max_qp_init_rd_atom,
+            });
+        }
+        if has(QpAttrMask::MAX_DEST_RD_ATOMIC)
+            && u32::from(attr.max_dest_rd_atomic) > self.device.max_qp_rd_atom
+        {
+            return Err(ModifyQpError::MaxDestRdAtomicTooLarge {
+                requested: attr.max_dest_rd_atomic,
+                max: self.device.max_qp_rd_atom,
+            });
+        }
+        if has(QpAttrMask::DEST_QPN) && attr.dest_qp_num > MASK24 {
+            return Err(ModifyQpError::DestQpnOutOfRange(attr.dest_qp_num));
+        }
+        if has(QpAttrMask::ALT_PATH) {
+            let alt = attr.alt_port_num;
+            let alt_port = self.port(alt).ok_or(ModifyQpError::InvalidPort {
+                attr: QpAttrMask::ALT_PATH,
+                port: alt,
+                num_ports,
+            })?;
+            if usize::from(attr.alt_pkey_index) >= alt_port.pkeys.len() {
+                return Err(ModifyQpError::PkeyIndexOutOfRange {
+                    attr: QpAttrMask::ALT_PATH,
+                    index: attr.alt_pkey_index,
+                    port: alt,
+                    table_len: alt_port.pkeys.len(),
+                });
+            }
+            if attr.alt_timeout > 31 {
+                return Err(ModifyQpError::TimeoutOutOfRange {
+                    attr: QpAttrMask::ALT_PATH,
+                    value: attr.alt_timeout,
+                });
+            }
+            self.check_av(&attr.alt_ah_attr, QpAttrMask::ALT_PATH, alt)?;
+        }
+        Ok(())
+    }
+
+    fn check_av(
+        &self,
+        av: &ah::AhAttr,
+        which: QpAttrMask,
+        qp_port: u8,
+    ) -> Result<(), ModifyQpError> {
+        ah::validate_ah_attr(av, &self.ports).map_err(|source| {
+            ModifyQpError::InvalidAddressVector {
+                attr: which,
+                source,
+            }
+        })?;
+        if av.port_num != qp_port {
+            return Err(ModifyQpError::AddressVectorPortMismatch {
+                attr: which,
+                av_port: av.port_num,
+                qp_port,
+            });
+        }
+        Ok(())
+    }
+
+    // ----- state changes of the transport engine ----------------------------------------
+
+    /// Moves a QP to ERR on behalf of the transport engine (or a simulator injecting a
+    /// fault): flushes its WRs and queues the async event `cause` selects. Does nothing for a
+    /// QP in RESET (it has no context to fail) or already in ERR.
+    pub fn set_qp_error(&mut self, qpn: Qpn, cause: QpErrorCause) -> Result<(), QpError> {
+        let qp = self.qp(qpn).ok_or(QpError::NoSuchQp(qpn))?;
+        if matches!(qp.state(), QpState::Reset | QpState::Err) {
+            return Ok(());
+        }
+        self.enter_error(qpn, cause.event(qpn));
+        Ok(())
+    }
+
+    /// Moves a UC or UD QP in RTS or SQD to SQE after a send error, on behalf of the transport
+    /// engine: the outstanding send WRs are flushed, receives continue. RC QPs go to ERR
+    /// instead (with no async event: the failed WR reports the error). Other states are left
+    /// alone.
+    pub fn set_sq_error(&mut self, qpn: Qpn) -> Result<(), QpError> {
+        let qp = self.qp(qpn).ok_or(QpError::NoSuchQp(qpn))?;
+        if !matches!(qp.state(), QpState::Rts | QpState::Sqd) {
+            return Ok(());
+        }
+        if qp.qp_type == QpType::Rc {
+            self.enter_error(qpn, None);
+            return Ok(());
+        }
+        if let Some(qp) = self.qps.get_mut(&qpn.value()) {
+            qp.attr.qp_state = QpState::Sqe;
+            qp.sq_draining = false;
+        }
+        self.flush_send_queue(qpn);
+        Ok(())
+    }
+
+    /// Reports `SqDrained` for a QP in SQD whose send queue has nothing in flight any more, if
+    /// the move to SQD asked for it. The data path calls this when a send WQE completes.
+    pub(crate) fn check_sq_drained(&mut self, qpn: Qpn) {
+        let Some(qp) = self.qps.get_mut(&qpn.value()) else {
+            return;
+        };
+        if qp.attr.qp_state != QpState::Sqd || !qp.sq_draining || qp.sq_in_flight() {
+            return;
+        }
+        qp.sq_draining = false;
+        if qp.attr.en_sqd_async_notify {
+            self.async_events.push_back(AsyncEvent::SqDrained { qpn });
+        }
+    }
+
+    /// Takes the receive WQE the next inbound message consumes: from the QP's own receive
+    /// queue or from its SRQ (reporting `SrqLimitReached` when the limit is crossed).
+    #[cfg_attr(not(test), allow(dead_code))] // consumed by the responder
+    pub(crate) fn take_recv_wqe(&mut self, qpn: Qpn) -> Option<RecvWqe> {
+        let qp = self.qps.get_mut(&qpn.value())?;
+        match qp.srq {
+            Some(srq) => self.take_srq_wqe(srq),
+            None => qp.rq.pop_front(),
+        }
+    }
+
+    fn enter_error(&mut self, qpn: Qpn, event: Option<AsyncEvent>) {
+        let Some(qp) = self.qps.get_mut(&qpn.value()) else {
+            return;
+        };
+        qp.attr.qp_state = QpState::Err;
+        qp.sq_draining = false;
+        let srq = qp.srq;
+        if let Some(e) = event {
+            self.async_events.push_back(e);
+        }
+        self.flush_qp(qpn);
+        if srq.is_some() {
+            self.async_events
+                .push_back(AsyncEvent::QpLastWqeReached { qpn });
+        }
+    }
+
+    /// Completes every queued send WR, then every queued receive WR, with flush error.
+    fn flush_qp(&mut self, qpn: Qpn) {
+        self.flush_send_queue(qpn);
+        let Some(qp) = self.qps.get_mut(&qpn.value()) else {
+            return;
+        };
+        let rq = std::mem::take(&mut qp.rq);
+        let cq = qp.recv_cq;
+        for wqe in rq {
+            // A CQ that overran has lost the completion; the CqError event reports it.
+            let _ = self.push_completion(
+                cq,
+                WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, qpn),
+                false,
+            );
+        }
+    }
+
+    fn flush_send_queue(&mut self, qpn: Qpn) {
+        let Some(qp) = self.qps.get_mut(&qpn.value()) else {
+            return;
+        };
+        let sq = std::mem::take(&mut qp.sq);
+        let cq = qp.send_cq;
+        for wqe in sq {
+            let _ = self.push_completion(
+                cq,
+                WorkCompletion::flushed(wqe.wr_id, wqe.opcode.wc_opcode(), qpn),
+                false,
+            );
+        }
+    }
+
+    // ----- posting ----------------------------------------------------------------------
+
+    /// Posts send WRs (`ibv_post_send`): every WR is validated before any is queued, and the
+    /// error names the first bad WR.
+    ///
+    /// Checked here: the QP state (RTS and SQD queue; SQE and ERR complete the WRs at once
+    /// with flush error; RESET, INIT and RTR refuse), queue space, SGE count (and the
+    /// device's `max_sge_rd` for RDMA READ), inline consistency and size, message length ≤
+    /// the port's `max_msg_sz`, the operation is available on the QP type (UC: SEND and RDMA
+    /// WRITE variants; UD: SEND and SEND with immediate, with a valid AH of the QP's PD and
+    /// port and a message that fits the path MTU; raw: SEND), atomics have exactly 8 bytes of
+    /// SGE space.
+    ///
+    /// Not checked here: L_Keys and buffer bounds. The data path checks them when the WR
+    /// executes and completes it with `IBV_WC_LOC_PROT_ERR` / `IBV_WC_LOC_LEN_ERR`, as
+    /// hardware does.
+    pub fn post_send(&mut self, qpn: Qpn, wrs: &[SendWr]) -> Result<(), PostSendError> {
+        let qp = self.qp(qpn).ok_or(PostSendError::NoSuchQp(qpn))?;
+        let flush = match qp.state() {
+            QpState::Rts | QpState::Sqd => false,
+            QpState::Sqe | QpState::Err => true,
+            state => return Err(PostSendError::InvalidState { state }),
+        };
+        let max_send_wr = qp.attr.cap.max_send_wr;
+        let mut wqes = Vec::with_capacity(wrs.len());
+        for (index, wr) in wrs.iter().enumerate() {
+            if !flush && qp.sq.len() + index >= max_send_wr as usize {
+                return Err(PostSendError::QueueFull { index, max_send_wr });
+            }
+            wqes.push(self.validate_send_wr(qp, index, wr)?);
+        }
+        if flush {
+            let cq = qp.send_cq;
+            for wqe in wqes {
+                let _ = self.push_completion(
+                    cq,
+                    WorkCompletion::flushed(wqe.wr_id, wqe.opcode.wc_opcode(), qpn),
+                    false,
+                );
+            }
+        } else if let Some(qp) = self.qps.get_mut(&qpn.value()) {
+            qp.sq.extend(wqes);
+        }
+        Ok(())
+    }
+
+    fn validate_send_wr(
+        &self,
+        qp: &Qp,
+        index: usize,
+        wr: &SendWr,
+    ) -> Result<SendWqe, PostSendError> {
+        use crate::verbs::types::SendFlags;
+        let cap = &qp.attr.cap;
+        let opcode = wr.opcode;
+
+        if wr.inline_data.is_some() && !wr.sg_list.is_empty() {
+            return Err(PostSendError::InlineWithSgList { index });
+        }
+        if wr.flags.contains(SendFlags::INLINE) && wr.inline_data.is_none() {
+            return Err(PostSendError::InlineFlagWithoutData { index });
+        }
+        let allowed = match qp.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm(_)
+                    | WrOpcode::RdmaWrite { .. }
+                    | WrOpcode::RdmaWriteWithImm { .. }
+            ),
+            QpType::Ud => matches!(opcode, WrOpcode::Send | WrOpcode::SendWithImm(_)),
+            QpType::RawIpv6 | QpType::RawEthertype => matches!(opcode, WrOpcode::Send),
+        };
+        if !allowed {
+            return Err(PostSendError::OpcodeNotSupported {
+                index,
+                opcode: opcode.name(),
+                qp_type: qp.qp_type,
+            });
+        }
+        if wr.inline_data.is_some() && opcode.writes_local_memory() {
+            return Err(PostSendError::InlineNotSupported {
+                index,
+                opcode: opcode.name(),
+            });
+        }
+        let num_sge = wr.sg_list.len();
+        if num_sge > cap.max_send_sge as usize {
+            return Err(PostSendError::TooManySge {
+                index,
+                num_sge,
+                max: cap.max_send_sge,
+            });
+        }
+        if matches!(opcode, WrOpcode::RdmaRead { .. }) && num_sge > self.device.max_sge_rd as usize
+        {
+            return Err(PostSendError::TooManyReadSge {
+                index,
+                num_sge,
+                max: self.device.max_sge_rd,
+            });
+        }
+        if let Some(data) = &wr.inline_data {
+            if data.len() > cap.max_inline_data as usize {
+                return Err(PostSendError::InlineTooLong {
+                    index,
+                    len: data.len(),
+                    max: cap.max_inline_data,
+                });
+            }
+        }
+        let port_num = qp.attr.port_num;
+        let port = self.port(port_num);
+        let max_msg = port.map_or(self.device.max_msg_sz, |p| p.max_msg_sz);
+        let len = wr.message_len();
+        if len > u64::from(max_msg) {
+            return Err(PostSendError::MessageTooLong {
+                index,
+                len,
+                max: max_msg,
+            });
+        }
+        if opcode.is_atomic() && len != 8 {
+            return Err(PostSendError::AtomicLength { index, len });
+        }
+        let ud = if qp.qp_type == QpType::Ud {
+            let dest = wr.ud.ok_or(PostSendError::MissingUdDest { index })?;
+            let ah = self
+                .ahs
+                .get(dest.ah.0)
+                .ok_or(PostSendError::InvalidAh { index, ah: dest.ah })?;
+            if ah.pd != qp.pd {
+                return Err(PostSendError::AhPdMismatch { index, ah: dest.ah });
+            }
+            if ah.attr.port_num != port_num {
+                return Err(PostSendError::AhPortMismatch {
+                    index,
+                    ah_port: ah.attr.port_num,
+                    qp_port: port_num,
+                });
+            }
+            if let Some(p) = port {
+                if len > u64::from(p.active_mtu.bytes()) {
+                    return Err(PostSendError::UdMessageTooLong {
+                        index,
+                        len,
+                        mtu: p.active_mtu,
+                    });
+                }
+            }
+            Some(UdWqeDest {
+                av: ah.attr,
+                remote_qpn: dest.remote_qpn,
+                remote_qkey: dest.remote_qkey,
+            })
+        } else {
+            None
+        };
+        let (payload, flags) = match &wr.inline_data {
+            Some(d) => (WqePayload::Inline(d.clone()), wr.flags | SendFlags::INLINE),
+            None => (WqePayload::Sges(wr.sg_list.clone()), wr.flags),
+        };
+        Ok(SendWqe {
+            wr_id: wr.wr_id,
+            opcode,
+            flags,
+            signaled: qp.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
+            payload,
+            // len <= max_msg_sz, a u32.
+            length: len as u32,
+            ud,
+            state: WqeState::Posted,
+        })
+    }
+
+    /// Posts receive WRs (`ibv_post_recv`): all of them or, on error, none. Allowed from INIT
+    /// on; in ERR the WRs complete at once with flush error. A QP with an SRQ refuses (post to
+    /// the SRQ).
+    pub fn post_recv(&mut self, qpn: Qpn, wrs: &[RecvWr]) -> Result<(), PostRecvError> {
+        let qp = self.qp(qpn).ok_or(PostRecvError::NoSuchQp(qpn))?;
+        if qp.srq.is_some() {
+            return Err(PostRecvError::UsesSrq(qpn));
+        }
+        let flush = match qp.state() {
+            QpState::Reset => {
+                return Err(PostRecvError::InvalidState {
+                    state: QpState::Reset,
+                })
+            }
+            QpState::Err => true,
+            _ => false,
+        };
+        let cap = qp.attr.cap;
+        for (index, wr) in wrs.iter().enumerate() {
+            if !flush && qp.rq.len() + index >= cap.max_recv_wr as usize {
+                return Err(PostRecvError::QueueFull {
+                    index,
+                    max_recv_wr: cap.max_recv_wr,
+                });
+            }
+            if wr.sg_list.len() > cap.max_recv_sge as usize {
+                return Err(PostRecvError::TooManySge {
+                    index,
+                    num_sge: wr.sg_list.len(),
+                    max: cap.max_recv_sge,
+                });
+            }
+        }
+        if flush {
+            let cq = qp.recv_cq;
+            for wr in wrs {
+                let _ = self.push_completion(
+                    cq,
+                    WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, qpn),
+                    false,
+                );
+            }
+        } else if let Some(qp) = self.qps.get_mut(&qpn.value()) {
+            qp.rq.extend(wrs.iter().map(RecvWqe::from));
+        }
+        Ok(())
+    }
+}

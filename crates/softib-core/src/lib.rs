@@ -1,0 +1,40 @@
+//! softib-core: the sans-IO InfiniBand transport engine.
+//!
+//! This crate holds the verbs object model ([`verbs`]) and the endpoint that owns it
+//! ([`Hca`]): protection domains, memory regions, completion queues, shared receive queues,
+//! address handles and queue pairs with their table-driven state machine. It performs no I/O:
+//! no sockets, no threads, no clocks. Time enters as [`time::Instant`] values supplied by the
+//! driver.
+//!
+//! # Quick start
+//!
+//! ```
+//! use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
+//! use softib_core::verbs::types::{AccessFlags, QpState, QpType};
+//! use softib_core::{Hca, HcaConfig};
+//!
+//! let mut hca = Hca::new(HcaConfig::new(1));
+//! let pd = hca.alloc_pd().unwrap();
+//! let cq = hca.create_cq(16).unwrap();
+//! let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+//! let qpn = hca.create_qp(pd, &QpInitAttr::new(QpType::Rc, cq, cap)).unwrap();
+//!
+//! let attr = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: AccessFlags::REMOTE_WRITE, ..QpAttr::default() };
+//! hca.modify_qp(qpn, &attr, QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS).unwrap();
+//! assert_eq!(hca.query_qp(qpn).unwrap().qp_state, QpState::Init);
+//!
+//! // Leaving out a required attribute is an error that names it.
+//! let err = hca.modify_qp(qpn, &QpAttr::to_state(QpState::Rtr), QpAttrMask::STATE).unwrap_err();
+//! assert!(err.to_string().contains("needs attributes AV"));
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod error;
+mod hca;
+mod table;
+pub mod time;
+pub mod verbs;
+
+pub use hca::Hca;
+pub use verbs::device::HcaConfig;

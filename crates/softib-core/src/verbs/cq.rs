@@ -1,0 +1,281 @@
+//! Completion queues and work completions.
+//!
+//! A CQ holds up to its capacity of [`WorkCompletion`]s in FIFO order. The capacity is the
+//! requested `cqe` rounded the way rxe rounds it: up to the next power of two minus one
+//! (`cqe = 10` gives 15, `cqe = 16` gives 31), so it is never smaller than requested.
+//!
+//! Overrun is an error (IBA: a CQ overrun is an affiliated CQ error): the completion that does not fit is refused, the CQ
+//! enters the error state and stays there, every later completion is refused too, and the HCA
+//! queues one `IBV_EVENT_CQ_ERR` async event. Completions already queued can still be polled.
+//!
+//! `req_notify_cq` arms the CQ once; the next completion that matches (any completion, or with
+//! `solicited_only` a solicited one or any completion in error) queues a completion event and
+//! disarms it.
+
+use super::types::{WcFlags, WcOpcode, WcStatus};
+use std::collections::VecDeque;
+
+use softib_wire::Qpn;
+
+/// A work completion (`struct ibv_wc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct WorkCompletion {
+    /// The completed WR's identifier.
+    pub wr_id: u64,
+    /// Status.
+    pub status: WcStatus,
+    /// Operation (for flushed WRs: the operation of the WR).
+    pub opcode: WcOpcode,
+    /// Vendor syndrome (softib: 0, or the AETH syndrome of a NAK that failed the WR).
+    pub vendor_err: u32,
+    /// Bytes transferred (receives: bytes placed, including a UD GRH).
+    pub byte_len: u32,
+    /// Immediate data, when `wc_flags` has `WITH_IMM`.
+    pub imm_data: Option<u32>,
+    /// The R_Key invalidated by a SEND with invalidate, when `wc_flags` has `WITH_INV`.
+    pub invalidated_rkey: Option<u32>,
+    /// Local QP.
+    pub qp_num: Qpn,
+    /// Remote QP (UD receives).
+    pub src_qp: Qpn,
+    /// Flags.
+    pub wc_flags: WcFlags,
+    /// P_Key index (GSI only in libibverbs; kept for completeness).
+    pub pkey_index: u16,
+    /// Source LID of a receive.
+    pub slid: u16,
+    /// Service level of a receive.
+    pub sl: u8,
+    /// Destination LID path bits of a receive.
+    pub dlid_path_bits: u8,
+}
+
+impl WorkCompletion {
+    /// A successful or failed completion with only the basic fields set.
+    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: Qpn) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            qp_num,
+            ..WorkCompletion::default()
+        }
+    }
+
+    /// A completion with status `IBV_WC_WR_FLUSH_ERR`.
+    pub fn flushed(wr_id: u64, opcode: WcOpcode, qp_num: Qpn) -> WorkCompletion {
+        WorkCompletion::new(wr_id, WcStatus::WrFlushErr, opcode, qp_num)
+    }
+
+    /// Sets the immediate data and the `WITH_IMM` flag.
+    pub fn with_imm(mut self, imm: u32) -> WorkCompletion {
+        self.imm_data = Some(imm);
+        self.wc_flags |= WcFlags::WITH_IMM;
+        self
+    }
+
+    /// Sets the invalidated R_Key and the `WITH_INV` flag.
+    pub fn with_invalidated_rkey(mut self, rkey: u32) -> WorkCompletion {
+        self.invalidated_rkey = Some(rkey);
+        self.wc_flags |= WcFlags::WITH_INV;
+        self
+    }
+}
+
+/// Static and dynamic state of a CQ (`query_cq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CqAttr {
+    /// Capacity.
+    pub cqe: u32,
+    /// Completions waiting to be polled.
+    pub len: u32,
+    /// True after an overrun.
+    pub overrun: bool,
+    /// Armed notification, if any.
+    pub notify: Option<CqNotify>,
+}
+
+/// Which completions a `req_notify_cq` waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CqNotify {
+    /// The next completion.
+    NextCompletion,
+    /// The next solicited completion (or the next completion in error).
+    Solicited,
+}
+
+/// A completion refused because the CQ is full or already in error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CqOverrun {
+    /// This push moved the CQ into error (the caller reports `CqError` once).
+    pub(crate) entered_error: bool,
+}
+
+/// The capacity a request for `cqe` entries gets.
+pub(crate) fn rounded_capacity(cqe: u32) -> u32 {
+    let slots = u64::from(cqe) + 1;
+    let rounded = slots.next_power_of_two() - 1;
+    u32::try_from(rounded).unwrap_or(u32::MAX)
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Cq {
+    pub(crate) capacity: u32,
+    entries: VecDeque<WorkCompletion>,
+    notify: Option<CqNotify>,
+    overrun: bool,
+    /// QPs using this CQ (send or receive side; a QP using it for both counts twice).
+    pub(crate) users: usize,
+}
+
+impl Cq {
+    pub(crate) fn new(capacity: u32) -> Cq {
+        Cq {
+            capacity,
+            entries: VecDeque::new(),
+            notify: None,
+            overrun: false,
+            users: 0,
+        }
+    }
+
+    /// Queues a completion. `Ok(true)` when it fires the armed notification (the caller queues
+    /// a completion event).
+    pub(crate) fn push(&mut self, wc: WorkCompletion, solicited: bool) -> Result<bool, CqOverrun> {
+        if self.overrun {
+            return Err(CqOverrun {
+                entered_error: false,
+            });
+        }
+        if self.entries.len() >= self.capacity as usize {
+            self.overrun = true;
+            return Err(CqOverrun {
+                entered_error: true,
+            });
+        }
+        self.entries.push_back(wc);
+        let fire = match self.notify {
+            Some(CqNotify::NextCompletion) => true,
+            Some(CqNotify::Solicited) => solicited || !wc.status.is_success(),
+            None => false,
+        };
+        if fire {
+            self.notify = None;
+        }
+        Ok(fire)
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<WorkCompletion> {
+        self.entries.pop_front()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub(crate) fn overrun(&self) -> bool {
+        self.overrun
+    }
+
+    pub(crate) fn arm(&mut self, solicited_only: bool) {
+        // A request for "next completion" widens an earlier "solicited" request, never the
+        // other way round.
+        self.notify = match (self.notify, solicited_only) {
+            (Some(CqNotify::NextCompletion), _) | (_, false) => Some(CqNotify::NextCompletion),
+            _ => Some(CqNotify::Solicited),
+        };
+    }
+
+    pub(crate) fn attr(&self) -> CqAttr {
+        CqAttr {
+            cqe: self.capacity,
+            len: self.entries.len() as u32,
+            overrun: self.overrun,
+            notify: self.notify,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wc(id: u64) -> WorkCompletion {
+        WorkCompletion::new(id, WcStatus::Success, WcOpcode::Send, Qpn::new(0x11))
+    }
+
+    #[test]
+    fn capacity_rounding() {
+        assert_eq!(rounded_capacity(1), 1);
+        assert_eq!(rounded_capacity(2), 3);
+        assert_eq!(rounded_capacity(10), 15);
+        assert_eq!(rounded_capacity(15), 15);
+        assert_eq!(rounded_capacity(16), 31);
+        assert_eq!(rounded_capacity(32767), 32767);
+        assert_eq!(rounded_capacity(u32::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn fifo_and_overrun() {
+        let mut cq = Cq::new(3);
+        for i in 0..3 {
+            assert_eq!(cq.push(wc(i), false), Ok(false));
+        }
+        assert_eq!(
+            cq.push(wc(3), false),
+            Err(CqOverrun {
+                entered_error: true
+            })
+        );
+        assert!(cq.overrun());
+        // Polling does not clear the error; later pushes are refused without a second event.
+        assert_eq!(cq.pop().map(|w| w.wr_id), Some(0));
+        assert_eq!(
+            cq.push(wc(4), false),
+            Err(CqOverrun {
+                entered_error: false
+            })
+        );
+        assert_eq!(cq.pop().map(|w| w.wr_id), Some(1));
+        assert_eq!(cq.pop().map(|w| w.wr_id), Some(2));
+        assert_eq!(cq.pop(), None);
+        assert!(cq.is_empty());
+    }
+
+    #[test]
+    fn notification() {
+        let mut cq = Cq::new(15);
+        assert_eq!(cq.push(wc(0), false), Ok(false));
+        cq.arm(true);
+        assert_eq!(cq.attr().notify, Some(CqNotify::Solicited));
+        // Unsolicited success does not fire a solicited-only request.
+        assert_eq!(cq.push(wc(1), false), Ok(false));
+        assert_eq!(cq.push(wc(2), true), Ok(true));
+        // Disarmed after firing.
+        assert_eq!(cq.push(wc(3), true), Ok(false));
+        cq.arm(true);
+        let mut err = wc(4);
+        err.status = WcStatus::WrFlushErr;
+        assert_eq!(cq.push(err, false), Ok(true));
+        cq.arm(false);
+        assert_eq!(cq.push(wc(5), false), Ok(true));
+        // "Next" is not narrowed by a later "solicited".
+        cq.arm(false);
+        cq.arm(true);
+        assert_eq!(cq.attr().notify, Some(CqNotify::NextCompletion));
+        assert_eq!(cq.attr().len, 6);
+    }
+
+    #[test]
+    fn completion_builders() {
+        let w = wc(1).with_imm(0xdead_beef);
+        assert_eq!(w.imm_data, Some(0xdead_beef));
+        assert!(w.wc_flags.contains(WcFlags::WITH_IMM));
+        let w = wc(1).with_invalidated_rkey(0x100);
+        assert_eq!(w.invalidated_rkey, Some(0x100));
+        assert!(w.wc_flags.contains(WcFlags::WITH_INV));
+        let f = WorkCompletion::flushed(9, WcOpcode::Recv, Qpn::new(0x12));
+        assert_eq!(f.status, WcStatus::WrFlushErr);
+        assert_eq!(f.byte_len, 0);
+    }
+}

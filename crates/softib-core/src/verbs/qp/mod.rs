@@ -1,0 +1,146 @@
+//! Queue pairs: attributes, the state transition table and the QP object the data path works on.
+
+pub mod attr;
+pub mod state;
+
+pub use attr::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
+pub use state::{check_transition, transition_rule, AttrRule, Transition, TRANSITIONS};
+
+use super::types::{QpState, QpType};
+use super::wr::{RecvWqe, SendWqe, WqeState};
+use super::{CqHandle, PdHandle, SrqHandle};
+use softib_wire::{Psn, Qpn};
+use std::collections::VecDeque;
+
+/// Per-service transport state of a QP.
+///
+/// The control path sets the sequence numbers from `modify_qp` (`SQ_PSN`, `RQ_PSN`) and clears
+/// them on RESET. The RC/UC/UD requester, completer and responder keep the rest of their
+/// per-QP state (outstanding PSN window, retry counters, timers, responder resources) here.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TransportState {
+    /// PSN of the next request packet the requester sends.
+    pub(crate) next_psn: Psn,
+    /// PSN the responder expects next.
+    pub(crate) expected_psn: Psn,
+}
+
+/// A queue pair inside the HCA.
+#[derive(Debug, Clone)]
+pub struct Qp {
+    pub(crate) qpn: Qpn,
+    pub(crate) qp_type: QpType,
+    pub(crate) pd: PdHandle,
+    pub(crate) send_cq: CqHandle,
+    pub(crate) recv_cq: CqHandle,
+    pub(crate) srq: Option<SrqHandle>,
+    pub(crate) sq_sig_all: bool,
+    /// Current attributes; `attr.qp_state` is the state.
+    pub(crate) attr: QpAttr,
+    /// Send queue, oldest first.
+    pub(crate) sq: VecDeque<SendWqe>,
+    /// Receive queue, oldest first (empty when the QP uses an SRQ).
+    pub(crate) rq: VecDeque<RecvWqe>,
+    /// In SQD: the drained notification is still owed.
+    pub(crate) sq_draining: bool,
+    /// Transport state of the data path.
+    pub(crate) transport: TransportState,
+}
+
+impl Qp {
+    pub(crate) fn new(qpn: Qpn, pd: PdHandle, init: &QpInitAttr) -> Qp {
+        let attr = QpAttr {
+            cap: init.cap,
+            ..QpAttr::default()
+        };
+        Qp {
+            qpn,
+            qp_type: init.qp_type,
+            pd,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            srq: init.srq,
+            sq_sig_all: init.sq_sig_all,
+            attr,
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            sq_draining: false,
+            transport: TransportState::default(),
+        }
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> Qpn {
+        self.qpn
+    }
+
+    /// Transport service.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.attr.qp_state
+    }
+
+    /// Protection domain.
+    pub fn pd(&self) -> PdHandle {
+        self.pd
+    }
+
+    /// Shared receive queue, if any.
+    pub fn srq(&self) -> Option<SrqHandle> {
+        self.srq
+    }
+
+    /// The queued send WQEs, oldest first.
+    pub fn send_queue(&self) -> impl ExactSizeIterator<Item = &SendWqe> + '_ {
+        self.sq.iter()
+    }
+
+    /// The queued receive WQEs, oldest first (empty with an SRQ).
+    pub fn recv_queue(&self) -> impl ExactSizeIterator<Item = &RecvWqe> + '_ {
+        self.rq.iter()
+    }
+
+    /// The creation attributes as they are now.
+    pub fn init_attr(&self) -> QpInitAttr {
+        QpInitAttr {
+            send_cq: self.send_cq,
+            recv_cq: self.recv_cq,
+            srq: self.srq,
+            cap: self.attr.cap,
+            qp_type: self.qp_type,
+            sq_sig_all: self.sq_sig_all,
+        }
+    }
+
+    /// True while a send WQE is in the requester's hands.
+    pub(crate) fn sq_in_flight(&self) -> bool {
+        self.sq.iter().any(|w| w.state == WqeState::InProgress)
+    }
+
+    /// Attributes as `query_qp` reports them: the stored attributes with the live PSNs and
+    /// the SQ drain flag.
+    pub(crate) fn query(&self) -> QpAttr {
+        let mut a = self.attr;
+        a.cur_qp_state = a.qp_state;
+        a.sq_psn = self.transport.next_psn;
+        a.rq_psn = self.transport.expected_psn;
+        a.sq_draining = self.attr.qp_state == QpState::Sqd && self.sq_draining;
+        a
+    }
+
+    /// Back to the state right after creation: queues emptied without completions, attributes
+    /// and transport state cleared (the capabilities stay).
+    pub(crate) fn reset(&mut self) {
+        let cap = self.attr.cap;
+        self.attr = QpAttr::default();
+        self.attr.cap = cap;
+        self.sq.clear();
+        self.rq.clear();
+        self.sq_draining = false;
+        self.transport = TransportState::default();
+    }
+}
