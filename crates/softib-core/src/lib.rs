@@ -32,9 +32,11 @@
 
 pub mod error;
 mod hca;
+pub mod setup;
 mod table;
 pub mod time;
+pub mod transport;
 pub mod verbs;
 
-pub use hca::Hca;
+pub use hca::{gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, Hca, MAX_FRAME};
 pub use verbs::device::HcaConfig;

@@ -289,6 +289,14 @@ pub fn build(
     buf: &mut [u8],
 ) -> Result<usize> {
     let tlen = transport.wire_len()?;
+    if tlen % 4 != 0 {
+        // The pad does not bring the payload to whole words ([`TransportPacket::emit`] refuses
+        // it too); PktLen could not count the packet.
+        return Err(Error::BadField {
+            field: Field::BthPadCnt,
+            value: transport.headers.bth.pad_cnt.into(),
+        });
+    }
     let grh_len = if grh.is_some() { grh::LEN } else { 0 };
     let covered = lrh::LEN + grh_len + tlen + ICRC_LEN;
     let mut l = *lrh;

@@ -310,6 +310,9 @@ pub fn build(
             v4.version = 4;
             v4.ihl = 5;
             v4.protocol = IP_PROTO_UDP;
+            // A RoCEv2 packet is never a fragment: MF clear, offset 0.
+            v4.flags &= !0b001;
+            v4.frag_offset = 0;
             v4.total_len = u16::try_from(ip_len + udp_len).map_err(|_| Error::PayloadTooLong {
                 len: ip_len + udp_len,
                 max: usize::from(u16::MAX),

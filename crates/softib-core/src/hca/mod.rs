@@ -21,7 +21,13 @@
 //! `IBV_WC_WR_FLUSH_ERR` at once (send WRs likewise in SQE). Moving to RESET empties the queues
 //! without completions.
 
+mod completer;
+mod datapath;
 mod qp;
+mod requester;
+mod responder;
+
+pub use datapath::{gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, MAX_FRAME};
 
 #[cfg(test)]
 mod tests;
@@ -72,6 +78,16 @@ pub struct Hca {
     pub(crate) next_qpn: u32,
     pub(crate) async_events: VecDeque<AsyncEvent>,
     pub(crate) completion_events: VecDeque<CqHandle>,
+    /// Data-path counters.
+    pub(crate) counters: crate::transport::Counters,
+    /// QPs that may have a packet to send, in round-robin order.
+    pub(crate) tx_ready: VecDeque<u32>,
+    /// (deadline, QPN) of every armed QP timer.
+    pub(crate) timers: std::collections::BTreeSet<(crate::time::Instant, u32)>,
+    /// IPv4 identification of the next packet.
+    pub(crate) ip_ident: u16,
+    /// Reused buffer for gathering payloads.
+    pub(crate) scratch: Vec<u8>,
 }
 
 impl Hca {
@@ -90,6 +106,11 @@ impl Hca {
             qps: BTreeMap::new(),
             next_qpn: qp::MIN_QPN,
             async_events: VecDeque::new(),
+            counters: Default::default(),
+            tx_ready: VecDeque::new(),
+            timers: Default::default(),
+            ip_ident: 0,
+            scratch: Vec::new(),
             completion_events: VecDeque::new(),
         }
     }

@@ -193,8 +193,10 @@ impl Hca {
         match next {
             QpState::Err if cur != QpState::Err => self.enter_error(qpn, None),
             QpState::Sqd if cur == QpState::Rts => self.check_sq_drained(qpn),
+            QpState::Rts => self.schedule_tx(qpn.value()),
             _ => {}
         }
+        self.rearm_timer(qpn.value());
         Ok(())
     }
 
@@ -483,6 +485,7 @@ impl Hca {
             }
         } else if let Some(qp) = self.qps.get_mut(&qpn.value()) {
             qp.sq.extend(wqes);
+            self.schedule_tx(qpn.value());
         }
         Ok(())
     }
@@ -614,6 +617,7 @@ impl Hca {
             length: len as u32,
             ud,
             state: WqeState::Posted,
+            tx: Default::default(),
         })
     }
 

@@ -67,6 +67,12 @@ impl WorkCompletion {
         WorkCompletion::new(wr_id, WcStatus::WrFlushErr, opcode, qp_num)
     }
 
+    /// Sets the byte count.
+    pub fn with_byte_len(mut self, byte_len: u32) -> WorkCompletion {
+        self.byte_len = byte_len;
+        self
+    }
+
     /// Sets the immediate data and the `WITH_IMM` flag.
     pub fn with_imm(mut self, imm: u32) -> WorkCompletion {
         self.imm_data = Some(imm);

@@ -48,6 +48,8 @@ pub(crate) struct Mr {
     pub(crate) access: AccessFlags,
     pub(crate) lkey: u32,
     pub(crate) rkey: u32,
+    /// False once the R_Key was invalidated (SEND with invalidate): remote access is refused.
+    pub(crate) rkey_valid: bool,
     pub(crate) data: Vec<u8>,
 }
 
@@ -221,6 +223,7 @@ impl MrTable {
             access,
             lkey,
             rkey,
+            rkey_valid: true,
             data,
         });
         debug_assert_eq!(inserted, key);
@@ -279,7 +282,13 @@ impl MrTable {
         }
         let (slot, mr) = self
             .lookup(key)
-            .filter(|(_, mr)| if remote { mr.rkey } else { mr.lkey } == key)
+            .filter(|(_, mr)| {
+                if remote {
+                    mr.rkey == key && mr.rkey_valid
+                } else {
+                    mr.lkey == key
+                }
+            })
             .ok_or(MrCheckError::InvalidKey { key })?;
         if mr.pd != pd {
             return Err(MrCheckError::PdMismatch { key });
@@ -336,6 +345,20 @@ impl MrTable {
         needed: AccessFlags,
     ) -> Result<MrSlice, MrCheckError> {
         self.check(pd, rkey, va, len, needed, true)
+    }
+
+    /// Invalidates the R_Key `rkey` of a region in `pd` (IBA: SEND with invalidate); returns
+    /// whether such a region existed.
+    pub(crate) fn invalidate_rkey(&mut self, pd: PdHandle, rkey: u32) -> bool {
+        match self.lookup(rkey) {
+            Some((slot, mr)) if mr.rkey == rkey && mr.pd == pd => {
+                if let Some(m) = self.get_mut(MrHandle(slot)) {
+                    m.rkey_valid = false;
+                }
+                true
+            }
+            _ => false,
+        }
     }
 
     pub(crate) fn slice(&self, s: &MrSlice) -> Option<&[u8]> {

@@ -338,6 +338,8 @@ pub struct SendWqe {
     pub ud: Option<UdWqeDest>,
     /// Data path progress.
     pub state: WqeState,
+    /// Send-side progress kept by the RC requester.
+    pub(crate) tx: crate::transport::rc::WqeTx,
 }
 
 /// A receive WR on a receive queue or SRQ.

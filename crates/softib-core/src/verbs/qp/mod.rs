@@ -23,6 +23,14 @@ pub(crate) struct TransportState {
     pub(crate) next_psn: Psn,
     /// PSN the responder expects next.
     pub(crate) expected_psn: Psn,
+    /// RC requester / completer state.
+    pub(crate) req: crate::transport::rc::Requester,
+    /// RC responder state.
+    pub(crate) resp: crate::transport::rc::Responder,
+    /// Queued on the HCA's transmit list.
+    pub(crate) tx_queued: bool,
+    /// Deadline under which the QP is registered in the HCA's timer set.
+    pub(crate) timer_key: Option<crate::time::Instant>,
 }
 
 /// A queue pair inside the HCA.

@@ -1,0 +1,393 @@
+//! RC completer (IBA 9.7.6): validates responses against the outstanding WQEs, applies
+//! coalesced and implied acknowledgements, places READ response data and atomic results,
+//! reacts to each NAK, and completes WQEs in order.
+//!
+//! Coalescing (behaviours §11): a response with PSN P acknowledges every outstanding SEND /
+//! RDMA WRITE older than P unless it sits behind an unanswered READ / ATOMIC, which P then
+//! implicitly NAKs (the requester resends from that READ / ATOMIC).
+
+use softib_wire::aeth::{AethSyndrome, NakCode};
+use softib_wire::transport::TransportPacket;
+use softib_wire::{Operation, Position, Psn};
+
+use super::Hca;
+use crate::time::{transport_timer, Instant};
+use crate::verbs::cq::WorkCompletion;
+use crate::verbs::types::{AccessFlags, QpState, WcStatus};
+use crate::verbs::wr::{WqePayload, WrOpcode};
+
+/// How an acknowledgement relates to the PSN it carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Upto {
+    /// Everything up to and including the PSN (ACK).
+    Including,
+    /// Everything strictly before the PSN (NAKs, READ responses, atomic ACKs).
+    Before,
+}
+
+impl Hca {
+    pub(crate) fn rc_handle_response(&mut self, now: Instant, qpn: u32, t: &TransportPacket<'_>) {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return;
+        };
+        if !matches!(qp.attr.qp_state, QpState::Rts | QpState::Sqd) {
+            self.counters.bad_state += 1;
+            return;
+        }
+        let h = &t.headers;
+        let psn = h.bth.psn;
+        // A response must name a PSN that is outstanding: in [oldest unacked, next_psn).
+        let oldest = qp
+            .sq
+            .iter()
+            .find(|w| w.tx.started && !w.tx.done)
+            .map(|w| w.tx.first_psn);
+        let in_window =
+            oldest.is_some_and(|o| psn.distance(o) >= 0 && psn.distance(qp.transport.next_psn) < 0);
+        let Ok(info) = t.info() else {
+            return;
+        };
+        if !in_window {
+            // Stale or ghost response (behaviours §19): ignore.
+            self.counters.ignored_responses += 1;
+            return;
+        }
+        match info.operation {
+            Operation::Acknowledge => {
+                let Some(aeth) = h.aeth else {
+                    return;
+                };
+                match AethSyndrome::from_byte(aeth.syndrome) {
+                    AethSyndrome::Ack { .. } => {
+                        self.rc_ack(now, qpn, psn, Upto::Including);
+                    }
+                    AethSyndrome::RnrNak { timer } => {
+                        self.counters.rcvd_rnr_nak += 1;
+                        self.rc_ack(now, qpn, psn, Upto::Before);
+                        self.rc_rnr(now, qpn, psn, timer.as_nanos());
+                    }
+                    AethSyndrome::Nak(NakCode::PsnSequenceError) => {
+                        self.rc_ack(now, qpn, psn, Upto::Before);
+                        self.rc_retry(now, qpn, psn);
+                    }
+                    AethSyndrome::Nak(code) => {
+                        let status = match code {
+                            NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                            NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
+                            // Reserved NAK codes are dropped (C9-120).
+                            _ => {
+                                self.counters.ignored_responses += 1;
+                                return;
+                            }
+                        };
+                        self.rc_ack(now, qpn, psn, Upto::Before);
+                        self.rc_retire(now, qpn);
+                        if let Some(i) = self.wqe_index(qpn, psn) {
+                            self.rc_complete_error(qpn, i, status);
+                        }
+                    }
+                    AethSyndrome::Reserved(_) => {
+                        self.counters.ignored_responses += 1;
+                    }
+                }
+            }
+            Operation::AtomicAcknowledge => {
+                let Some(i) = self.wqe_index(qpn, psn) else {
+                    return;
+                };
+                let w = &self.qps[&qpn].sq[i];
+                if !w.opcode.is_atomic() || w.tx.done || w.tx.first_psn != psn {
+                    self.counters.ignored_responses += 1;
+                    return;
+                }
+                self.rc_ack(now, qpn, psn, Upto::Before);
+                let Some(i) = self.wqe_index(qpn, psn) else {
+                    return;
+                };
+                let orig = h
+                    .atomic_ack_eth
+                    .map(|a| a.orig_remote_data)
+                    .unwrap_or_default();
+                // softib memory holds 64-bit atomic operands in little-endian byte order.
+                if !self.rc_scatter_send_wqe(qpn, i, 0, &orig.to_le_bytes()) {
+                    self.rc_complete_error(qpn, i, WcStatus::LocProtErr);
+                    return;
+                }
+                let qp = self.qps.get_mut(&qpn).expect("checked");
+                qp.sq[i].tx.done = true;
+                qp.transport.req.rd_atomic_outstanding =
+                    qp.transport.req.rd_atomic_outstanding.saturating_sub(1);
+            }
+            Operation::RdmaReadResponse => self.rc_read_response(now, qpn, t, info.position),
+            _ => {}
+        }
+        self.rc_retire(now, qpn);
+    }
+
+    /// Index in the send queue of the started WQE whose PSN range holds `psn`.
+    fn wqe_index(&self, qpn: u32, psn: Psn) -> Option<usize> {
+        self.qps
+            .get(&qpn)?
+            .sq
+            .iter()
+            .position(|w| w.tx.started && w.tx.contains(psn))
+    }
+
+    fn rc_read_response(&mut self, now: Instant, qpn: u32, t: &TransportPacket<'_>, pos: Position) {
+        let psn = t.headers.bth.psn;
+        let Some(i) = self.wqe_index(qpn, psn) else {
+            self.counters.ignored_responses += 1;
+            return;
+        };
+        let qp = &self.qps[&qpn];
+        let w = &qp.sq[i];
+        if !matches!(w.opcode, WrOpcode::RdmaRead { .. }) || w.tx.done {
+            self.counters.ignored_responses += 1;
+            return;
+        }
+        let expected = w.tx.resp_next_psn;
+        let d = psn.distance(expected);
+        if d < 0 {
+            // A duplicate of a response already placed.
+            self.counters.ignored_responses += 1;
+            return;
+        }
+        if d > 0 {
+            // Response packets were lost: resend the READ for what is missing.
+            self.rc_ack(now, qpn, w.tx.first_psn, Upto::Before);
+            self.rc_retry(now, qpn, expected);
+            return;
+        }
+        let mtu = qp.attr.path_mtu.bytes();
+        let idx = psn.distance(w.tx.first_psn) as u32;
+        let offset = idx * mtu;
+        let remaining = w.length - offset.min(w.length);
+        let len = t.payload.len() as u32;
+        // First and middle packets carry exactly one MTU; the last (or only) the rest.
+        let starts = matches!(pos, Position::First | Position::Only);
+        let ends = matches!(pos, Position::Last | Position::Only);
+        let len_ok = if ends {
+            len == remaining
+        } else {
+            len == mtu && remaining > mtu
+        };
+        let pos_ok = (idx == 0) == starts || (!starts && idx > 0);
+        if !len_ok || !pos_ok || (starts && idx != 0 && pos == Position::First) {
+            self.rc_complete_error(qpn, i, WcStatus::BadRespErr);
+            return;
+        }
+        if starts {
+            // The first (or only) READ response implicitly acknowledges earlier requests.
+            self.rc_ack(now, qpn, psn, Upto::Before);
+        }
+        let Some(i) = self.wqe_index(qpn, psn) else {
+            return;
+        };
+        if !self.rc_scatter_send_wqe(qpn, i, offset, t.payload) {
+            self.rc_complete_error(qpn, i, WcStatus::LocProtErr);
+            return;
+        }
+        let qp = self.qps.get_mut(&qpn).expect("checked");
+        let w = &mut qp.sq[i];
+        w.tx.resp_next_psn = psn.next();
+        if ends {
+            w.tx.done = true;
+            qp.transport.req.rd_atomic_outstanding =
+                qp.transport.req.rd_atomic_outstanding.saturating_sub(1);
+        }
+        qp.transport.req.retries = 0;
+        qp.transport.req.rnr_retries = 0;
+        qp.transport.req.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+    }
+
+    /// Places `data` at byte `offset` of the message buffer of send WQE `i` (READ data, atomic
+    /// result), checking LOCAL_WRITE on every L_Key touched.
+    fn rc_scatter_send_wqe(&mut self, qpn: u32, i: usize, offset: u32, data: &[u8]) -> bool {
+        let qp = &self.qps[&qpn];
+        let pd = qp.pd;
+        let WqePayload::Sges(sges) = &qp.sq[i].payload else {
+            return data.is_empty();
+        };
+        let sges = sges.clone();
+        self.scatter(pd, &sges, u64::from(offset), data)
+    }
+
+    /// Copies `data` into the buffer described by `sges`, starting `offset` bytes in.
+    pub(crate) fn scatter(
+        &mut self,
+        pd: crate::verbs::PdHandle,
+        sges: &[crate::verbs::wr::Sge],
+        offset: u64,
+        mut data: &[u8],
+    ) -> bool {
+        let mut skip = offset;
+        for s in sges {
+            if data.is_empty() {
+                break;
+            }
+            let sl = u64::from(s.length);
+            if skip >= sl {
+                skip -= sl;
+                continue;
+            }
+            let take = ((sl - skip) as usize).min(data.len());
+            let Ok(slice) = self.check_local(
+                pd,
+                s.lkey,
+                s.addr + skip,
+                take as u64,
+                AccessFlags::LOCAL_WRITE,
+            ) else {
+                return false;
+            };
+            let Some(dst) = self.mr_slice_mut(&slice) else {
+                return false;
+            };
+            dst.copy_from_slice(&data[..take]);
+            data = &data[take..];
+            skip = 0;
+        }
+        data.is_empty()
+    }
+
+    /// Applies an acknowledgement of PSN `psn` to the outstanding WQEs (coalescing rules).
+    fn rc_ack(&mut self, now: Instant, qpn: u32, psn: Psn, upto: Upto) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let mut progress = false;
+        let mut implied_nak = None;
+        for w in qp.sq.iter_mut() {
+            if !w.tx.started {
+                break;
+            }
+            if w.tx.done {
+                continue;
+            }
+            let d = psn.distance(w.tx.last_psn());
+            let covered = match upto {
+                Upto::Including => d >= 0,
+                Upto::Before => d > 0,
+            };
+            if !covered {
+                break;
+            }
+            if matches!(w.opcode, WrOpcode::RdmaRead { .. }) || w.opcode.is_atomic() {
+                // An unanswered READ / ATOMIC passed over: implied NAK.
+                implied_nak = Some(w.tx.first_psn);
+                break;
+            }
+            w.tx.done = true;
+            progress = true;
+        }
+        if progress {
+            let r = &mut qp.transport.req;
+            r.retries = 0;
+            r.rnr_retries = 0;
+            r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+        }
+        if let Some(p) = implied_nak {
+            self.rc_retry(now, qpn, p);
+        }
+    }
+
+    /// Retransmits from `psn` after a NAK-PSN sequence error or an implied NAK, counting the
+    /// retry against `retry_cnt`.
+    fn rc_retry(&mut self, now: Instant, qpn: u32, psn: Psn) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let r = &mut qp.transport.req;
+        if r.retries >= qp.attr.retry_cnt {
+            self.counters.retry_exceeded += 1;
+            self.rc_retire(now, qpn);
+            if let Some(i) = self.qps[&qpn].sq.iter().position(|w| !w.tx.done) {
+                self.rc_complete_error(qpn, i, WcStatus::RetryExcErr);
+            }
+            return;
+        }
+        r.retries += 1;
+        r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+        self.counters.retry_naks += 1;
+        self.rc_rewind(qpn, psn);
+        self.schedule_tx(qpn);
+    }
+
+    /// RNR NAK for `psn`: wait the responder's RNR time, then resend from `psn`.
+    fn rc_rnr(&mut self, now: Instant, qpn: u32, psn: Psn, wait_ns: u64) {
+        self.rc_retire(now, qpn);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let limit = qp.attr.rnr_retry;
+        let r = &mut qp.transport.req;
+        // rnr_retry 7 means retry forever (IBA; rxe agrees).
+        if limit != 7 && r.rnr_retries >= limit {
+            self.counters.rnr_retry_exceeded += 1;
+            if let Some(i) = self.wqe_index(qpn, psn) {
+                self.rc_complete_error(qpn, i, WcStatus::RnrRetryExcErr);
+            }
+            return;
+        }
+        r.rnr_retries = r.rnr_retries.saturating_add(1);
+        r.rnr_wait = Some(now.saturating_add(core::time::Duration::from_nanos(wait_ns)));
+        r.timer = None;
+        self.rc_rewind(qpn, psn);
+    }
+
+    /// Completes, in order, every finished WQE at the head of the send queue.
+    pub(crate) fn rc_retire(&mut self, now: Instant, qpn: u32) {
+        let mut retired = false;
+        loop {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            let Some(w) = qp.sq.front() else {
+                break;
+            };
+            if !w.tx.done {
+                break;
+            }
+            let w = qp.sq.pop_front().expect("front exists");
+            qp.transport.req.cur = qp.transport.req.cur.saturating_sub(1);
+            retired = true;
+            if w.signaled {
+                let byte_len = match w.opcode {
+                    WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. } => 8,
+                    _ => w.length,
+                };
+                let wc = WorkCompletion::new(
+                    w.wr_id,
+                    WcStatus::Success,
+                    w.opcode.wc_opcode(),
+                    softib_wire::Qpn::new(qpn),
+                )
+                .with_byte_len(byte_len);
+                let cq = qp.send_cq;
+                if self.push_completion(cq, wc, false).is_err() {
+                    // CQ overrun: the QP enters ERR (the CQ error event is queued).
+                    let _ = self.set_qp_error(
+                        softib_wire::Qpn::new(qpn),
+                        crate::verbs::event::QpErrorCause::CompletionError,
+                    );
+                    return;
+                }
+            }
+        }
+        if retired {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                let outstanding = qp.sq.iter().any(|w| w.tx.started && !w.tx.done);
+                if !outstanding {
+                    qp.transport.req.timer = None;
+                } else if qp.transport.req.timer.is_none() {
+                    qp.transport.req.timer =
+                        transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+                }
+            }
+            self.check_sq_drained(softib_wire::Qpn::new(qpn));
+            self.schedule_tx(qpn);
+        }
+    }
+}

@@ -1,0 +1,507 @@
+//! RC requester (IBA 9.7.3): turns send WQEs into request packets, assigns PSNs, sets AckReq,
+//! keeps the PSN and READ/ATOMIC windows, runs the transport and RNR timers, and rewinds for
+//! retransmission (go-back-N from the first unacknowledged PSN).
+//!
+//! Responses first: a QP with responses owed (responder side) sends those before new requests.
+
+use softib_wire::atomic_eth::AtomicEth;
+use softib_wire::bth::Bth;
+use softib_wire::ieth::Ieth;
+use softib_wire::immdt::ImmDt;
+use softib_wire::opcode::Opcode;
+use softib_wire::reth::Reth;
+use softib_wire::transport::{TransportHeaders, TransportPacket};
+use softib_wire::Psn;
+
+use super::Hca;
+use crate::time::{transport_timer, Instant};
+use crate::verbs::cq::WorkCompletion;
+use crate::verbs::event::QpErrorCause;
+use crate::verbs::types::{AccessFlags, QpState, SendFlags, WcStatus};
+use crate::verbs::wr::{SendWqe, WqePayload, WqeState, WrOpcode};
+
+/// Most PSNs a requester leaves unacknowledged at once. IBA allows 2^23 (C9-61); softib keeps
+/// a smaller window, like rxe (128), so that go-back-N after a loss resends little.
+pub const MAX_UNACKED_PSNS: u32 = 1024;
+/// A request packet with AckReq set at least this often inside long messages.
+pub const ACK_REQ_EVERY: u32 = 64;
+/// P_Key sent in every BTH (the default partition, full member).
+pub const DEFAULT_PKEY: u16 = 0xffff;
+
+/// Packets a message of `len` bytes takes at path MTU `mtu` (at least one).
+pub(crate) fn packets_for(len: u32, mtu: u32) -> u32 {
+    len.div_ceil(mtu).max(1)
+}
+
+/// Where the payload of a request packet comes from.
+enum PayloadPlan {
+    None,
+    /// Bytes `[offset, offset + len)` of the WQE's message.
+    Message {
+        offset: u32,
+        len: u32,
+    },
+}
+
+impl Hca {
+    /// True when the QP could send a packet at `now`.
+    pub(crate) fn rc_has_tx_work(&self, qpn: u32, now: Instant) -> bool {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return false;
+        };
+        if !qp.transport.resp.responses.is_empty()
+            && matches!(qp.attr.qp_state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        {
+            return true;
+        }
+        if qp.attr.qp_state != QpState::Rts {
+            return false;
+        }
+        let r = &qp.transport.req;
+        if r.rnr_wait.is_some_and(|t| t > now) {
+            return false;
+        }
+        r.cur < qp.sq.len() && self.rc_can_start(qpn)
+    }
+
+    /// Whether `sq[cur]` may (continue to) be transmitted: fences, READ/ATOMIC depth, PSN window.
+    fn rc_can_start(&self, qpn: u32) -> bool {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return false;
+        };
+        let r = &qp.transport.req;
+        let Some(w) = qp.sq.get(r.cur) else {
+            return false;
+        };
+        if w.tx.started {
+            return true;
+        }
+        let rd_atomic = matches!(w.opcode, WrOpcode::RdmaRead { .. }) || w.opcode.is_atomic();
+        // Fence: wait until every earlier READ / ATOMIC has completed.
+        if w.flags.contains(SendFlags::FENCE) && r.rd_atomic_outstanding > 0 {
+            return false;
+        }
+        // max_rd_atomic 0 is treated as 1, so that READ/ATOMIC work cannot stall forever.
+        if rd_atomic && r.rd_atomic_outstanding >= u32::from(qp.attr.max_rd_atomic.max(1)) {
+            return false;
+        }
+        let mtu = qp.attr.path_mtu.bytes();
+        let npsn = wqe_npsn(w, mtu);
+        let oldest = qp
+            .sq
+            .iter()
+            .find(|w| w.tx.started && !w.tx.done)
+            .map(|w| w.tx.first_psn);
+        let outstanding = match oldest {
+            Some(p) => qp.transport.next_psn.distance(p).max(0) as u32,
+            None => 0,
+        };
+        outstanding == 0 || outstanding + npsn <= MAX_UNACKED_PSNS
+    }
+
+    /// Sends one packet of the QP (a response if one is owed, else a request); returns true
+    /// when a frame was written to `out`.
+    pub(crate) fn rc_next_packet(&mut self, now: Instant, qpn: u32, out: &mut Vec<u8>) -> bool {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return false;
+        };
+        let state = qp.attr.qp_state;
+        if !qp.transport.resp.responses.is_empty()
+            && matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        {
+            return self.rc_next_response(qpn, out);
+        }
+        if state != QpState::Rts || qp.transport.req.rnr_wait.is_some_and(|t| t > now) {
+            return false;
+        }
+        if !self.rc_can_start(qpn) {
+            return false;
+        }
+        self.rc_next_request(now, qpn, out)
+    }
+
+    fn rc_next_request(&mut self, now: Instant, qpn: u32, out: &mut Vec<u8>) -> bool {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return false;
+        };
+        let mtu = qp.attr.path_mtu.bytes();
+        let cur = qp.transport.req.cur;
+        let next_psn = qp.transport.next_psn;
+        let Some(w) = qp.sq.get_mut(cur) else {
+            return false;
+        };
+        if !w.tx.started {
+            w.tx.started = true;
+            w.tx.first_psn = next_psn;
+            w.tx.npsn = wqe_npsn(w, mtu);
+            w.tx.resp_next_psn = next_psn;
+            w.state = WqeState::InProgress;
+            qp.transport.next_psn = next_psn.add(w.tx.npsn);
+            qp.transport.req.cur_psn = next_psn;
+            if matches!(w.opcode, WrOpcode::RdmaRead { .. }) || w.opcode.is_atomic() {
+                qp.transport.req.rd_atomic_outstanding += 1;
+            }
+        }
+        let psn = qp.transport.req.cur_psn;
+        let idx = psn.distance(w.tx.first_psn).max(0) as u32;
+        let (plan, headers, last) = request_packet(w, idx, psn, mtu, qp.attr.path_mtu.bytes());
+        let mut headers = headers;
+        headers.bth.dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
+        headers.bth.pkey = DEFAULT_PKEY;
+        let r = &mut qp.transport.req;
+        r.pkts_since_ack_req += 1;
+        if last || r.pkts_since_ack_req >= ACK_REQ_EVERY {
+            headers.bth.ack_req = true;
+        }
+        if headers.bth.ack_req {
+            r.pkts_since_ack_req = 0;
+        }
+        if idx < w.tx.sent_once {
+            self.counters.retransmitted_pkts += 1;
+        } else {
+            w.tx.sent_once = idx + 1;
+        }
+        // Advance to the next packet / WQE.
+        let is_read = matches!(w.opcode, WrOpcode::RdmaRead { .. });
+        if last || is_read || w.opcode.is_atomic() {
+            w.tx.all_sent = true;
+            r.cur += 1;
+            r.cur_psn = match qp.sq.get(r.cur) {
+                Some(n) if n.tx.started => rewind_point(n),
+                _ => qp.transport.next_psn,
+            };
+        } else {
+            r.cur_psn = psn.next();
+        }
+        if r.timer.is_none() {
+            r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+        }
+        // Payload.
+        let pd = qp.pd;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let ok = match plan {
+            PayloadPlan::None => true,
+            PayloadPlan::Message { offset, len } => {
+                let qp = &self.qps[&qpn];
+                let w = &qp.sq[cur];
+                self.gather(pd, &w.payload, offset, len, &mut scratch)
+            }
+        };
+        if !ok {
+            self.scratch = scratch;
+            self.rc_local_error(qpn, cur, WcStatus::LocProtErr);
+            return false;
+        }
+        let t = TransportPacket::new(headers, &scratch);
+        let built = self.build_frame(qpn, &t, out);
+        self.scratch = scratch;
+        built
+    }
+
+    /// Copies bytes `[offset, offset + len)` of a WQE's message into `dst`, checking every
+    /// L_Key touched. False on a protection error.
+    pub(crate) fn gather(
+        &self,
+        pd: crate::verbs::PdHandle,
+        payload: &WqePayload,
+        offset: u32,
+        len: u32,
+        dst: &mut Vec<u8>,
+    ) -> bool {
+        let (offset, len) = (u64::from(offset), u64::from(len));
+        match payload {
+            WqePayload::Inline(v) => match v.get(offset as usize..(offset + len) as usize) {
+                Some(b) => {
+                    dst.extend_from_slice(b);
+                    true
+                }
+                None => false,
+            },
+            WqePayload::Sges(sges) => {
+                let mut skip = offset;
+                let mut want = len;
+                for s in sges {
+                    if want == 0 {
+                        break;
+                    }
+                    let sl = u64::from(s.length);
+                    if skip >= sl {
+                        skip -= sl;
+                        continue;
+                    }
+                    let take = (sl - skip).min(want);
+                    let Ok(slice) =
+                        self.check_local(pd, s.lkey, s.addr + skip, take, AccessFlags::empty())
+                    else {
+                        return false;
+                    };
+                    let Some(bytes) = self.mr_slice(&slice) else {
+                        return false;
+                    };
+                    dst.extend_from_slice(bytes);
+                    want -= take;
+                    skip = 0;
+                }
+                want == 0
+            }
+        }
+    }
+
+    /// Rewinds the requester to retransmit from the oldest unfinished WQE (go-back-N).
+    pub(crate) fn rc_rewind(&mut self, qpn: u32, from: Psn) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some(i) = qp.sq.iter().position(|w| !w.tx.done) else {
+            return;
+        };
+        let w = &qp.sq[i];
+        if !w.tx.started {
+            return;
+        }
+        let r = &mut qp.transport.req;
+        r.cur = i;
+        r.cur_psn = if matches!(w.opcode, WrOpcode::RdmaRead { .. }) || w.opcode.is_atomic() {
+            rewind_point(w)
+        } else if w.tx.contains(from) {
+            from
+        } else {
+            w.tx.first_psn
+        };
+        r.pkts_since_ack_req = 0;
+    }
+
+    /// A transport or RNR timer fired.
+    pub(crate) fn rc_timeout(&mut self, now: Instant, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if !matches!(qp.attr.qp_state, QpState::Rts | QpState::Sqd) {
+            qp.transport.req.timer = None;
+            qp.transport.req.rnr_wait = None;
+            return;
+        }
+        let r = &mut qp.transport.req;
+        if r.rnr_wait.is_some_and(|t| t <= now) {
+            r.rnr_wait = None;
+        }
+        if r.timer.is_none_or(|t| t > now) {
+            return;
+        }
+        r.timer = None;
+        let outstanding = qp.sq.iter().any(|w| w.tx.started && !w.tx.done);
+        if !outstanding {
+            return;
+        }
+        // retry_cnt 0..=7 retries; IBA gives no infinite value for the transport retry count
+        // (rxe also treats 7 as a count).
+        if r.retries >= qp.attr.retry_cnt {
+            self.counters.retry_exceeded += 1;
+            if let Some(i) = qp.sq.iter().position(|w| !w.tx.done) {
+                self.rc_complete_error(qpn, i, WcStatus::RetryExcErr);
+            }
+            return;
+        }
+        r.retries += 1;
+        self.counters.retry_timeouts += 1;
+        let from = qp
+            .sq
+            .iter()
+            .find(|w| !w.tx.done)
+            .map(|w| w.tx.first_psn)
+            .unwrap_or_default();
+        self.rc_rewind(qpn, from);
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            let t = transport_timer(qp.attr.timeout);
+            qp.transport.req.timer = t.map(|d| now.saturating_add(d));
+        }
+    }
+
+    /// A local error while executing `sq[i]` (protection, length): the WQE completes with
+    /// `status` and the QP enters ERR.
+    pub(crate) fn rc_local_error(&mut self, qpn: u32, i: usize, status: WcStatus) {
+        self.rc_complete_error(qpn, i, status);
+    }
+
+    /// Completes `sq[i]` in error (after completing the successful ones before it, which
+    /// the caller has done) and moves the QP to ERR, flushing the rest.
+    pub(crate) fn rc_complete_error(&mut self, qpn: u32, i: usize, status: WcStatus) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        // Earlier WQEs not yet done are flushed with the rest; this one carries the error.
+        let Some(w) = qp.sq.get(i) else {
+            return;
+        };
+        let wc = WorkCompletion::new(w.wr_id, status, w.opcode.wc_opcode(), qpn_of(qpn))
+            .with_byte_len(0);
+        let cq = qp.send_cq;
+        // Remove the failed WQE so the flush does not report it twice; earlier unfinished
+        // WQEs (only possible for coalesced errors) are flushed.
+        let _ = qp.sq.remove(i);
+        qp.transport.req = Default::default();
+        let _ = self.push_completion(cq, wc, false);
+        let cause = match status {
+            WcStatus::RemAccessErr => QpErrorCause::AccessViolation,
+            WcStatus::RemInvReqErr => QpErrorCause::InvalidRequest,
+            _ => QpErrorCause::CompletionError,
+        };
+        let _ = self.set_qp_error(qpn_of(qpn), cause);
+    }
+}
+
+fn qpn_of(q: u32) -> softib_wire::Qpn {
+    softib_wire::Qpn::new(q)
+}
+
+/// PSNs a WQE consumes at path MTU `mtu`.
+pub(crate) fn wqe_npsn(w: &SendWqe, mtu: u32) -> u32 {
+    match w.opcode {
+        WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. } => 1,
+        _ => packets_for(w.length, mtu),
+    }
+}
+
+/// Where retransmission of a started WQE resumes: READ from the first response not yet
+/// received, others from their first PSN.
+fn rewind_point(w: &SendWqe) -> Psn {
+    if matches!(w.opcode, WrOpcode::RdmaRead { .. }) {
+        w.tx.resp_next_psn
+    } else {
+        w.tx.first_psn
+    }
+}
+
+/// Headers and payload plan of request packet `idx` of `w` (PSN `psn`); the bool is true for
+/// the last packet of the message.
+fn request_packet(
+    w: &SendWqe,
+    idx: u32,
+    psn: Psn,
+    mtu: u32,
+    _path_mtu: u32,
+) -> (PayloadPlan, TransportHeaders, bool) {
+    let n = w.tx.npsn;
+    let first = idx == 0;
+    let last = idx + 1 >= n;
+    let offset = idx * mtu;
+    let len = w.length.saturating_sub(offset).min(mtu);
+    let solicited = w.flags.contains(SendFlags::SOLICITED);
+    let mut h = TransportHeaders::new(Bth {
+        psn,
+        ..Bth::default()
+    });
+    let op = |first_op: Opcode, middle: Opcode, last_op: Opcode, only: Opcode| match (first, last) {
+        (true, true) => only,
+        (true, false) => first_op,
+        (false, true) => last_op,
+        (false, false) => middle,
+    };
+    let plan = PayloadPlan::Message { offset, len };
+    let opcode = match w.opcode {
+        WrOpcode::Send => op(
+            Opcode::RC_SEND_FIRST,
+            Opcode::RC_SEND_MIDDLE,
+            Opcode::RC_SEND_LAST,
+            Opcode::RC_SEND_ONLY,
+        ),
+        WrOpcode::SendWithImm(imm) => {
+            if last {
+                h.immdt = Some(ImmDt { imm });
+            }
+            op(
+                Opcode::RC_SEND_FIRST,
+                Opcode::RC_SEND_MIDDLE,
+                Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+                Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+            )
+        }
+        WrOpcode::SendWithInv(rkey) => {
+            if last {
+                h.ieth = Some(Ieth { rkey });
+            }
+            op(
+                Opcode::RC_SEND_FIRST,
+                Opcode::RC_SEND_MIDDLE,
+                Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+                Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+            )
+        }
+        WrOpcode::RdmaWrite { remote } | WrOpcode::RdmaWriteWithImm { remote, .. } => {
+            if first {
+                h.reth = Some(Reth {
+                    va: remote.addr,
+                    rkey: remote.rkey,
+                    dma_len: w.length,
+                });
+            }
+            if let WrOpcode::RdmaWriteWithImm { imm, .. } = w.opcode {
+                if last {
+                    h.immdt = Some(ImmDt { imm });
+                }
+                op(
+                    Opcode::RC_RDMA_WRITE_FIRST,
+                    Opcode::RC_RDMA_WRITE_MIDDLE,
+                    Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                    Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+                )
+            } else {
+                op(
+                    Opcode::RC_RDMA_WRITE_FIRST,
+                    Opcode::RC_RDMA_WRITE_MIDDLE,
+                    Opcode::RC_RDMA_WRITE_LAST,
+                    Opcode::RC_RDMA_WRITE_ONLY,
+                )
+            }
+        }
+        WrOpcode::RdmaRead { remote } => {
+            // A retried READ asks only for what has not arrived yet (the subset rule of
+            // duplicate READs lets the responder serve it).
+            let done = u64::from(idx) * u64::from(mtu);
+            let done = done.min(u64::from(w.length)) as u32;
+            h.reth = Some(Reth {
+                va: remote.addr + u64::from(done),
+                rkey: remote.rkey,
+                dma_len: w.length - done,
+            });
+            h.bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
+            h.bth.ack_req = true;
+            return (PayloadPlan::None, h, true);
+        }
+        WrOpcode::AtomicCmpSwp {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            h.atomic_eth = Some(AtomicEth {
+                va: remote_addr,
+                rkey,
+                swap_add: swap,
+                compare,
+            });
+            h.bth.opcode = Opcode::RC_COMPARE_SWAP;
+            h.bth.ack_req = true;
+            return (PayloadPlan::None, h, true);
+        }
+        WrOpcode::AtomicFetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            h.atomic_eth = Some(AtomicEth {
+                va: remote_addr,
+                rkey,
+                swap_add: add,
+                compare: 0,
+            });
+            h.bth.opcode = Opcode::RC_FETCH_ADD;
+            h.bth.ack_req = true;
+            return (PayloadPlan::None, h, true);
+        }
+    };
+    h.bth.opcode = opcode;
+    h.bth.solicited = solicited && last;
+    (plan, h, last)
+}

@@ -1,0 +1,739 @@
+//! RC responder (IBA 9.7.4, 9.7.5): PSN classification (new / duplicate / invalid), opcode
+//! sequence, length, R_Key and resource checks, execution of SEND, RDMA WRITE, RDMA READ and
+//! ATOMIC, duplicate handling, and the responses (ACK, NAK, RNR NAK, READ responses, atomic
+//! ACKs) in PSN order.
+//!
+//! NAKs of error classes that end the connection (invalid request, remote access error, remote
+//! operational error) are sent first and then move the QP to ERR, as Linux rxe does.
+
+use softib_wire::aeth::Aeth;
+use softib_wire::atomic_ack_eth::AtomicAckEth;
+use softib_wire::bth::Bth;
+use softib_wire::opcode::Opcode;
+use softib_wire::transport::{TransportHeaders, TransportPacket};
+use softib_wire::{Msn, Operation, Position, Psn};
+
+use super::requester::{packets_for, DEFAULT_PKEY};
+use super::Hca;
+use crate::time::Instant;
+use crate::transport::rc::{InMessage, RdAtomicResource, Response};
+use crate::verbs::cq::WorkCompletion;
+use crate::verbs::event::QpErrorCause;
+use crate::verbs::mr::MrSlice;
+use crate::verbs::types::{AccessFlags, QpState, WcOpcode, WcStatus};
+
+/// AETH syndrome of an ACK that carries no credit information (rxe sends it on every ACK).
+pub const SYNDROME_ACK_NO_CREDITS: u8 = 0x1f;
+const NAK_PSN_SEQ: u8 = 0x60;
+const NAK_INVALID_REQUEST: u8 = 0x61;
+const NAK_REMOTE_ACCESS: u8 = 0x62;
+const NAK_REMOTE_OP: u8 = 0x63;
+/// Largest RDMA READ / WRITE length (C9-94).
+const MAX_DMA_LEN: u32 = 1 << 31;
+
+/// Why a new request is refused.
+enum Refusal {
+    /// NAK with `syndrome`, then the QP enters ERR with `cause`.
+    Fatal(u8, QpErrorCause),
+    /// RNR NAK: no receive WQE.
+    Rnr,
+}
+
+impl Hca {
+    pub(crate) fn rc_handle_request(&mut self, _now: Instant, qpn: u32, t: &TransportPacket<'_>) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if !matches!(qp.attr.qp_state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            self.counters.bad_state += 1;
+            return;
+        }
+        let psn = t.headers.bth.psn;
+        let epsn = qp.transport.expected_psn;
+        let d = psn.distance(epsn);
+        if d > 0 {
+            // Invalid (ahead of ePSN): one NAK-PSN sequence error, then silence (9.7.4.1.2).
+            self.counters.rcvd_seq_err += 1;
+            let resp = &mut qp.transport.resp;
+            if resp.nak_seq_outstanding {
+                self.counters.out_of_seq_dropped += 1;
+            } else {
+                resp.nak_seq_outstanding = true;
+                let msn = resp.msn;
+                resp.responses.push_back(Response::Ack {
+                    psn: epsn,
+                    syndrome: NAK_PSN_SEQ,
+                    msn,
+                });
+                self.counters.nak_sent += 1;
+                self.schedule_tx(qpn);
+            }
+            return;
+        }
+        if d < 0 {
+            self.counters.duplicate_request += 1;
+            self.rc_duplicate(qpn, t);
+            return;
+        }
+        qp.transport.resp.nak_seq_outstanding = false;
+        match self.rc_execute(qpn, t) {
+            Ok(()) => {}
+            Err(Refusal::Rnr) => {
+                let qp = self.qps.get_mut(&qpn).expect("checked");
+                let syndrome = 0x20 | (qp.attr.min_rnr_timer & 0x1f);
+                let msn = qp.transport.resp.msn;
+                qp.transport
+                    .resp
+                    .responses
+                    .push_back(Response::Ack { psn, syndrome, msn });
+                self.counters.rnr_nak_sent += 1;
+            }
+            Err(Refusal::Fatal(syndrome, cause)) => {
+                let qp = self.qps.get_mut(&qpn).expect("checked");
+                let msn = qp.transport.resp.msn;
+                qp.transport.resp.msg = InMessage::None;
+                qp.transport.resp.responses.push_back(Response::Nak {
+                    psn,
+                    syndrome,
+                    msn,
+                    cause,
+                });
+                self.counters.nak_sent += 1;
+            }
+        }
+        self.schedule_tx(qpn);
+    }
+
+    /// Validates and executes a new request (PSN = ePSN).
+    fn rc_execute(&mut self, qpn: u32, t: &TransportPacket<'_>) -> Result<(), Refusal> {
+        let h = &t.headers;
+        let info = t.info().map_err(|_| invalid())?;
+        let qp = &self.qps[&qpn];
+        let mtu = qp.attr.path_mtu.bytes() as usize;
+        let pd = qp.pd;
+        let access = qp.attr.qp_access_flags;
+        let len = t.payload.len();
+        let (op, pos) = (info.operation, info.position);
+
+        // Opcode sequence (9.7.4.1.3): inside a message only its MIDDLE / LAST may follow;
+        // between messages MIDDLE / LAST are illegal.
+        let seq_ok = matches!(
+            (&qp.transport.resp.msg, op, pos),
+            (InMessage::None, _, Position::First | Position::Only)
+                | (
+                    InMessage::Send { .. },
+                    Operation::Send,
+                    Position::Middle | Position::Last
+                )
+                | (
+                    InMessage::Write { .. },
+                    Operation::RdmaWrite,
+                    Position::Middle | Position::Last
+                )
+        );
+        if !seq_ok {
+            return Err(invalid());
+        }
+        // Payload lengths by position (C9-92..94 family; tables.md §6a).
+        let len_ok = match (op, pos) {
+            (Operation::Send | Operation::RdmaWrite, Position::First | Position::Middle) => {
+                len == mtu && h.bth.pad_cnt == 0
+            }
+            (Operation::Send | Operation::RdmaWrite, Position::Last) => (1..=mtu).contains(&len),
+            (Operation::Send | Operation::RdmaWrite, Position::Only) => len <= mtu,
+            _ => true,
+        };
+        if !len_ok {
+            return Err(invalid());
+        }
+        match op {
+            Operation::Send => self.rc_exec_send(qpn, t, pos),
+            Operation::RdmaWrite => {
+                if !access.contains(AccessFlags::REMOTE_WRITE) {
+                    return Err(Refusal::Fatal(
+                        NAK_INVALID_REQUEST,
+                        QpErrorCause::InvalidRequest,
+                    ));
+                }
+                self.rc_exec_write(qpn, t, pos, pd)
+            }
+            Operation::RdmaReadRequest => {
+                if !access.contains(AccessFlags::REMOTE_READ) {
+                    return Err(invalid());
+                }
+                self.rc_exec_read(qpn, t, pd)
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                if !access.contains(AccessFlags::REMOTE_ATOMIC) {
+                    return Err(invalid());
+                }
+                self.rc_exec_atomic(qpn, t, pd)
+            }
+            // FLUSH and ATOMIC WRITE (IBA 1.5) are not supported: invalid request.
+            _ => Err(invalid()),
+        }
+    }
+
+    fn rc_exec_send(
+        &mut self,
+        qpn: u32,
+        t: &TransportPacket<'_>,
+        pos: Position,
+    ) -> Result<(), Refusal> {
+        let qpn_w = softib_wire::Qpn::new(qpn);
+        let starts = matches!(pos, Position::First | Position::Only);
+        let (mut wqe, offset) = if starts {
+            match self.take_recv_wqe(qpn_w) {
+                Some(w) => (w, 0u64),
+                None => return Err(Refusal::Rnr),
+            }
+        } else {
+            let qp = self.qps.get_mut(&qpn).expect("checked");
+            match std::mem::take(&mut qp.transport.resp.msg) {
+                InMessage::Send { wqe, offset } => (wqe, offset),
+                _ => return Err(invalid()),
+            }
+        };
+        let qp = &self.qps[&qpn];
+        let (pd, recv_cq) = (qp.pd, qp.recv_cq);
+        let end = offset + t.payload.len() as u64;
+        if end > wqe.length {
+            // Message longer than the receive buffer: the receive WQE completes with a local
+            // length error and the requester gets NAK-Invalid Request.
+            let wc = WorkCompletion::new(wqe.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, qpn_w)
+                .with_byte_len(0);
+            let _ = self.push_completion(recv_cq, wc, false);
+            return Err(invalid());
+        }
+        let sges = std::mem::take(&mut wqe.sg_list);
+        let ok = self.scatter(pd, &sges, offset, t.payload);
+        wqe.sg_list = sges;
+        if !ok {
+            let wc = WorkCompletion::new(wqe.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, qpn_w)
+                .with_byte_len(0);
+            let _ = self.push_completion(recv_cq, wc, false);
+            return Err(Refusal::Fatal(NAK_REMOTE_OP, QpErrorCause::CompletionError));
+        }
+        let h = &t.headers;
+        let ends = matches!(pos, Position::Last | Position::Only);
+        let qp = self.qps.get_mut(&qpn).expect("checked");
+        qp.transport.expected_psn = qp.transport.expected_psn.next();
+        if ends {
+            qp.transport.resp.msn = qp.transport.resp.msn.add(1);
+            qp.transport.resp.msg = InMessage::None;
+            let mut wc = WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, qpn_w)
+                .with_byte_len(end as u32);
+            if let Some(imm) = h.immdt {
+                wc = wc.with_imm(imm.imm);
+            }
+            if let Some(ieth) = h.ieth {
+                wc = wc.with_invalidated_rkey(ieth.rkey);
+                self.invalidate_rkey(pd, ieth.rkey);
+            }
+            self.rc_ack_request(qpn, h.bth.psn, h.bth.ack_req);
+            if self.push_completion(recv_cq, wc, h.bth.solicited).is_err() {
+                let _ = self.set_qp_error(qpn_w, QpErrorCause::CompletionError);
+            }
+        } else {
+            qp.transport.resp.msg = InMessage::Send { wqe, offset: end };
+            self.rc_ack_request(qpn, h.bth.psn, h.bth.ack_req);
+        }
+        Ok(())
+    }
+
+    fn rc_exec_write(
+        &mut self,
+        qpn: u32,
+        t: &TransportPacket<'_>,
+        pos: Position,
+        pd: crate::verbs::PdHandle,
+    ) -> Result<(), Refusal> {
+        let qpn_w = softib_wire::Qpn::new(qpn);
+        let h = &t.headers;
+        let starts = matches!(pos, Position::First | Position::Only);
+        let ends = matches!(pos, Position::Last | Position::Only);
+        let (slice, offset) = if starts {
+            let reth = h.reth.ok_or_else(invalid)?;
+            if reth.dma_len > MAX_DMA_LEN {
+                return Err(invalid());
+            }
+            // Zero-length WRITEs skip the R_Key check (C9-88).
+            let slice = if reth.dma_len == 0 {
+                MrSlice {
+                    mr: None,
+                    offset: 0,
+                    len: 0,
+                }
+            } else {
+                self.check_remote(
+                    pd,
+                    reth.rkey,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    AccessFlags::REMOTE_WRITE,
+                )
+                .map_err(|_| Refusal::Fatal(NAK_REMOTE_ACCESS, QpErrorCause::AccessViolation))?
+            };
+            (slice, 0u64)
+        } else {
+            let qp = self.qps.get_mut(&qpn).expect("checked");
+            match std::mem::take(&mut qp.transport.resp.msg) {
+                InMessage::Write { slice, offset } => (slice, offset),
+                _ => return Err(invalid()),
+            }
+        };
+        let end = offset + t.payload.len() as u64;
+        // The packets of a WRITE must stay inside its DMA length (checked per packet).
+        if end > slice.len as u64 || (ends && end != slice.len as u64) {
+            return Err(Refusal::Fatal(
+                NAK_REMOTE_ACCESS,
+                QpErrorCause::AccessViolation,
+            ));
+        }
+        // WRITE with immediate consumes a receive WQE: check for one before placing data.
+        let wqe = if h.immdt.is_some() {
+            match self.take_recv_wqe(qpn_w) {
+                Some(w) => Some(w),
+                None => {
+                    // Keep the message state so the retried LAST packet finds it.
+                    let qp = self.qps.get_mut(&qpn).expect("checked");
+                    if !starts {
+                        qp.transport.resp.msg = InMessage::Write { slice, offset };
+                    }
+                    return Err(Refusal::Rnr);
+                }
+            }
+        } else {
+            None
+        };
+        if !t.payload.is_empty() {
+            let sub = MrSlice {
+                mr: slice.mr,
+                offset: slice.offset + offset as usize,
+                len: t.payload.len(),
+            };
+            match self.mr_slice_mut(&sub) {
+                Some(dst) => dst.copy_from_slice(t.payload),
+                None => {
+                    return Err(Refusal::Fatal(
+                        NAK_REMOTE_ACCESS,
+                        QpErrorCause::AccessViolation,
+                    ))
+                }
+            }
+        }
+        let qp = self.qps.get_mut(&qpn).expect("checked");
+        qp.transport.expected_psn = qp.transport.expected_psn.next();
+        let recv_cq = qp.recv_cq;
+        if ends {
+            qp.transport.resp.msn = qp.transport.resp.msn.add(1);
+            qp.transport.resp.msg = InMessage::None;
+            self.rc_ack_request(qpn, h.bth.psn, h.bth.ack_req);
+            if let (Some(w), Some(imm)) = (wqe, h.immdt) {
+                let wc = WorkCompletion::new(
+                    w.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    qpn_w,
+                )
+                .with_byte_len(end as u32)
+                .with_imm(imm.imm);
+                if self.push_completion(recv_cq, wc, h.bth.solicited).is_err() {
+                    let _ = self.set_qp_error(qpn_w, QpErrorCause::CompletionError);
+                }
+            }
+        } else {
+            qp.transport.resp.msg = InMessage::Write { slice, offset: end };
+            self.rc_ack_request(qpn, h.bth.psn, h.bth.ack_req);
+        }
+        Ok(())
+    }
+
+    fn rc_exec_read(
+        &mut self,
+        qpn: u32,
+        t: &TransportPacket<'_>,
+        pd: crate::verbs::PdHandle,
+    ) -> Result<(), Refusal> {
+        let reth = t.headers.reth.ok_or_else(invalid)?;
+        if reth.dma_len > MAX_DMA_LEN {
+            return Err(invalid());
+        }
+        self.rc_check_rd_atomic_room(qpn)?;
+        let slice = if reth.dma_len == 0 {
+            MrSlice {
+                mr: None,
+                offset: 0,
+                len: 0,
+            }
+        } else {
+            self.check_remote(
+                pd,
+                reth.rkey,
+                reth.va,
+                u64::from(reth.dma_len),
+                AccessFlags::REMOTE_READ,
+            )
+            .map_err(|_| Refusal::Fatal(NAK_REMOTE_ACCESS, QpErrorCause::AccessViolation))?
+        };
+        let qp = self.qps.get_mut(&qpn).expect("checked");
+        let mtu = qp.attr.path_mtu.bytes();
+        let psn = t.headers.bth.psn;
+        let npsn = packets_for(reth.dma_len, mtu);
+        let r = &mut qp.transport.resp;
+        r.msn = r.msn.add(1);
+        let msn = r.msn;
+        r.responses.push_back(Response::Read {
+            first_psn: psn,
+            next_psn: psn,
+            slice,
+            len: reth.dma_len,
+            sent: 0,
+            msn,
+        });
+        remember(
+            r,
+            qp.attr.max_dest_rd_atomic,
+            RdAtomicResource::Read {
+                first_psn: psn,
+                npsn,
+                va: reth.va,
+                rkey: reth.rkey,
+                len: reth.dma_len,
+            },
+        );
+        // A READ takes one PSN per response packet.
+        qp.transport.expected_psn = psn.add(npsn);
+        Ok(())
+    }
+
+    fn rc_exec_atomic(
+        &mut self,
+        qpn: u32,
+        t: &TransportPacket<'_>,
+        pd: crate::verbs::PdHandle,
+    ) -> Result<(), Refusal> {
+        let a = t.headers.atomic_eth.ok_or_else(invalid)?;
+        if a.va % 8 != 0 {
+            // Misaligned atomic: invalid request.
+            return Err(invalid());
+        }
+        self.rc_check_rd_atomic_room(qpn)?;
+        let slice = self
+            .check_remote(pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+            .map_err(|_| Refusal::Fatal(NAK_REMOTE_ACCESS, QpErrorCause::AccessViolation))?;
+        let is_cas = t.headers.bth.opcode == Opcode::RC_COMPARE_SWAP;
+        let Some(mem) = self.mr_slice_mut(&slice) else {
+            return Err(Refusal::Fatal(
+                NAK_REMOTE_ACCESS,
+                QpErrorCause::AccessViolation,
+            ));
+        };
+        let mut b = [0u8; 8];
+        b.copy_from_slice(mem);
+        // softib memory holds 64-bit atomic operands in little-endian byte order.
+        let orig = u64::from_le_bytes(b);
+        let new = if is_cas {
+            if orig == a.compare {
+                a.swap_add
+            } else {
+                orig
+            }
+        } else {
+            orig.wrapping_add(a.swap_add)
+        };
+        mem.copy_from_slice(&new.to_le_bytes());
+        let qp = self.qps.get_mut(&qpn).expect("checked");
+        let psn = t.headers.bth.psn;
+        let r = &mut qp.transport.resp;
+        r.msn = r.msn.add(1);
+        let msn = r.msn;
+        r.responses.push_back(Response::Atomic { psn, orig, msn });
+        remember(
+            r,
+            qp.attr.max_dest_rd_atomic,
+            RdAtomicResource::Atomic { psn, orig },
+        );
+        qp.transport.expected_psn = psn.next();
+        Ok(())
+    }
+
+    /// More READ / ATOMIC requests in progress than `max_dest_rd_atomic` is an invalid request.
+    fn rc_check_rd_atomic_room(&self, qpn: u32) -> Result<(), Refusal> {
+        let qp = &self.qps[&qpn];
+        let busy = qp
+            .transport
+            .resp
+            .responses
+            .iter()
+            .filter(|r| matches!(r, Response::Read { .. } | Response::Atomic { .. }))
+            .count();
+        if busy >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
+            return Err(invalid());
+        }
+        Ok(())
+    }
+
+    /// Schedules (or coalesces into the pending one) an ACK for request `psn`.
+    fn rc_ack_request(&mut self, qpn: u32, psn: Psn, ack_req: bool) {
+        let qp = self.qps.get_mut(&qpn).expect("checked");
+        let r = &mut qp.transport.resp;
+        let msn = r.msn;
+        if let Some(Response::Ack {
+            psn: p,
+            syndrome: SYNDROME_ACK_NO_CREDITS,
+            msn: m,
+        }) = r.responses.back_mut()
+        {
+            // Coalesce: a newer ACK replaces one not yet sent (9.7.5.1.2).
+            *p = psn;
+            *m = msn;
+            return;
+        }
+        if ack_req {
+            r.responses.push_back(Response::Ack {
+                psn,
+                syndrome: SYNDROME_ACK_NO_CREDITS,
+                msn,
+            });
+        }
+    }
+
+    /// Duplicate request (PSN behind ePSN): never re-executed, answered per 9.7.5.1.4; errors
+    /// while answering are silent (C9-115).
+    fn rc_duplicate(&mut self, qpn: u32, t: &TransportPacket<'_>) {
+        let Ok(info) = t.info() else {
+            return;
+        };
+        let psn = t.headers.bth.psn;
+        let qp = &self.qps[&qpn];
+        let pd = qp.pd;
+        match info.operation {
+            Operation::Send | Operation::RdmaWrite => {
+                // ACK with the PSN of the most recent completed new request.
+                let last = qp.transport.expected_psn.sub(1);
+                let qp = self.qps.get_mut(&qpn).expect("checked");
+                let msn = qp.transport.resp.msn;
+                qp.transport.resp.responses.push_back(Response::Ack {
+                    psn: last,
+                    syndrome: SYNDROME_ACK_NO_CREDITS,
+                    msn,
+                });
+            }
+            Operation::RdmaReadRequest => {
+                let Some(reth) = t.headers.reth else {
+                    return;
+                };
+                // Valid duplicate READ: inside the PSN run of an earlier READ and asking for a
+                // subset of its data.
+                let found = qp.transport.resp.resources.iter().find_map(|r| match *r {
+                    RdAtomicResource::Read {
+                        first_psn,
+                        npsn,
+                        va,
+                        rkey,
+                        len,
+                    } => {
+                        let d = psn.distance(first_psn);
+                        let inside = d >= 0 && (d as u32) < npsn;
+                        let subset = reth.rkey == rkey
+                            && reth.va >= va
+                            && reth.va.checked_add(u64::from(reth.dma_len))
+                                <= va.checked_add(u64::from(len));
+                        (inside && subset).then_some(())
+                    }
+                    _ => None,
+                });
+                if found.is_none() {
+                    return;
+                }
+                let slice = if reth.dma_len == 0 {
+                    MrSlice {
+                        mr: None,
+                        offset: 0,
+                        len: 0,
+                    }
+                } else {
+                    match self.check_remote(
+                        pd,
+                        reth.rkey,
+                        reth.va,
+                        u64::from(reth.dma_len),
+                        AccessFlags::REMOTE_READ,
+                    ) {
+                        Ok(s) => s,
+                        Err(_) => return,
+                    }
+                };
+                let qp = self.qps.get_mut(&qpn).expect("checked");
+                let msn = qp.transport.resp.msn;
+                qp.transport.resp.responses.push_back(Response::Read {
+                    first_psn: psn,
+                    next_psn: psn,
+                    slice,
+                    len: reth.dma_len,
+                    sent: 0,
+                    msn,
+                });
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                // Replay the saved result, never re-execute (o9-66); unknown PSN: drop (o9-67).
+                let saved = qp.transport.resp.resources.iter().find_map(|r| match *r {
+                    RdAtomicResource::Atomic { psn: p, orig } if p == psn => Some(orig),
+                    _ => None,
+                });
+                let Some(orig) = saved else {
+                    return;
+                };
+                let qp = self.qps.get_mut(&qpn).expect("checked");
+                let msn = qp.transport.resp.msn;
+                qp.transport
+                    .resp
+                    .responses
+                    .push_back(Response::Atomic { psn, orig, msn });
+            }
+            _ => return,
+        }
+        self.schedule_tx(qpn);
+    }
+
+    /// Builds the next response packet of the QP into `out`.
+    pub(crate) fn rc_next_response(&mut self, qpn: u32, out: &mut Vec<u8>) -> bool {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return false;
+        };
+        let mtu = qp.attr.path_mtu.bytes();
+        let dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
+        let Some(front) = qp.transport.resp.responses.front_mut() else {
+            return false;
+        };
+        let mut h = TransportHeaders::new(Bth {
+            dest_qp,
+            pkey: DEFAULT_PKEY,
+            ..Bth::default()
+        });
+        let mut read_part = None;
+        let mut fatal = None;
+        let done = match front {
+            Response::Ack { psn, syndrome, msn } => {
+                h.bth.opcode = Opcode::RC_ACKNOWLEDGE;
+                h.bth.psn = *psn;
+                h.aeth = Some(Aeth {
+                    syndrome: *syndrome,
+                    msn: *msn,
+                });
+                true
+            }
+            Response::Nak {
+                psn,
+                syndrome,
+                msn,
+                cause,
+            } => {
+                h.bth.opcode = Opcode::RC_ACKNOWLEDGE;
+                h.bth.psn = *psn;
+                h.aeth = Some(Aeth {
+                    syndrome: *syndrome,
+                    msn: *msn,
+                });
+                fatal = Some(*cause);
+                true
+            }
+            Response::Atomic { psn, orig, msn } => {
+                h.bth.opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
+                h.bth.psn = *psn;
+                h.aeth = Some(Aeth {
+                    syndrome: SYNDROME_ACK_NO_CREDITS,
+                    msn: *msn,
+                });
+                h.atomic_ack_eth = Some(AtomicAckEth {
+                    orig_remote_data: *orig,
+                });
+                true
+            }
+            Response::Read {
+                first_psn,
+                next_psn,
+                slice,
+                len,
+                sent,
+                msn,
+            } => {
+                let first = *next_psn == *first_psn;
+                let plen = (*len - *sent).min(mtu);
+                let last = *sent + plen >= *len;
+                h.bth.opcode = match (first, last) {
+                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                };
+                h.bth.psn = *next_psn;
+                if first || last {
+                    h.aeth = Some(Aeth {
+                        syndrome: SYNDROME_ACK_NO_CREDITS,
+                        msn: *msn,
+                    });
+                }
+                read_part = Some(MrSlice {
+                    mr: slice.mr,
+                    offset: slice.offset + *sent as usize,
+                    len: plen as usize,
+                });
+                *sent += plen;
+                *next_psn = next_psn.next();
+                last
+            }
+        };
+        if done {
+            qp.transport.resp.responses.pop_front();
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        if let Some(part) = read_part {
+            match self.mr_slice(&part) {
+                Some(b) => scratch.extend_from_slice(b),
+                None if part.len == 0 => {}
+                None => {
+                    // The region went away under a READ: answer with a remote access NAK.
+                    h = TransportHeaders::new(Bth {
+                        opcode: Opcode::RC_ACKNOWLEDGE,
+                        dest_qp,
+                        pkey: DEFAULT_PKEY,
+                        psn: h.bth.psn,
+                        ..Bth::default()
+                    });
+                    h.aeth = Some(Aeth {
+                        syndrome: NAK_REMOTE_ACCESS,
+                        msn: Msn::default(),
+                    });
+                    fatal = Some(QpErrorCause::AccessViolation);
+                }
+            }
+        }
+        let t = TransportPacket::new(h, &scratch);
+        let built = self.build_frame(qpn, &t, out);
+        self.scratch = scratch;
+        if let Some(cause) = fatal {
+            let _ = self.set_qp_error(softib_wire::Qpn::new(qpn), cause);
+        }
+        built
+    }
+
+    /// Invalidates the memory region whose R_Key is `rkey` in `pd` (SEND with invalidate).
+    fn invalidate_rkey(&mut self, pd: crate::verbs::PdHandle, rkey: u32) {
+        self.mrs.invalidate_rkey(pd, rkey);
+    }
+}
+
+fn invalid() -> Refusal {
+    Refusal::Fatal(NAK_INVALID_REQUEST, QpErrorCause::InvalidRequest)
+}
+
+/// Keeps a READ / ATOMIC for duplicates, at most `depth` of them (oldest dropped).
+fn remember(r: &mut crate::transport::rc::Responder, depth: u8, res: RdAtomicResource) {
+    r.resources.push_back(res);
+    while r.resources.len() > usize::from(depth.max(1)) {
+        r.resources.pop_front();
+    }
+}

@@ -1,0 +1,124 @@
+//! Connection set-up helpers: the `modify_qp` sequence RESET → INIT → RTR → RTS that every
+//! RDMA program writes by hand (as `ibv_rc_pingpong` does after exchanging LID:QPN:PSN:GID).
+
+use softib_wire::{Psn, Qpn};
+
+use crate::error::ModifyQpError;
+use crate::verbs::ah::AhAttr;
+use crate::verbs::qp::{QpAttr, QpAttrMask};
+use crate::verbs::types::{AccessFlags, Gid, Mtu, QpState};
+use crate::Hca;
+
+/// What one side tells the other out of band.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointInfo {
+    pub qpn: Qpn,
+    /// First PSN this side's requester will use.
+    pub psn: Psn,
+    pub gid: Gid,
+    pub lid: u16,
+}
+
+/// Connection parameters of an RC / UC QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOptions {
+    pub port_num: u8,
+    pub sgid_index: u8,
+    pub path_mtu: Mtu,
+    /// Transport timer exponent (Ttr = 4.096 µs × 2^timeout; 0 = infinite).
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    /// RNR NAK timer code this responder sends.
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub access: AccessFlags,
+}
+
+impl Default for ConnectOptions {
+    /// The values `ibv_rc_pingpong` uses: timeout 14, retry 7, RNR retry 7, min RNR timer 12,
+    /// one outstanding READ/ATOMIC, path MTU 1024, local write + remote read/write/atomic.
+    fn default() -> Self {
+        ConnectOptions {
+            port_num: 1,
+            sgid_index: 0,
+            path_mtu: Mtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+        }
+    }
+}
+
+/// Moves a connected QP from RESET to RTS towards `remote`; `local_psn` is the first PSN of
+/// this side's requester.
+pub fn connect(
+    hca: &mut Hca,
+    qpn: Qpn,
+    local_psn: Psn,
+    remote: &EndpointInfo,
+    o: &ConnectOptions,
+) -> Result<(), ModifyQpError> {
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: o.port_num,
+        pkey_index: 0,
+        qp_access_flags: o.access,
+        ..QpAttr::default()
+    };
+    hca.modify_qp(
+        qpn,
+        &init,
+        QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS,
+    )?;
+    let mut av = AhAttr::global(o.port_num, remote.gid, o.sgid_index);
+    av.dlid = remote.lid;
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        ah_attr: av,
+        path_mtu: o.path_mtu,
+        dest_qp_num: remote.qpn.value(),
+        rq_psn: remote.psn,
+        max_dest_rd_atomic: o.max_dest_rd_atomic,
+        min_rnr_timer: o.min_rnr_timer,
+        ..QpAttr::default()
+    };
+    hca.modify_qp(
+        qpn,
+        &rtr,
+        QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER,
+    )?;
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: local_psn,
+        timeout: o.timeout,
+        retry_cnt: o.retry_cnt,
+        rnr_retry: o.rnr_retry,
+        max_rd_atomic: o.max_rd_atomic,
+        ..QpAttr::default()
+    };
+    hca.modify_qp(
+        qpn,
+        &rts,
+        QpAttrMask::STATE
+            | QpAttrMask::SQ_PSN
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC,
+    )
+}

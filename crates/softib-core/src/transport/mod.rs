@@ -1,0 +1,56 @@
+//! Transport state kept per QP by the data path, and the counters the HCA keeps for every
+//! packet it drops, retries or rejects.
+//!
+//! The data path itself lives in `hca/` (`datapath.rs` frames packets and schedules
+//! transmission and timers; `requester.rs`, `completer.rs` and `responder.rs` implement the
+//! three roles of IBA 9.7 for RC). It runs on the `Hca` because every role touches memory
+//! regions, queues and completion queues that the HCA owns.
+
+pub mod rc;
+
+/// Counters of the data path, named after the Linux rxe hardware counters where one exists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Packets sent (requests and responses).
+    pub sent_pkts: u64,
+    /// Packets received and handed to a QP.
+    pub rcvd_pkts: u64,
+    /// Frames dropped because they did not parse.
+    pub malformed: u64,
+    /// Frames dropped because the ICRC did not match.
+    pub icrc_err: u64,
+    /// Packets for a QP that does not exist.
+    pub no_such_qp: u64,
+    /// Packets whose opcode's service does not match the QP type.
+    pub wrong_service: u64,
+    /// Packets with a P_Key not in the port's table.
+    pub bad_pkey: u64,
+    /// Packets whose addresses do not match the QP's connection.
+    pub bad_address: u64,
+    /// Packets dropped because the QP's state does not accept them.
+    pub bad_state: u64,
+    /// Responder: packets ahead of the expected PSN (sequence error).
+    pub rcvd_seq_err: u64,
+    /// Responder: duplicate requests.
+    pub duplicate_request: u64,
+    /// Responder: packets silently dropped while a sequence NAK is outstanding.
+    pub out_of_seq_dropped: u64,
+    /// Responder: RNR NAKs sent.
+    pub rnr_nak_sent: u64,
+    /// Responder: other NAKs sent.
+    pub nak_sent: u64,
+    /// Requester: packets retransmitted (all causes).
+    pub retransmitted_pkts: u64,
+    /// Requester: retries started by a transport timer expiry.
+    pub retry_timeouts: u64,
+    /// Requester: retries started by a NAK-PSN sequence error or an implied NAK.
+    pub retry_naks: u64,
+    /// Requester: RNR NAKs received.
+    pub rcvd_rnr_nak: u64,
+    /// Requester: responses ignored (stale, duplicate, unexpected).
+    pub ignored_responses: u64,
+    /// Requester: retry counter exhausted.
+    pub retry_exceeded: u64,
+    /// Requester: RNR retry counter exhausted.
+    pub rnr_retry_exceeded: u64,
+}
