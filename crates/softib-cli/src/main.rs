@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod compliance;
 mod pcap_cmd;
 mod synth;
 
@@ -25,11 +26,14 @@ enum Command {
         #[command(subcommand)]
         command: pcap_cmd::PcapCommand,
     },
+    /// Traceability report: which compliance statements are covered by tests.
+    Compliance(compliance::ComplianceArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Pcap { command } => pcap_cmd::run(command),
+        Command::Compliance(args) => compliance::run(args),
     }
 }

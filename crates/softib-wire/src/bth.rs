@@ -206,6 +206,7 @@ impl Bth {
 
     /// Parses the BTH at the start of `buf`. Field values are not judged here; the packet
     /// parser checks TVer, PadCnt and the opcode against the rest of the packet.
+    #[inline]
     pub fn parse(buf: &[u8]) -> Result<Bth> {
         let v = BthView::new_checked(buf)?;
         Ok(Bth {

@@ -95,6 +95,7 @@ impl TransportHeaders {
 
     /// Parses the BTH and the extension headers at the start of `buf`; returns them and the
     /// number of bytes they take.
+    #[inline(always)]
     pub fn parse(buf: &[u8]) -> Result<(TransportHeaders, &'static OpcodeInfo, usize)> {
         let bth = Bth::parse(buf)?;
         if bth.tver != 0 {
@@ -134,6 +135,23 @@ impl TransportHeaders {
     /// Checks that exactly the extension headers of the opcode are present.
     pub fn check_header_set(&self) -> Result<&'static OpcodeInfo> {
         let info = self.info()?;
+        // Common case first: the present headers, as a set, equal the opcode's.
+        let mut present = 0u16;
+        macro_rules! present_bit {
+            ($f:ident, $T:ident, $flag:expr, $kind:expr) => {
+                if self.$f.is_some() {
+                    present |= $flag.bits();
+                }
+            };
+        }
+        for_each_ext_header!(present_bit);
+        if self.cnp_reserved.is_some() {
+            present |= ExtHeaders::CNP_RESERVED.bits();
+        }
+        if present == info.headers.bits() {
+            return Ok(info);
+        }
+        // Name the first header, in wire order, that is wrongly present or missing.
         let op = self.bth.opcode.0;
         macro_rules! check_one {
             ($f:ident, $T:ident, $flag:expr, $kind:expr) => {
@@ -167,6 +185,11 @@ impl TransportHeaders {
     /// Writes the BTH and extension headers; returns the bytes written.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         self.check_header_set()?;
+        self.emit_checked(buf)
+    }
+
+    /// [`Self::emit`] once [`Self::check_header_set`] has passed.
+    fn emit_checked(&self, buf: &mut [u8]) -> Result<usize> {
         let mut at = self.bth.emit(buf)?;
         macro_rules! emit_one {
             ($f:ident, $T:ident, $flag:expr, $kind:expr) => {
@@ -222,6 +245,7 @@ impl<'a> TransportPacket<'a> {
     }
 
     /// Parses `buf`, which must hold exactly BTH … pad (no ICRC).
+    #[inline(always)]
     pub fn parse(buf: &'a [u8]) -> Result<TransportPacket<'a>> {
         let (headers, info, at) = TransportHeaders::parse(buf)?;
         let rest = &buf[at..];
@@ -286,13 +310,16 @@ impl<'a> TransportPacket<'a> {
                 max: 0,
             });
         }
-        if self.pad.len() != usize::from(self.headers.bth.pad_cnt) {
+        if self.pad.len() != usize::from(self.headers.bth.pad_cnt)
+            || (self.payload.len() + self.pad.len()) % 4 != 0
+        {
+            // PadCnt must bring the payload to a whole number of 4-byte words, as on parse.
             return Err(Error::BadField {
                 field: Field::BthPadCnt,
                 value: self.headers.bth.pad_cnt.into(),
             });
         }
-        let total = self.wire_len()?;
+        let total = info.transport_header_len() + self.payload.len() + self.pad.len();
         if buf.len() < total {
             return Err(Error::Truncated {
                 header: Header::Payload,
@@ -300,7 +327,7 @@ impl<'a> TransportPacket<'a> {
                 have: buf.len(),
             });
         }
-        let mut at = self.headers.emit(buf)?;
+        let mut at = self.headers.emit_checked(buf)?;
         buf[at..at + self.payload.len()].copy_from_slice(self.payload);
         at += self.payload.len();
         buf[at..at + self.pad.len()].copy_from_slice(self.pad);

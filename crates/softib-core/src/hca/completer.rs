@@ -165,7 +165,9 @@ impl Hca {
         let offset = idx * mtu;
         let remaining = w.length - offset.min(w.length);
         let len = t.payload.len() as u32;
-        // First and middle packets carry exactly one MTU; the last (or only) the rest.
+        // First and middle packets carry exactly one MTU; the last (or only) the rest. A
+        // retried READ restarts with FIRST / ONLY at the PSN it asked for (subset rule), and
+        // late packets of the original stream may still arrive: data is placed by PSN offset.
         let starts = matches!(pos, Position::First | Position::Only);
         let ends = matches!(pos, Position::Last | Position::Only);
         let len_ok = if ends {
@@ -173,8 +175,7 @@ impl Hca {
         } else {
             len == mtu && remaining > mtu
         };
-        let pos_ok = (idx == 0) == starts || (!starts && idx > 0);
-        if !len_ok || !pos_ok || (starts && idx != 0 && pos == Position::First) {
+        if !len_ok {
             self.rc_complete_error(qpn, i, WcStatus::BadRespErr);
             return;
         }

@@ -166,6 +166,11 @@ impl Hca {
         if last || is_read || w.opcode.is_atomic() {
             w.tx.all_sent = true;
             r.cur += 1;
+            // After a rewind, WQEs already answered (a READ whose data arrived while an
+            // earlier WQE was being retried) are not sent again.
+            while qp.sq.get(r.cur).is_some_and(|n| n.tx.done) {
+                r.cur += 1;
+            }
             r.cur_psn = match qp.sq.get(r.cur) {
                 Some(n) if n.tx.started => rewind_point(n),
                 _ => qp.transport.next_psn,

@@ -390,6 +390,7 @@ impl Hca {
             len: reth.dma_len,
             sent: 0,
             msn,
+            fresh: true,
         });
         remember(
             r,
@@ -448,7 +449,12 @@ impl Hca {
         let r = &mut qp.transport.resp;
         r.msn = r.msn.add(1);
         let msn = r.msn;
-        r.responses.push_back(Response::Atomic { psn, orig, msn });
+        r.responses.push_back(Response::Atomic {
+            psn,
+            orig,
+            msn,
+            fresh: true,
+        });
         remember(
             r,
             qp.attr.max_dest_rd_atomic,
@@ -466,7 +472,12 @@ impl Hca {
             .resp
             .responses
             .iter()
-            .filter(|r| matches!(r, Response::Read { .. } | Response::Atomic { .. }))
+            .filter(|r| {
+                matches!(
+                    r,
+                    Response::Read { fresh: true, .. } | Response::Atomic { fresh: true, .. }
+                )
+            })
             .count();
         if busy >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
             return Err(invalid());
@@ -574,6 +585,7 @@ impl Hca {
                     len: reth.dma_len,
                     sent: 0,
                     msn,
+                    fresh: false,
                 });
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -587,10 +599,12 @@ impl Hca {
                 };
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 let msn = qp.transport.resp.msn;
-                qp.transport
-                    .resp
-                    .responses
-                    .push_back(Response::Atomic { psn, orig, msn });
+                qp.transport.resp.responses.push_back(Response::Atomic {
+                    psn,
+                    orig,
+                    msn,
+                    fresh: false,
+                });
             }
             _ => return,
         }
@@ -639,7 +653,7 @@ impl Hca {
                 fatal = Some(*cause);
                 true
             }
-            Response::Atomic { psn, orig, msn } => {
+            Response::Atomic { psn, orig, msn, .. } => {
                 h.bth.opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
                 h.bth.psn = *psn;
                 h.aeth = Some(Aeth {
@@ -658,6 +672,7 @@ impl Hca {
                 len,
                 sent,
                 msn,
+                ..
             } => {
                 let first = *next_psn == *first_psn;
                 let plen = (*len - *sent).min(mtu);

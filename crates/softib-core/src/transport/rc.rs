@@ -85,9 +85,16 @@ pub enum Response {
         len: u32,
         sent: u32,
         msn: Msn,
+        /// False for the answer to a duplicate READ (it holds no new responder resource).
+        fresh: bool,
     },
-    /// ATOMIC acknowledgement carrying the original remote data.
-    Atomic { psn: Psn, orig: u64, msn: Msn },
+    /// ATOMIC acknowledgement carrying the original remote data (`fresh` as for READ).
+    Atomic {
+        psn: Psn,
+        orig: u64,
+        msn: Msn,
+        fresh: bool,
+    },
 }
 
 /// A READ or ATOMIC the responder executed, remembered for duplicates (its depth is
