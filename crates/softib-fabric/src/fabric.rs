@@ -1,0 +1,1328 @@
+//! The discrete-event fabric: nodes, links, one switch, and the event loop.
+//!
+//! # Event loop
+//!
+//! Single-threaded. Pending events live in a binary heap ordered by `(time, sequence number)`;
+//! the sequence number is assigned when an event is scheduled, so events due at the same time
+//! run in the order they were scheduled and every run of the same inputs is identical. There
+//! are two kinds of event: a frame reaching the far end of a link direction (the switch, or an
+//! endpoint), and an endpoint's timeout.
+//!
+//! After every call into an endpoint (a delivered frame, a timeout) and for every node marked
+//! by [`Fabric::kick`] or [`Fabric::node_mut`], the fabric drains the endpoint's
+//! [`Endpoint::poll_transmit`] (each frame enters the node's up direction at the current time)
+//! and re-reads [`Endpoint::poll_timeout`]. Timeouts are invalidated lazily: a deadline that
+//! moves later keeps its heap entry, which is re-filed when it comes up; a deadline that moves
+//! earlier gets a new entry and the old one is ignored.
+//!
+//! # Memory
+//!
+//! Frame buffers are recycled through a free list, and frames in flight live in a slab indexed
+//! by the (24-byte) heap entries, so a run in its steady state does not allocate per frame.
+
+use std::collections::BinaryHeap;
+use std::io::{self, Write};
+
+use softib_wire::pcap::{PcapWriter, LINKTYPE_ETHERNET};
+
+use crate::endpoint::Endpoint;
+use crate::faults::{corrupt_frame, BthKey, Effects, Rule, RuleId, RuleState, RuleStats};
+use crate::hash::TraceHash;
+use crate::link::{eth_header_len, serialisation_ns, Direction, LinkConfig, LinkStats};
+use crate::rng::Rng;
+
+/// Identifies a node of a [`Fabric`] (its index, in order of [`Fabric::add_node`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub(crate) u32);
+
+impl NodeId {
+    /// The node's index: 0 for the first node added, and so on.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Why a run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// No frame in flight and no endpoint timeout due by the limit.
+    Idle,
+    /// The time limit came with frames still in flight (virtual time is now the limit).
+    TimeLimit,
+    /// The event budget ran out.
+    EventLimit,
+}
+
+/// Which frames a pcap capture records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capture {
+    /// Every frame handed to an endpoint, stamped with its delivery time.
+    Delivered,
+    /// As `Delivered`, plus every frame an endpoint transmits, stamped with its send time (so
+    /// the file holds each delivered frame twice and is not sorted by time).
+    DeliveredAndSent,
+}
+
+/// Counters of the switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SwitchStats {
+    /// Frames forwarded to one known destination.
+    pub forwarded: u64,
+    /// Broadcast / multicast frames copied to every other node.
+    pub flooded: u64,
+    /// Frames to a unicast MAC address no node has (dropped).
+    pub unknown_dst: u64,
+    /// Frames shorter than an Ethernet header (dropped).
+    pub malformed: u64,
+}
+
+/// Fabric-wide counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Totals {
+    /// Frames (and bytes) endpoints transmitted.
+    pub transmitted_frames: u64,
+    pub transmitted_bytes: u64,
+    /// Frames (and bytes) handed to endpoints.
+    pub delivered_frames: u64,
+    pub delivered_bytes: u64,
+    /// Every link direction's counters added up (a frame crossing the switch is counted on two
+    /// directions), with the largest queueing delay of any.
+    pub links: LinkStats,
+    pub switch: SwitchStats,
+}
+
+/// Frames one endpoint may emit in one go before other nodes get a turn (the node is polled
+/// again straight after); it keeps a runaway endpoint from starving the event loop.
+const MAX_TRANSMITS_PER_POLL: usize = 1 << 16;
+
+/// A buffer kept on the free list when recycled is cut back to this capacity if larger.
+const MAX_POOLED_CAPACITY: usize = 16 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EventKind {
+    /// A frame (slab index) reaches the far end of its link direction.
+    Frame,
+    /// A node's (index) timeout.
+    Timer,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Event {
+    time: u64,
+    seq: u64,
+    idx: u32,
+    kind: EventKind,
+}
+
+impl Ord for Event {
+    // Reversed: BinaryHeap is a max-heap and the earliest (time, seq) must come out first.
+    #[inline]
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (other.time, other.seq).cmp(&(self.time, self.seq))
+    }
+}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+struct Node<E> {
+    ep: E,
+    mac: [u8; 6],
+    /// The deadline the endpoint last reported (clamped to the time it was read).
+    want: Option<u64>,
+    /// The heap entry standing for the timeout: (time, seq).
+    armed: Option<(u64, u64)>,
+    dirty: bool,
+}
+
+struct Link {
+    cfg: LinkConfig,
+    rng: Rng,
+    node: u32,
+    dir: Direction,
+    /// When the transmitter finishes the last frame given to it.
+    busy_until: u64,
+    /// Arrival time of the last frame that keeps FIFO order.
+    last_arrival: u64,
+    /// The Gilbert–Elliott chain is in its bad state.
+    in_burst: bool,
+    stats: LinkStats,
+}
+
+struct Slot {
+    buf: Vec<u8>,
+    link: u32,
+    /// The node that transmitted the frame.
+    src: u32,
+}
+
+struct PcapSink {
+    w: PcapWriter<Box<dyn Write>>,
+    sent: bool,
+    err: Option<io::Error>,
+}
+
+impl PcapSink {
+    fn record(&mut self, ts_ns: u64, frame: &[u8]) {
+        if self.err.is_none() {
+            if let Err(e) = self.w.write_record(ts_ns, frame) {
+                self.err = Some(e);
+            }
+        }
+    }
+}
+
+/// Everything but the endpoints, so that an endpoint can be borrowed while the network is
+/// updated.
+struct Net {
+    now: u64,
+    seq: u64,
+    heap: BinaryHeap<Event>,
+    slots: Vec<Slot>,
+    free_slots: Vec<u32>,
+    free_bufs: Vec<Vec<u8>>,
+    links: Vec<Link>,
+    /// (MAC as u64, node index), sorted.
+    macs: Vec<(u64, u32)>,
+    rules: Vec<RuleState>,
+    switch_latency_ns: u64,
+    in_flight: usize,
+    events: u64,
+    trace: TraceHash,
+    totals: Totals,
+    pcap: Option<PcapSink>,
+    dirty: Vec<u32>,
+    seed: u64,
+    /// Frame buffers created because the free list was empty.
+    bufs_created: u64,
+}
+
+fn mac_key(mac: &[u8]) -> u64 {
+    let mut k = [0u8; 8];
+    k[2..8].copy_from_slice(&mac[..6]);
+    u64::from_be_bytes(k)
+}
+
+fn link_index(node: u32, dir: Direction) -> usize {
+    node as usize * 2
+        + match dir {
+            Direction::Up => 0,
+            Direction::Down => 1,
+        }
+}
+
+impl Net {
+    fn schedule(&mut self, time: u64, kind: EventKind, idx: u32) -> u64 {
+        let seq = self.seq;
+        self.seq += 1;
+        self.heap.push(Event {
+            time,
+            seq,
+            idx,
+            kind,
+        });
+        seq
+    }
+
+    fn take_buf(&mut self) -> Vec<u8> {
+        self.free_bufs.pop().unwrap_or_else(|| {
+            self.bufs_created += 1;
+            Vec::new()
+        })
+    }
+
+    fn put_buf(&mut self, mut buf: Vec<u8>) {
+        buf.clear();
+        if buf.capacity() > MAX_POOLED_CAPACITY {
+            buf.shrink_to(MAX_POOLED_CAPACITY);
+        }
+        self.free_bufs.push(buf);
+    }
+
+    fn lookup(&self, mac: &[u8]) -> Option<u32> {
+        let k = mac_key(mac);
+        self.macs
+            .binary_search_by_key(&k, |&(m, _)| m)
+            .ok()
+            .map(|i| self.macs[i].1)
+    }
+
+    fn schedule_frame(&mut self, time: u64, buf: Vec<u8>, link: usize, src: u32) {
+        let slot = Slot {
+            buf,
+            link: link as u32,
+            src,
+        };
+        let idx = match self.free_slots.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.in_flight += 1;
+        self.schedule(time, EventKind::Frame, idx);
+    }
+
+    /// Takes a frame out of the slab.
+    fn take_slot(&mut self, idx: u32) -> Slot {
+        let slot = std::mem::replace(
+            &mut self.slots[idx as usize],
+            Slot {
+                buf: Vec::new(),
+                link: 0,
+                src: 0,
+            },
+        );
+        self.free_slots.push(idx);
+        self.in_flight -= 1;
+        slot
+    }
+
+    /// A frame transmitted by node `src` at the current time.
+    fn transmit(&mut self, src: u32, buf: Vec<u8>) {
+        self.totals.transmitted_frames += 1;
+        self.totals.transmitted_bytes += buf.len() as u64;
+        if let Some(p) = self.pcap.as_mut().filter(|p| p.sent) {
+            p.record(self.now, &buf);
+        }
+        self.enqueue(link_index(src, Direction::Up), self.now, buf, src);
+    }
+
+    /// A frame from node `src` enters link direction `li` at time `t`: applies the MTU, the
+    /// down schedule, the rules and the faults, and schedules its arrival (see
+    /// [`crate::faults`] for the order).
+    fn enqueue(&mut self, li: usize, t: u64, mut buf: Vec<u8>, src: u32) {
+        let n = buf.len();
+        {
+            let link = &mut self.links[li];
+            link.stats.sent_frames += 1;
+            link.stats.sent_bytes += n as u64;
+            if n.saturating_sub(eth_header_len(&buf)) > link.cfg.mtu {
+                link.stats.dropped_mtu += 1;
+                self.put_buf(buf);
+                return;
+            }
+            if link.cfg.faults.is_down(t) {
+                link.stats.dropped_link_down += 1;
+                self.put_buf(buf);
+                return;
+            }
+        }
+        let mut fx = Effects::default();
+        if !self.rules.is_empty() {
+            if let Some(key) = BthKey::of(&buf) {
+                let (hop, node) = (self.links[li].dir, self.links[li].node);
+                let to = match hop {
+                    Direction::Up => buf.get(..6).and_then(|m| self.lookup(m)),
+                    Direction::Down => Some(node),
+                };
+                for r in &mut self.rules {
+                    r.apply(&key, hop, NodeId(src), to.map(NodeId), &mut fx);
+                    if fx.drop {
+                        break;
+                    }
+                }
+            }
+        }
+        let link = &mut self.links[li];
+        if fx.drop {
+            link.stats.dropped_rule += 1;
+            self.put_buf(buf);
+            return;
+        }
+        let f = &link.cfg.faults;
+        if link.rng.chance(f.loss) {
+            link.stats.dropped_loss += 1;
+            self.put_buf(buf);
+            return;
+        }
+        if let Some(b) = f.burst {
+            let p = if link.in_burst { b.leave } else { b.enter };
+            if link.rng.chance(p) {
+                link.in_burst = !link.in_burst;
+            }
+            if link.in_burst && link.rng.chance(b.loss) {
+                link.stats.dropped_loss += 1;
+                self.put_buf(buf);
+                return;
+            }
+        }
+        let corrupt = link.rng.chance(f.corrupt) | fx.corrupt;
+        if corrupt && corrupt_frame(&mut link.rng, &mut buf) {
+            link.stats.corrupted += 1;
+        }
+        let dup = link.rng.chance(f.dup) | fx.dup;
+        let mut hold = fx.delay_ns;
+        if fx.delay_ns > 0 {
+            link.stats.delayed += 1;
+        }
+        if link.rng.chance(f.reorder) {
+            link.stats.reordered += 1;
+            hold = hold.saturating_add(f.reorder_delay_ns);
+        }
+
+        let ser = serialisation_ns(n, link.cfg.bandwidth_bps);
+        let fixed = link.cfg.latency_ns.saturating_add(f.delay_ns);
+        let jitter = link.cfg.jitter_ns.saturating_add(f.jitter_ns);
+
+        let start = t.max(link.busy_until);
+        link.stats.max_queue_delay_ns = link.stats.max_queue_delay_ns.max(start - t);
+        let finish = start.saturating_add(ser);
+        link.busy_until = finish;
+        let j = if jitter > 0 {
+            link.rng.up_to(jitter)
+        } else {
+            0
+        };
+        let mut arrival = finish
+            .saturating_add(fixed)
+            .saturating_add(j)
+            .max(link.last_arrival);
+        if hold == 0 {
+            link.last_arrival = arrival;
+        } else {
+            arrival = arrival.saturating_add(hold);
+        }
+
+        let copy = if dup {
+            link.stats.duplicated += 1;
+            let start = link.busy_until;
+            let finish = start.saturating_add(ser);
+            link.busy_until = finish;
+            let j = if jitter > 0 {
+                link.rng.up_to(jitter)
+            } else {
+                0
+            };
+            let arrival = finish
+                .saturating_add(fixed)
+                .saturating_add(j)
+                .max(link.last_arrival);
+            link.last_arrival = arrival;
+            Some(arrival)
+        } else {
+            None
+        };
+
+        let lost = link.cfg.faults.down_during(t, arrival);
+        let copy = copy.map(|a| (a, link.cfg.faults.down_during(t, a)));
+        // The copy's bytes, taken before the original is handed on.
+        let copy = copy.map(|(a, copy_lost)| {
+            let mut c = self.take_buf();
+            c.extend_from_slice(&buf);
+            (a, copy_lost, c)
+        });
+        for (at, gone, frame) in std::iter::once((arrival, lost, buf)).chain(copy) {
+            if gone {
+                self.links[li].stats.dropped_link_down += 1;
+                self.put_buf(frame);
+            } else {
+                self.schedule_frame(at, frame, li, src);
+            }
+        }
+    }
+
+    /// A frame from node `src` has fully arrived at the switch.
+    fn forward(&mut self, src: u32, buf: Vec<u8>, node_count: u32) {
+        if buf.len() < 14 {
+            self.totals.switch.malformed += 1;
+            self.put_buf(buf);
+            return;
+        }
+        let t = self.now.saturating_add(self.switch_latency_ns);
+        if buf[0] & 1 == 1 {
+            // Broadcast / multicast: a copy to every other node.
+            self.totals.switch.flooded += 1;
+            let targets = (0..node_count).filter(|&d| d != src);
+            for d in targets {
+                let mut c = self.take_buf();
+                c.extend_from_slice(&buf);
+                self.enqueue(link_index(d, Direction::Down), t, c, src);
+            }
+            self.put_buf(buf);
+            return;
+        }
+        match self.lookup(&buf[..6]) {
+            Some(d) => {
+                self.totals.switch.forwarded += 1;
+                self.enqueue(link_index(d, Direction::Down), t, buf, src);
+            }
+            None => {
+                self.totals.switch.unknown_dst += 1;
+                self.put_buf(buf);
+            }
+        }
+    }
+}
+
+/// A star network: every node has one port cabled to a single non-blocking switch that forwards
+/// by destination MAC address. The fabric owns the endpoints; see the [crate docs](crate) for
+/// an example.
+pub struct Fabric<E> {
+    nodes: Vec<Node<E>>,
+    net: Net,
+    /// Scratch list swapped with `net.dirty` while servicing.
+    dirty_scratch: Vec<u32>,
+}
+
+impl<E: Endpoint> Fabric<E> {
+    /// An empty fabric whose random faults all derive from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Fabric {
+            nodes: Vec::new(),
+            net: Net {
+                now: 0,
+                seq: 0,
+                heap: BinaryHeap::new(),
+                slots: Vec::new(),
+                free_slots: Vec::new(),
+                free_bufs: Vec::new(),
+                links: Vec::new(),
+                macs: Vec::new(),
+                rules: Vec::new(),
+                switch_latency_ns: 0,
+                in_flight: 0,
+                events: 0,
+                trace: TraceHash::default(),
+                totals: Totals::default(),
+                pcap: None,
+                dirty: Vec::new(),
+                seed,
+                bufs_created: 0,
+            },
+            dirty_scratch: Vec::new(),
+        }
+    }
+
+    /// The seed given to [`Fabric::new`].
+    pub fn seed(&self) -> u64 {
+        self.net.seed
+    }
+
+    /// Attaches `endpoint` with MAC address `mac`, both link directions configured as `link`.
+    /// The node is polled (transmits and timeout) at the next step.
+    ///
+    /// # Panics
+    /// If another node already has `mac`, or `mac` is a multicast / broadcast address.
+    pub fn add_node(&mut self, endpoint: E, mac: [u8; 6], link: LinkConfig) -> NodeId {
+        self.add_node_with(endpoint, mac, link.clone(), link)
+    }
+
+    /// As [`Fabric::add_node`] with separate configurations for the node's up (node to switch)
+    /// and down (switch to node) directions.
+    ///
+    /// # Panics
+    /// If another node already has `mac`, or `mac` is a multicast / broadcast address.
+    pub fn add_node_with(
+        &mut self,
+        endpoint: E,
+        mac: [u8; 6],
+        up: LinkConfig,
+        down: LinkConfig,
+    ) -> NodeId {
+        assert!(mac[0] & 1 == 0, "node MAC {mac:02x?} is a group address");
+        let key = mac_key(&mac);
+        let pos = match self.net.macs.binary_search_by_key(&key, |&(m, _)| m) {
+            Ok(_) => panic!("two nodes with MAC {mac:02x?}"),
+            Err(pos) => pos,
+        };
+        let id = u32::try_from(self.nodes.len()).expect("too many nodes");
+        self.net.macs.insert(pos, (key, id));
+        for (dir, cfg) in [(Direction::Up, up), (Direction::Down, down)] {
+            let stream = link_index(id, dir) as u64;
+            self.net.links.push(Link {
+                cfg,
+                rng: Rng::stream(self.net.seed, stream),
+                node: id,
+                dir,
+                busy_until: 0,
+                last_arrival: 0,
+                in_burst: false,
+                stats: LinkStats::default(),
+            });
+        }
+        self.nodes.push(Node {
+            ep: endpoint,
+            mac,
+            want: None,
+            armed: None,
+            dirty: false,
+        });
+        self.kick(NodeId(id));
+        NodeId(id)
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The node's endpoint.
+    pub fn node(&self, id: NodeId) -> &E {
+        &self.nodes[id.index()].ep
+    }
+
+    /// The node's endpoint, for posting work or changing it; marks the node to be polled at
+    /// the next step (as [`Fabric::kick`]).
+    pub fn node_mut(&mut self, id: NodeId) -> &mut E {
+        self.kick(id);
+        &mut self.nodes[id.index()].ep
+    }
+
+    /// Two distinct nodes' endpoints at once; marks both to be polled.
+    ///
+    /// # Panics
+    /// If `a == b`.
+    pub fn node_pair_mut(&mut self, a: NodeId, b: NodeId) -> (&mut E, &mut E) {
+        assert_ne!(a, b, "node_pair_mut needs two different nodes");
+        self.kick(a);
+        self.kick(b);
+        let (i, j) = (a.index(), b.index());
+        if i < j {
+            let (x, y) = self.nodes.split_at_mut(j);
+            (&mut x[i].ep, &mut y[0].ep)
+        } else {
+            let (x, y) = self.nodes.split_at_mut(i);
+            (&mut y[0].ep, &mut x[j].ep)
+        }
+    }
+
+    /// Every node with its id, in order.
+    pub fn nodes(&self) -> impl Iterator<Item = (NodeId, &E)> + '_ {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (NodeId(i as u32), &n.ep))
+    }
+
+    /// Gives the endpoints back, in node order.
+    pub fn into_nodes(self) -> Vec<E> {
+        self.nodes.into_iter().map(|n| n.ep).collect()
+    }
+
+    /// The node's MAC address.
+    pub fn mac(&self, id: NodeId) -> [u8; 6] {
+        self.nodes[id.index()].mac
+    }
+
+    /// The node that has `mac`, if any.
+    pub fn node_by_mac(&self, mac: [u8; 6]) -> Option<NodeId> {
+        self.net.lookup(&mac).map(NodeId)
+    }
+
+    /// Marks the node to be polled for transmits and its timeout at the current time, before
+    /// the next event runs. Call it after posting work to an endpoint reached by other means
+    /// than [`Fabric::node_mut`].
+    pub fn kick(&mut self, id: NodeId) {
+        let n = &mut self.nodes[id.index()];
+        if !n.dirty {
+            n.dirty = true;
+            self.net.dirty.push(id.0);
+        }
+    }
+
+    /// The configuration of one direction of the node's link.
+    pub fn link(&self, id: NodeId, dir: Direction) -> &LinkConfig {
+        &self.net.links[link_index(id.0, dir)].cfg
+    }
+
+    /// Changes one direction of the node's link; frames already on it are not affected.
+    pub fn link_mut(&mut self, id: NodeId, dir: Direction) -> &mut LinkConfig {
+        &mut self.net.links[link_index(id.0, dir)].cfg
+    }
+
+    /// The counters of one direction of the node's link.
+    pub fn stats(&self, id: NodeId, dir: Direction) -> &LinkStats {
+        &self.net.links[link_index(id.0, dir)].stats
+    }
+
+    /// Fabric-wide counters.
+    pub fn totals(&self) -> Totals {
+        let mut t = self.net.totals;
+        t.links = LinkStats::default();
+        for l in &self.net.links {
+            t.links.accumulate(&l.stats);
+        }
+        t
+    }
+
+    /// Delay added by the switch between a frame's arrival on an up direction and its entry
+    /// into the down direction (0 by default).
+    pub fn set_switch_latency(&mut self, ns: u64) {
+        self.net.switch_latency_ns = ns;
+    }
+
+    /// Adds a scripted rule (evaluated after the rules added before it).
+    pub fn add_rule(&mut self, rule: Rule) -> RuleId {
+        self.net.rules.push(RuleState {
+            rule,
+            stats: RuleStats::default(),
+        });
+        RuleId((self.net.rules.len() - 1) as u32)
+    }
+
+    /// How often the rule matched and acted.
+    pub fn rule_stats(&self, id: RuleId) -> RuleStats {
+        self.net.rules[id.0 as usize].stats
+    }
+
+    /// Starts capturing frames to `w` as a pcap file (Ethernet link type, virtual timestamps).
+    /// Replaces any previous capture (which is dropped unflushed: use [`Fabric::finish_pcap`]).
+    pub fn capture_pcap(&mut self, w: Box<dyn Write>, what: Capture) -> io::Result<()> {
+        let w = PcapWriter::new(w, LINKTYPE_ETHERNET)?;
+        self.net.pcap = Some(PcapSink {
+            w,
+            sent: what == Capture::DeliveredAndSent,
+            err: None,
+        });
+        Ok(())
+    }
+
+    /// Stops capturing: flushes and returns the writer, or the first write error the capture
+    /// met. `Ok(None)` when there was no capture.
+    pub fn finish_pcap(&mut self) -> io::Result<Option<Box<dyn Write>>> {
+        match self.net.pcap.take() {
+            None => Ok(None),
+            Some(PcapSink { err: Some(e), .. }) => Err(e),
+            Some(PcapSink { mut w, .. }) => {
+                w.flush()?;
+                Ok(Some(w.into_inner()))
+            }
+        }
+    }
+
+    /// Virtual time in ns.
+    pub fn now(&self) -> u64 {
+        self.net.now
+    }
+
+    /// Frames on the wire or in the switch.
+    pub fn frames_in_flight(&self) -> usize {
+        self.net.in_flight
+    }
+
+    /// Events run so far (frame arrivals, timeouts, and polls of kicked nodes).
+    pub fn events_processed(&self) -> u64 {
+        self.net.events
+    }
+
+    /// Frame buffers the fabric has created so far. Buffers are recycled, so this stays near the
+    /// largest number of frames ever in flight at once plus one per node.
+    pub fn buffers_created(&self) -> u64 {
+        self.net.bufs_created
+    }
+
+    /// The digest of every delivery so far (time, node, bytes); equal for two runs exactly when
+    /// they delivered the same frames at the same times (see [`crate::hash`]).
+    pub fn trace_hash(&self) -> u64 {
+        self.net.trace.value()
+    }
+
+    /// The time of the next event, if any.
+    pub fn next_event_time(&mut self) -> Option<u64> {
+        if !self.net.dirty.is_empty() {
+            return Some(self.net.now);
+        }
+        self.peek_due()
+    }
+
+    /// Runs the polls of kicked nodes and then the next event, if any. Returns false when there
+    /// was nothing to do.
+    pub fn step(&mut self) -> bool {
+        let serviced = self.service_dirty();
+        if self.peek_due().is_some() {
+            self.process_next();
+            true
+        } else {
+            serviced
+        }
+    }
+
+    /// Runs every event due at or before `t`, then sets the clock to `t` (if it is later).
+    pub fn run_until(&mut self, t: u64) {
+        self.run(t, u64::MAX, false);
+        self.net.now = self.net.now.max(t);
+    }
+
+    /// Runs for `duration_ns` of virtual time from now.
+    pub fn run_for(&mut self, duration_ns: u64) {
+        self.run_until(self.net.now.saturating_add(duration_ns));
+    }
+
+    /// Runs until nothing is in flight and no endpoint timeout is due at or before `limit_ns`
+    /// ([`RunOutcome::Idle`]; the clock stays at the last event), or until `limit_ns` comes with
+    /// frames still in flight ([`RunOutcome::TimeLimit`]; the clock is then `limit_ns`).
+    pub fn run_until_idle(&mut self, limit_ns: u64) -> RunOutcome {
+        self.run(limit_ns, u64::MAX, true)
+    }
+
+    /// Runs until idle (as [`Fabric::run_until_idle`] with no time limit) or until
+    /// `max_events` more events have run ([`RunOutcome::EventLimit`]). A guard for tests:
+    /// endpoints that never settle make it return instead of spinning.
+    pub fn drive_bounded(&mut self, max_events: u64) -> RunOutcome {
+        self.run(u64::MAX, max_events, true)
+    }
+
+    fn run(&mut self, limit: u64, max_events: u64, stop_when_idle: bool) -> RunOutcome {
+        let budget_end = self.net.events.saturating_add(max_events);
+        loop {
+            if self.net.events >= budget_end {
+                return RunOutcome::EventLimit;
+            }
+            if self.service_dirty() {
+                continue;
+            }
+            match self.peek_due() {
+                Some(t) if t <= limit => {
+                    self.process_next();
+                }
+                next => {
+                    if self.net.in_flight == 0 && stop_when_idle {
+                        return RunOutcome::Idle;
+                    }
+                    if next.is_none() {
+                        return RunOutcome::Idle;
+                    }
+                    self.net.now = self.net.now.max(limit);
+                    return RunOutcome::TimeLimit;
+                }
+            }
+        }
+    }
+
+    /// Polls every kicked node; true if there was any.
+    fn service_dirty(&mut self) -> bool {
+        if self.net.dirty.is_empty() {
+            return false;
+        }
+        let mut list = std::mem::take(&mut self.dirty_scratch);
+        std::mem::swap(&mut list, &mut self.net.dirty);
+        for &i in &list {
+            self.nodes[i as usize].dirty = false;
+            self.net.events += 1;
+            self.service(i);
+        }
+        list.clear();
+        self.dirty_scratch = list;
+        true
+    }
+
+    /// Drains the node's transmits and re-reads its timeout.
+    fn service(&mut self, i: u32) {
+        let now = self.net.now;
+        let node = &mut self.nodes[i as usize];
+        let mut sent = 0;
+        loop {
+            let mut buf = self.net.take_buf();
+            buf.clear();
+            if !node.ep.poll_transmit(now, &mut buf) {
+                self.net.put_buf(buf);
+                break;
+            }
+            self.net.transmit(i, buf);
+            sent += 1;
+            if sent == MAX_TRANSMITS_PER_POLL {
+                if !node.dirty {
+                    node.dirty = true;
+                    self.net.dirty.push(i);
+                }
+                break;
+            }
+        }
+        let want = node.ep.poll_timeout().map(|d| d.max(now));
+        node.want = want;
+        if let Some(w) = want {
+            match node.armed {
+                Some((at, _)) if at <= w => {} // re-filed when it comes up
+                _ => {
+                    let seq = self.net.schedule(w, EventKind::Timer, i);
+                    node.armed = Some((w, seq));
+                }
+            }
+        }
+    }
+
+    /// The time of the next live event, discarding stale timeouts and re-filing postponed ones.
+    fn peek_due(&mut self) -> Option<u64> {
+        loop {
+            let top = *self.net.heap.peek()?;
+            if top.kind == EventKind::Timer {
+                let node = &mut self.nodes[top.idx as usize];
+                if node.armed.map(|(_, s)| s) != Some(top.seq) {
+                    self.net.heap.pop();
+                    continue;
+                }
+                match node.want {
+                    None => {
+                        self.net.heap.pop();
+                        node.armed = None;
+                        continue;
+                    }
+                    Some(w) if w > top.time => {
+                        self.net.heap.pop();
+                        let seq = self.net.schedule(w, EventKind::Timer, top.idx);
+                        self.nodes[top.idx as usize].armed = Some((w, seq));
+                        continue;
+                    }
+                    Some(_) => {}
+                }
+            }
+            return Some(top.time);
+        }
+    }
+
+    /// Runs the event at the top of the heap (which [`Fabric::peek_due`] has vetted).
+    fn process_next(&mut self) {
+        let Some(ev) = self.net.heap.pop() else {
+            return;
+        };
+        debug_assert!(ev.time >= self.net.now, "time went backwards");
+        self.net.now = self.net.now.max(ev.time);
+        self.net.events += 1;
+        match ev.kind {
+            EventKind::Timer => {
+                let node = &mut self.nodes[ev.idx as usize];
+                node.armed = None;
+                node.want = None;
+                node.ep.handle_timeout(self.net.now);
+                self.service(ev.idx);
+            }
+            EventKind::Frame => {
+                let slot = self.net.take_slot(ev.idx);
+                let link = &mut self.net.links[slot.link as usize];
+                link.stats.delivered_frames += 1;
+                link.stats.delivered_bytes += slot.buf.len() as u64;
+                match link.dir {
+                    Direction::Up => {
+                        let count = self.nodes.len() as u32;
+                        self.net.forward(slot.src, slot.buf, count);
+                    }
+                    Direction::Down => {
+                        let dst = link.node;
+                        let now = self.net.now;
+                        self.net.totals.delivered_frames += 1;
+                        self.net.totals.delivered_bytes += slot.buf.len() as u64;
+                        self.net.trace.record(now, dst, &slot.buf);
+                        if let Some(p) = self.net.pcap.as_mut() {
+                            p.record(now, &slot.buf);
+                        }
+                        self.nodes[dst as usize].ep.handle_frame(now, &slot.buf);
+                        self.net.put_buf(slot.buf);
+                        self.service(dst);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<E> std::fmt::Debug for Fabric<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric")
+            .field("seed", &self.net.seed)
+            .field("now", &self.net.now)
+            .field("nodes", &self.nodes.len())
+            .field("in_flight", &self.net.in_flight)
+            .field("events", &self.net.events)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::Faults;
+    use softib_wire::pcap::PcapReader;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    const GBPS10: u64 = 10_000_000_000;
+
+    fn mac(n: u8) -> [u8; 6] {
+        [0x02, 0, 0, 0, 0, n]
+    }
+
+    /// A raw frame of `len` bytes to `dst` whose payload starts with `tag`.
+    fn raw_frame(dst: [u8; 6], src: [u8; 6], len: usize, tag: u8) -> Vec<u8> {
+        let mut f = vec![0u8; len];
+        f[..6].copy_from_slice(&dst);
+        f[6..12].copy_from_slice(&src);
+        f[12] = 0x88;
+        f[13] = 0xB5; // local experimental EtherType
+        if len > 14 {
+            f[14] = tag;
+        }
+        f
+    }
+
+    /// Sends scripted frames at scripted times; records what it receives and when its
+    /// timeouts fire.
+    #[derive(Default)]
+    struct Script {
+        /// (send time, frame), sorted by time.
+        sends: Vec<(u64, Vec<u8>)>,
+        next: usize,
+        /// Deadlines to report, in order; each is dropped once it has fired.
+        timers: Vec<u64>,
+        got: Vec<(u64, Vec<u8>)>,
+        fired: Vec<u64>,
+    }
+
+    impl Endpoint for Script {
+        fn handle_frame(&mut self, now_ns: u64, frame: &[u8]) {
+            self.got.push((now_ns, frame.to_vec()));
+        }
+        fn poll_transmit(&mut self, now_ns: u64, out: &mut Vec<u8>) -> bool {
+            match self.sends.get(self.next) {
+                Some((t, f)) if *t <= now_ns => {
+                    assert!(out.is_empty(), "out not cleared");
+                    out.extend_from_slice(f);
+                    self.next += 1;
+                    true
+                }
+                _ => false,
+            }
+        }
+        fn poll_timeout(&self) -> Option<u64> {
+            let send = self.sends.get(self.next).map(|s| s.0);
+            let timer = self.timers.first().copied();
+            match (send, timer) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        fn handle_timeout(&mut self, now_ns: u64) {
+            if self.timers.first().is_some_and(|&t| t <= now_ns) {
+                self.timers.remove(0);
+                self.fired.push(now_ns);
+            }
+        }
+    }
+
+    fn pair(up: LinkConfig, down: LinkConfig) -> (Fabric<Script>, NodeId, NodeId) {
+        let mut f = Fabric::new(1);
+        let a = f.add_node_with(Script::default(), mac(1), up.clone(), down.clone());
+        let b = f.add_node_with(Script::default(), mac(2), up, down);
+        (f, a, b)
+    }
+
+    #[test]
+    fn latency_and_serialisation_are_exact() {
+        let cfg = LinkConfig::new(1_000, GBPS10).with_mtu(1500);
+        let (mut f, a, b) = pair(cfg.clone(), cfg);
+        f.node_mut(a).sends = vec![
+            (0, raw_frame(mac(2), mac(1), 1500, 1)),
+            (0, raw_frame(mac(2), mac(1), 1500, 2)),
+            (10_000, raw_frame(mac(2), mac(1), 1500, 3)),
+        ];
+        assert_eq!(f.run_until_idle(u64::MAX), RunOutcome::Idle);
+        let times: Vec<u64> = f.node(b).got.iter().map(|g| g.0).collect();
+        // Frame 1: 1200 (serialise) + 1000 (wire) to the switch, again to B.
+        // Frame 2 waits 1200 ns for the up transmitter, then follows frame 1 back to back.
+        // Frame 3 finds idle links.
+        assert_eq!(times, [4_400, 5_600, 14_400]);
+        assert_eq!(f.node(b).got[1].1[14], 2);
+        assert_eq!(f.stats(a, Direction::Up).max_queue_delay_ns, 1_200);
+        assert_eq!(f.stats(b, Direction::Down).max_queue_delay_ns, 0);
+        assert_eq!(f.now(), 14_400);
+
+        // With a switch latency and a slower down direction towards B.
+        let mut f = Fabric::new(1);
+        let a = f.add_node(Script::default(), mac(1), LinkConfig::new(1_000, GBPS10));
+        let b = f.add_node_with(
+            Script::default(),
+            mac(2),
+            LinkConfig::ideal(),
+            LinkConfig::new(250, 1_000_000_000),
+        );
+        f.set_switch_latency(300);
+        f.node_mut(a).sends = vec![
+            (0, raw_frame(mac(2), mac(1), 1000, 1)),
+            (0, raw_frame(mac(2), mac(1), 1000, 2)),
+        ];
+        f.run_until_idle(u64::MAX);
+        let times: Vec<u64> = f.node(b).got.iter().map(|g| g.0).collect();
+        // Up: 800 + 1000 (and the second 800 later); switch 300; down: 8000 + 250, queued.
+        assert_eq!(times, [2_100 + 8_000 + 250, 2_100 + 16_000 + 250]);
+        assert_eq!(f.stats(b, Direction::Down).max_queue_delay_ns, 8_000 - 800);
+    }
+
+    #[test]
+    fn mtu_unknown_destination_and_broadcast() {
+        let cfg = LinkConfig::ideal().with_mtu(1500);
+        let mut f = Fabric::new(3);
+        let a = f.add_node(Script::default(), mac(1), cfg.clone());
+        let b = f.add_node(Script::default(), mac(2), cfg.clone());
+        let c = f.add_node(Script::default(), mac(3), cfg);
+        let mut tagged = raw_frame(mac(2), mac(1), 1518, 4);
+        tagged[12] = 0x81;
+        tagged[13] = 0x00;
+        f.node_mut(a).sends = vec![
+            (0, raw_frame(mac(2), mac(1), 1514, 1)),
+            (0, raw_frame(mac(2), mac(1), 1515, 2)),
+            (0, raw_frame(mac(9), mac(1), 100, 3)),
+            (0, tagged),
+            (0, raw_frame([0xFF; 6], mac(1), 60, 5)),
+            (0, vec![1, 2, 3]),
+        ];
+        f.run_until_idle(u64::MAX);
+        let tags = |id| -> Vec<u8> { f.node(id).got.iter().map(|g| g.1[14]).collect() };
+        assert_eq!(tags(b), [1, 4, 5]);
+        assert_eq!(tags(c), [5]);
+        assert!(
+            f.node(a).got.is_empty(),
+            "no echo of a broadcast to its sender"
+        );
+        assert_eq!(f.stats(a, Direction::Up).dropped_mtu, 1);
+        let t = f.totals();
+        assert_eq!(t.switch.unknown_dst, 1);
+        assert_eq!(t.switch.flooded, 1);
+        assert_eq!(t.switch.forwarded, 2);
+        assert_eq!(t.switch.malformed, 1);
+        assert_eq!(t.transmitted_frames, 6);
+        assert_eq!(t.delivered_frames, 4);
+        assert_eq!(f.node_by_mac(mac(3)), Some(c));
+        assert_eq!(f.node_by_mac(mac(4)), None);
+    }
+
+    #[test]
+    fn timeouts_fire_at_their_deadline_and_can_move() {
+        let mut f = Fabric::new(0);
+        let a = f.add_node(Script::default(), mac(1), LinkConfig::ideal());
+        f.node_mut(a).timers = vec![12_345];
+        assert_eq!(f.run_until_idle(10_000), RunOutcome::Idle);
+        assert!(f.node(a).fired.is_empty());
+        assert_eq!(f.run_until_idle(u64::MAX), RunOutcome::Idle);
+        assert_eq!(f.node(a).fired, [12_345]);
+        assert_eq!(f.now(), 12_345);
+
+        // Postponed: the old heap entry is re-filed, the timeout fires once, late.
+        f.node_mut(a).timers = vec![20_000];
+        f.run_until(f.now());
+        f.node_mut(a).timers = vec![30_000];
+        f.run_until(25_000);
+        assert_eq!(f.node(a).fired, [12_345]);
+        assert_eq!(f.now(), 25_000);
+        // Brought forward.
+        f.node_mut(a).timers = vec![26_000];
+        f.run_until_idle(u64::MAX);
+        assert_eq!(f.node(a).fired, [12_345, 26_000]);
+        // Cancelled.
+        f.node_mut(a).timers = vec![40_000];
+        f.run_until(f.now());
+        f.node_mut(a).timers.clear();
+        assert_eq!(f.run_until_idle(u64::MAX), RunOutcome::Idle);
+        assert_eq!(f.node(a).fired, [12_345, 26_000]);
+        assert_eq!(f.now(), 26_000);
+        // A deadline in the past fires at once.
+        f.node_mut(a).timers = vec![5];
+        f.run_until_idle(u64::MAX);
+        assert_eq!(f.node(a).fired, [12_345, 26_000, 26_000]);
+    }
+
+    #[test]
+    fn run_outcomes() {
+        let cfg = LinkConfig::new(1_000_000, 0);
+        let (mut f, a, b) = pair(cfg.clone(), cfg);
+        f.node_mut(a).sends = vec![(0, raw_frame(mac(2), mac(1), 64, 1))];
+        assert_eq!(f.run_until_idle(500_000), RunOutcome::TimeLimit);
+        assert_eq!(f.now(), 500_000);
+        assert_eq!(f.frames_in_flight(), 1);
+        f.run_until(1_999_999);
+        assert!(f.node(b).got.is_empty());
+        f.run_until(2_000_000);
+        assert_eq!(f.node(b).got.len(), 1);
+        assert_eq!(f.frames_in_flight(), 0);
+        assert_eq!(f.run_until_idle(u64::MAX), RunOutcome::Idle);
+        assert!(!f.step(), "nothing left to do");
+        f.run_for(5);
+        assert_eq!(f.now(), 2_000_005);
+    }
+
+    /// Asks for a timeout that is always due: never idle.
+    struct Spinner(u64);
+    impl Endpoint for Spinner {
+        fn handle_frame(&mut self, _: u64, _: &[u8]) {}
+        fn poll_transmit(&mut self, _: u64, _: &mut Vec<u8>) -> bool {
+            false
+        }
+        fn poll_timeout(&self) -> Option<u64> {
+            Some(0)
+        }
+        fn handle_timeout(&mut self, _: u64) {
+            self.0 += 1;
+        }
+    }
+
+    /// Always has another frame.
+    struct Flooder(u64);
+    impl Endpoint for Flooder {
+        fn handle_frame(&mut self, _: u64, _: &[u8]) {}
+        fn poll_transmit(&mut self, _: u64, out: &mut Vec<u8>) -> bool {
+            self.0 += 1;
+            out.extend_from_slice(&[0u8; 14]);
+            true
+        }
+        fn poll_timeout(&self) -> Option<u64> {
+            None
+        }
+        fn handle_timeout(&mut self, _: u64) {}
+    }
+
+    #[test]
+    fn drive_bounded_stops_runaway_endpoints() {
+        let mut f = Fabric::new(0);
+        let n = f.add_node(Spinner(0), mac(1), LinkConfig::ideal());
+        assert_eq!(f.drive_bounded(1_000), RunOutcome::EventLimit);
+        assert!(f.node(n).0 >= 998);
+        assert_eq!(f.now(), 0);
+
+        let mut f = Fabric::new(0);
+        let n = f.add_node(Flooder(0), mac(1), LinkConfig::ideal().with_mtu(0));
+        assert_eq!(f.drive_bounded(3), RunOutcome::EventLimit);
+        assert_eq!(f.node(n).0, 3 * MAX_TRANSMITS_PER_POLL as u64);
+        assert_eq!(f.stats(n, Direction::Up).sent_frames, f.node(n).0);
+    }
+
+    #[derive(Clone, Default)]
+    struct SharedBuf(Rc<RefCell<Vec<u8>>>);
+    impl Write for SharedBuf {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.borrow_mut().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn pcap_capture() {
+        for (what, records) in [(Capture::Delivered, 2), (Capture::DeliveredAndSent, 4)] {
+            let cfg = LinkConfig::new(1_500_000, 0);
+            let (mut f, a, _) = pair(cfg.clone(), cfg);
+            let out = SharedBuf::default();
+            f.capture_pcap(Box::new(out.clone()), what).unwrap();
+            f.node_mut(a).sends = vec![
+                (0, raw_frame(mac(2), mac(1), 100, 1)),
+                (2_000_000_000, raw_frame(mac(2), mac(1), 60, 2)),
+            ];
+            f.run_until_idle(u64::MAX);
+            assert!(f.finish_pcap().unwrap().is_some());
+            assert!(f.finish_pcap().unwrap().is_none());
+            let bytes = out.0.borrow();
+            let r = PcapReader::new(&bytes).unwrap();
+            assert_eq!(r.link_type(), LINKTYPE_ETHERNET);
+            let recs: Vec<_> = r.records().map(|r| r.unwrap()).collect();
+            assert_eq!(recs.len(), records);
+            let delivered: Vec<_> = recs
+                .iter()
+                .filter(|r| r.timestamp_ns() % 1_000_000_000 != 0)
+                .collect();
+            assert_eq!(delivered.len(), 2);
+            assert_eq!(delivered[0].timestamp_ns(), 3_000_000);
+            assert_eq!(delivered[0].data, &raw_frame(mac(2), mac(1), 100, 1)[..]);
+            assert_eq!(delivered[1].timestamp_ns(), 2_003_000_000);
+        }
+    }
+
+    #[test]
+    fn conservation_with_faults_on_both_hops() {
+        let faults = Faults {
+            loss: 0.1,
+            dup: 0.1,
+            reorder: 0.1,
+            reorder_delay_ns: 5_000,
+            corrupt: 0.1,
+            jitter_ns: 300,
+            down: vec![(50_000, 60_000)],
+            ..Faults::none()
+        };
+        let cfg = LinkConfig::new(500, GBPS10).with_faults(faults);
+        let (mut f, a, b) = pair(cfg.clone(), cfg);
+        f.node_mut(a).sends = (0..2_000u64)
+            .map(|i| (i * 100, raw_frame(mac(2), mac(1), 200, i as u8)))
+            .collect();
+        f.node_mut(b).sends = (0..2_000u64)
+            .map(|i| (i * 77, raw_frame(mac(1), mac(2), 300, i as u8)))
+            .collect();
+        assert_eq!(f.run_until_idle(u64::MAX), RunOutcome::Idle);
+        for n in [a, b] {
+            for d in [Direction::Up, Direction::Down] {
+                let s = f.stats(n, d);
+                assert_eq!(
+                    s.sent_frames + s.duplicated,
+                    s.delivered_frames + s.dropped()
+                );
+                assert!(s.dropped_loss > 0 && s.duplicated > 0 && s.reordered > 0);
+                assert!(s.corrupted > 0 && s.dropped_link_down > 0);
+            }
+            let up = f.stats(n, Direction::Up);
+            assert_eq!(up.sent_frames, 2_000);
+        }
+        let t = f.totals();
+        assert_eq!(
+            t.delivered_frames,
+            (f.node(a).got.len() + f.node(b).got.len()) as u64
+        );
+        assert_eq!(
+            t.links.delivered_frames,
+            t.delivered_frames
+                + f.stats(a, Direction::Up).delivered_frames
+                + f.stats(b, Direction::Up).delivered_frames
+        );
+    }
+
+    #[test]
+    fn buffers_are_recycled() {
+        let cfg = LinkConfig::new(1_000, GBPS10);
+        let (mut f, a, b) = pair(cfg.clone(), cfg);
+        let burst = |start: u64| -> Vec<(u64, Vec<u8>)> {
+            (0..1_000u64)
+                .map(|i| (start + i * 2_000, raw_frame(mac(2), mac(1), 1_000, 0)))
+                .collect()
+        };
+        f.node_mut(a).sends = burst(0);
+        f.run_until_idle(u64::MAX);
+        let warm = f.buffers_created();
+        // One frame in flight at a time (2 µs apart, 3.6 µs end to end: at most two), plus the
+        // buffers the polls of both nodes take.
+        assert!(warm <= 4, "{warm}");
+        let t = f.now();
+        f.node_mut(a).sends = burst(t + 1);
+        f.node_mut(a).next = 0;
+        f.run_until_idle(u64::MAX);
+        assert_eq!(f.node(b).got.len(), 2_000);
+        assert_eq!(f.buffers_created(), warm);
+    }
+
+    #[test]
+    fn node_pair_mut_and_iteration() {
+        let (mut f, a, b) = pair(LinkConfig::ideal(), LinkConfig::ideal());
+        {
+            let (x, y) = f.node_pair_mut(b, a);
+            x.timers = vec![7];
+            y.timers = vec![9];
+        }
+        f.run_until_idle(u64::MAX);
+        assert_eq!(f.node(a).fired, [9]);
+        assert_eq!(f.node(b).fired, [7]);
+        assert_eq!(f.nodes().map(|(id, _)| id).collect::<Vec<_>>(), [a, b]);
+        assert_eq!(f.mac(b), mac(2));
+        assert_eq!(f.into_nodes().len(), 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "two nodes with MAC")]
+    fn duplicate_mac_panics() {
+        let (mut f, _, _) = pair(LinkConfig::ideal(), LinkConfig::ideal());
+        f.add_node(Script::default(), mac(2), LinkConfig::ideal());
+    }
+}
