@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod compliance;
 mod pcap_cmd;
+mod sim_cmd;
 mod synth;
 
 #[derive(Parser)]
@@ -26,6 +27,9 @@ enum Command {
         #[command(subcommand)]
         command: pcap_cmd::PcapCommand,
     },
+    /// Run RC traffic between two simulated hosts on a deterministic, fault-injecting fabric
+    /// and verify every byte (`softib sim sweep` for goodput against loss).
+    Sim(Box<sim_cmd::SimArgs>),
     /// Traceability report: which compliance statements are covered by tests.
     Compliance(compliance::ComplianceArgs),
 }
@@ -35,5 +39,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Pcap { command } => pcap_cmd::run(command),
         Command::Compliance(args) => compliance::run(args),
+        Command::Sim(args) => sim_cmd::run(*args),
     }
 }

@@ -117,8 +117,15 @@ impl Hca {
                 }
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 qp.sq[i].tx.done = true;
-                qp.transport.req.rd_atomic_outstanding =
-                    qp.transport.req.rd_atomic_outstanding.saturating_sub(1);
+                let r = &mut qp.transport.req;
+                r.rd_atomic_outstanding = r.rd_atomic_outstanding.saturating_sub(1);
+                // Forward progress: the retry counters start over (C9-137, C9-142).
+                r.retries = 0;
+                r.rnr_retries = 0;
+                if r.retry_from.is_some_and(|p| psn.distance(p) >= 0) {
+                    r.retry_from = None;
+                }
+                r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
             }
             Operation::RdmaReadResponse => self.rc_read_response(now, qpn, t, info.position),
             _ => {}
@@ -198,9 +205,13 @@ impl Hca {
             qp.transport.req.rd_atomic_outstanding =
                 qp.transport.req.rd_atomic_outstanding.saturating_sub(1);
         }
-        qp.transport.req.retries = 0;
-        qp.transport.req.rnr_retries = 0;
-        qp.transport.req.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+        let r = &mut qp.transport.req;
+        r.retries = 0;
+        r.rnr_retries = 0;
+        if r.retry_from.is_some_and(|p| psn.distance(p) >= 0) {
+            r.retry_from = None;
+        }
+        r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
     }
 
     /// Places `data` at byte `offset` of the message buffer of send WQE `i` (READ data, atomic
@@ -285,6 +296,7 @@ impl Hca {
         }
         if progress {
             let r = &mut qp.transport.req;
+            r.retry_from = None;
             r.retries = 0;
             r.rnr_retries = 0;
             r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
@@ -301,6 +313,10 @@ impl Hca {
             return;
         };
         let r = &mut qp.transport.req;
+        if r.retry_from.is_some_and(|p| psn.distance(p) >= 0) {
+            // Already resending from an earlier (or the same) PSN.
+            return;
+        }
         if r.retries >= qp.attr.retry_cnt {
             self.counters.retry_exceeded += 1;
             self.rc_retire(now, qpn);
@@ -310,6 +326,7 @@ impl Hca {
             return;
         }
         r.retries += 1;
+        r.retry_from = Some(psn);
         r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
         self.counters.retry_naks += 1;
         self.rc_rewind(qpn, psn);

@@ -309,6 +309,7 @@ impl Hca {
             return;
         }
         r.retries += 1;
+        r.retry_from = None;
         self.counters.retry_timeouts += 1;
         let from = qp
             .sq

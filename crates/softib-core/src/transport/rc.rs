@@ -61,6 +61,10 @@ pub struct Requester {
     pub rd_atomic_outstanding: u32,
     /// Request packets sent since the last one with AckReq.
     pub pkts_since_ack_req: u32,
+    /// A retry from this PSN is under way: NAKs and implied NAKs at or after it (stale
+    /// responses of the stream sent before the rewind) neither count nor rewind again, until
+    /// a response shows progress or the transport timer fires.
+    pub retry_from: Option<Psn>,
 }
 
 /// A response the responder owes, in PSN order.

@@ -1,0 +1,318 @@
+//! `softib sim` and `softib sim sweep`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use softib_core::verbs::types::Mtu;
+use softib_sim::svg::{line_chart, Series};
+use softib_sim::{OpKind, Service, SimConfig, SimReport};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ServiceArg {
+    Rc,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OpArg {
+    Send,
+    Write,
+    Read,
+    Cas,
+    Faa,
+}
+
+/// Options shared by a single run and a sweep.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Transport service.
+    #[arg(long, value_enum, default_value = "rc")]
+    service: ServiceArg,
+    /// Operation of every work request.
+    #[arg(long, value_enum, default_value = "write")]
+    op: OpArg,
+    /// Message size in bytes (atomics move 8).
+    #[arg(long, default_value_t = 65536)]
+    size: u32,
+    /// Operations in total.
+    #[arg(long, default_value_t = 2000)]
+    ops: u64,
+    /// QP pairs (operations are spread evenly).
+    #[arg(long, default_value_t = 1)]
+    qps: u32,
+    /// Outstanding work requests per QP.
+    #[arg(long, default_value_t = 16)]
+    depth: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 4096)]
+    mtu: u32,
+    /// Per-frame duplication probability, every link direction.
+    #[arg(long, default_value_t = 0.0)]
+    dup: f64,
+    /// Per-frame reordering probability.
+    #[arg(long, default_value_t = 0.0)]
+    reorder: f64,
+    /// Per-frame corruption probability (one flipped bit, caught by the ICRC).
+    #[arg(long, default_value_t = 0.0)]
+    corrupt: f64,
+    /// One-way latency per link in ns.
+    #[arg(long, default_value_t = 1000)]
+    latency_ns: u64,
+    /// Extra random delay per frame in ns (never reorders).
+    #[arg(long, default_value_t = 0)]
+    jitter_ns: u64,
+    /// Link bandwidth in Gb/s.
+    #[arg(long, default_value_t = 100.0)]
+    gbps: f64,
+    /// Transport timer exponent: Ttr = 4.096 us x 2^timeout (0 = never).
+    #[arg(long, default_value_t = 8)]
+    timeout: u8,
+    /// Transport retry count (0..=7).
+    #[arg(long, default_value_t = 7)]
+    retry: u8,
+    /// Seed of every random decision; same seed, same run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// One JSON object (sweep: an array) instead of the readable report.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    sweep: Option<SimSub>,
+    #[command(flatten)]
+    common: Option<Common>,
+    /// Per-frame loss probability, every link direction.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Write every delivered frame to this pcap (RoCEv2, Ethernet link type).
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SimSub {
+    /// Goodput against loss: one run per loss rate, a table (or JSON array) and an SVG plot.
+    Sweep {
+        #[command(flatten)]
+        common: Common,
+        /// Loss rates, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "0,0.001,0.01,0.05")]
+        loss: Vec<f64>,
+        /// Write the goodput-against-loss chart here (SVG).
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
+}
+
+fn config(c: &Common, loss: f64) -> Result<SimConfig, String> {
+    let mtu = match c.mtu {
+        256 => Mtu::Mtu256,
+        512 => Mtu::Mtu512,
+        1024 => Mtu::Mtu1024,
+        2048 => Mtu::Mtu2048,
+        4096 => Mtu::Mtu4096,
+        m => {
+            return Err(format!(
+                "--mtu {m} is not an IB MTU (256, 512, 1024, 2048, 4096)"
+            ))
+        }
+    };
+    if !(c.gbps > 0.0 && c.gbps.is_finite()) {
+        return Err(format!("--gbps must be positive, got {}", c.gbps));
+    }
+    let cfg = SimConfig {
+        service: match c.service {
+            ServiceArg::Rc => Service::Rc,
+        },
+        op: match c.op {
+            OpArg::Send => OpKind::Send,
+            OpArg::Write => OpKind::Write,
+            OpArg::Read => OpKind::Read,
+            OpArg::Cas => OpKind::Cas,
+            OpArg::Faa => OpKind::Faa,
+        },
+        size: c.size,
+        ops: c.ops,
+        qps: c.qps,
+        depth: c.depth,
+        mtu,
+        loss,
+        dup: c.dup,
+        reorder: c.reorder,
+        corrupt: c.corrupt,
+        latency_ns: c.latency_ns,
+        jitter_ns: c.jitter_ns,
+        bandwidth_bps: (c.gbps * 1e9) as u64,
+        timeout: c.timeout,
+        retry_cnt: c.retry,
+        seed: c.seed,
+        ..SimConfig::default()
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn progress_bar(total: u64, json: bool) -> ProgressBar {
+    // Only long runs get a bar, and only on a terminal (indicatif hides it otherwise).
+    if json || total < 20_000 {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} ops {elapsed_precise} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb
+}
+
+fn run_one(cfg: &SimConfig, pcap: Option<&PathBuf>, json: bool) -> Result<SimReport, String> {
+    let sink: Option<Box<dyn std::io::Write>> = match pcap {
+        Some(p) => Some(Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        ))),
+        None => None,
+    };
+    let pb = progress_bar(cfg.ops, json);
+    let r = softib_sim::run(cfg, sink, &mut |done, _| pb.set_position(done));
+    pb.finish_and_clear();
+    r
+}
+
+pub fn run(args: SimArgs) -> ExitCode {
+    match args.sweep {
+        Some(SimSub::Sweep { common, loss, plot }) => sweep(&common, &loss, plot.as_ref()),
+        None => {
+            let common = args.common.unwrap_or_else(|| {
+                // No flags at all: clap leaves the flattened group empty.
+                <Common as clap::FromArgMatches>::from_arg_matches(
+                    &<Common as clap::Args>::augment_args(clap::Command::new("sim"))
+                        .get_matches_from(["sim"]),
+                )
+                .expect("defaults parse")
+            });
+            let cfg = match config(&common, args.loss) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("softib sim: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match run_one(&cfg, args.pcap.as_ref(), common.json) {
+                Ok(r) => {
+                    if common.json {
+                        println!("{}", r.to_json());
+                    } else {
+                        print!("{}", r.to_text());
+                        if let Some(p) = &args.pcap {
+                            println!("  pcap:        {}", p.display());
+                        }
+                    }
+                    if r.verified {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("softib sim: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn sweep(common: &Common, losses: &[f64], plot: Option<&PathBuf>) -> ExitCode {
+    let mut reports = Vec::new();
+    for &loss in losses {
+        let cfg = match config(common, loss) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("softib sim sweep: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        match run_one(&cfg, None, common.json) {
+            Ok(r) => reports.push(r),
+            Err(e) => {
+                eprintln!("softib sim sweep: loss {loss}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let all_verified = reports.iter().all(|r| r.verified);
+    if common.json {
+        let arr: Vec<_> = reports.iter().map(|r| r.to_json()).collect();
+        println!("{}", serde_json::Value::Array(arr));
+    } else {
+        let base = reports.first().map(|r| r.goodput_gbps).unwrap_or(0.0);
+        let c = &reports[0].config;
+        println!(
+            "softib sim sweep: RC {} x {} of {} bytes, depth {}, MTU {}, seed {}",
+            c.op.name().to_uppercase(),
+            c.ops,
+            c.size,
+            c.depth,
+            c.mtu.bytes(),
+            c.seed
+        );
+        println!(
+            "{:>8}  {:>13}  {:>9}  {:>11}  {:>9}  {:>9}  {:>8}",
+            "loss", "goodput Gb/s", "vs first", "retransmit", "by NAK", "by timer", "result"
+        );
+        for r in &reports {
+            println!(
+                "{:>8}  {:>13.3}  {:>8.1}%  {:>11}  {:>9}  {:>9}  {:>8}",
+                r.config.loss,
+                r.goodput_gbps,
+                if base > 0.0 {
+                    100.0 * r.goodput_gbps / base
+                } else {
+                    0.0
+                },
+                r.retransmissions,
+                r.retrans_by_nak,
+                r.retrans_by_timeout,
+                if r.verified { "verified" } else { "FAILED" }
+            );
+        }
+    }
+    if let Some(p) = plot {
+        let c = &reports[0].config;
+        let title = format!(
+            "softib RC {} {} B: goodput vs loss (seed {})",
+            c.op.name().to_uppercase(),
+            c.size,
+            c.seed
+        );
+        let svg = line_chart(
+            &title,
+            "frame loss probability (each link direction)",
+            "goodput (Gb/s, simulated)",
+            &[Series {
+                name: "goodput",
+                points: reports
+                    .iter()
+                    .map(|r| (r.config.loss, r.goodput_gbps))
+                    .collect(),
+            }],
+        );
+        if let Err(e) = std::fs::write(p, svg) {
+            eprintln!("softib sim sweep: {}: {e}", p.display());
+            return ExitCode::FAILURE;
+        }
+        if !common.json {
+            println!("plot: {}", p.display());
+        }
+    }
+    if all_verified {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,132 @@
+//! What a simulation runs.
+
+use softib_core::verbs::types::Mtu;
+
+/// Transport service of the simulated QPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    Rc,
+}
+
+impl Service {
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Rc => "rc",
+        }
+    }
+}
+
+/// The operation every work request performs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    Send,
+    Write,
+    Read,
+    Cas,
+    Faa,
+}
+
+impl OpKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Send => "send",
+            OpKind::Write => "write",
+            OpKind::Read => "read",
+            OpKind::Cas => "cas",
+            OpKind::Faa => "faa",
+        }
+    }
+
+    pub(crate) fn is_atomic(self) -> bool {
+        matches!(self, OpKind::Cas | OpKind::Faa)
+    }
+}
+
+/// A simulation scenario: node A runs `ops` operations towards node B over `qps` RC QP
+/// pairs through one switch; both links have the same latency, bandwidth and faults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    pub service: Service,
+    pub op: OpKind,
+    /// Message size in bytes (atomics always move 8 bytes).
+    pub size: u32,
+    /// Operations in total, spread evenly over the QPs.
+    pub ops: u64,
+    pub qps: u32,
+    /// Outstanding work requests per QP.
+    pub depth: u32,
+    pub mtu: Mtu,
+    /// Per-frame probabilities on every link direction.
+    pub loss: f64,
+    pub dup: f64,
+    pub reorder: f64,
+    pub corrupt: f64,
+    /// One-way latency of each link (node to switch), ns.
+    pub latency_ns: u64,
+    /// Extra uniform delay per frame, ns (never reorders).
+    pub jitter_ns: u64,
+    pub bandwidth_bps: u64,
+    /// Transport timer exponent (Ttr = 4.096 µs × 2^timeout).
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub seed: u64,
+    /// Intervals `[from_ns, to_ns)` during which node A's link is down in both directions.
+    pub link_down: Vec<(u64, u64)>,
+    /// The run stops at this virtual time even if work is left (reported as not verified).
+    pub max_sim_ns: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            service: Service::Rc,
+            op: OpKind::Write,
+            size: 65536,
+            ops: 2000,
+            qps: 1,
+            depth: 16,
+            mtu: Mtu::Mtu4096,
+            loss: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            latency_ns: 1_000,
+            jitter_ns: 0,
+            bandwidth_bps: 100_000_000_000,
+            timeout: 8,
+            retry_cnt: 7,
+            seed: 1,
+            link_down: Vec::new(),
+            max_sim_ns: 600_000_000_000,
+        }
+    }
+}
+
+impl SimConfig {
+    /// Checks the values a user can get wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, p) in [
+            ("loss", self.loss),
+            ("dup", self.dup),
+            ("reorder", self.reorder),
+            ("corrupt", self.corrupt),
+        ] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("--{name} must be a probability in 0..=1, got {p}"));
+            }
+        }
+        if self.qps == 0 || self.depth == 0 {
+            return Err("--qps and --depth must be at least 1".into());
+        }
+        if self.size > 1 << 30 {
+            return Err(format!(
+                "--size {} is above softib's simulator limit of 1 GiB",
+                self.size
+            ));
+        }
+        if self.timeout > 31 || self.retry_cnt > 7 {
+            return Err("--timeout must be 0..=31 and --retry 0..=7".into());
+        }
+        Ok(())
+    }
+}

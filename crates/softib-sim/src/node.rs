@@ -1,0 +1,488 @@
+//! A simulated host: one HCA plus the application that drives it, as one fabric endpoint.
+//! The application runs right after the HCA makes progress (a busy-polling RDMA program), so
+//! the pipeline of outstanding work requests never waits for the simulator's driver.
+
+use softib_core::time::Instant;
+use softib_core::verbs::cq::WorkCompletion;
+use softib_core::verbs::mr::MrInfo;
+use softib_core::verbs::types::{QpState, WcStatus};
+use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, WrOpcode};
+use softib_core::verbs::CqHandle;
+use softib_core::Hca;
+use softib_fabric::Endpoint;
+use softib_wire::Qpn;
+
+use crate::config::OpKind;
+use crate::pattern;
+
+/// Bits of a `wr_id` holding the operation index; the QP index sits above.
+const OP_BITS: u32 = 40;
+
+pub(crate) fn wr_id(qp: usize, op: u64) -> u64 {
+    ((qp as u64) << OP_BITS) | op
+}
+
+fn split(wr_id: u64) -> (usize, u64) {
+    ((wr_id >> OP_BITS) as usize, wr_id & ((1 << OP_BITS) - 1))
+}
+
+/// State of one buffer slot of the requester.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Free,
+    /// Operation `op` is using it.
+    Busy(u64),
+    /// A completed WRITE of operation `op` waits for the driver to check the responder's copy.
+    Check(u64),
+}
+
+/// Per-QP state of the requesting application.
+#[derive(Debug, Clone)]
+pub(crate) struct ReqQp {
+    pub(crate) qpn: Qpn,
+    pub(crate) target: u64,
+    pub(crate) posted: u64,
+    pub(crate) completed: u64,
+    pub(crate) errors: u64,
+    pub(crate) slots: Vec<Slot>,
+    /// Sum of the FAA addends completed so far (the value the next FAA must return).
+    pub(crate) faa_sum: u64,
+    pub(crate) stopped: bool,
+}
+
+/// Memory layout shared by both sides: per QP, `slots` slots of `slot_len` bytes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    pub(crate) slots: usize,
+    pub(crate) slot_len: u64,
+}
+
+impl Layout {
+    pub(crate) fn offset(&self, qp: usize, slot: usize) -> u64 {
+        (qp * self.slots + slot) as u64 * self.slot_len
+    }
+}
+
+/// The application of the requesting node.
+pub(crate) struct ReqApp {
+    pub(crate) op: OpKind,
+    pub(crate) size: u32,
+    pub(crate) depth: u32,
+    pub(crate) seed: u64,
+    pub(crate) cq: CqHandle,
+    pub(crate) layout: Layout,
+    /// Local buffer (source of SEND / WRITE, destination of READ and atomic results).
+    pub(crate) local: MrInfo,
+    /// The responder's buffer (WRITE / READ target, atomic counters at the start of each QP's
+    /// first slot).
+    pub(crate) remote: RemoteAddr,
+    pub(crate) qps: Vec<ReqQp>,
+    /// WRITEs completed and awaiting the driver's check: (qp, slot, op).
+    pub(crate) checks: Vec<(usize, usize, u64)>,
+    pub(crate) verify_failures: u64,
+    pub(crate) status_counts: std::collections::BTreeMap<&'static str, u64>,
+    pub(crate) last_completion_ns: u64,
+    pub(crate) bytes_completed: u64,
+    wcs: Vec<WorkCompletion>,
+}
+
+/// The application of the responding node (posts and checks receive buffers for SEND).
+pub(crate) struct RespApp {
+    pub(crate) op: OpKind,
+    pub(crate) size: u32,
+    pub(crate) seed: u64,
+    pub(crate) cq: CqHandle,
+    pub(crate) layout: Layout,
+    pub(crate) local: MrInfo,
+    pub(crate) qpns: Vec<Qpn>,
+    /// Messages received per QP (the k-th message of a QP is its operation k).
+    pub(crate) received: Vec<u64>,
+    pub(crate) verify_failures: u64,
+    pub(crate) recv_errors: u64,
+    wcs: Vec<WorkCompletion>,
+}
+
+pub(crate) enum App {
+    Requester(Box<ReqApp>),
+    Responder(Box<RespApp>),
+}
+
+/// One host on the fabric.
+pub struct SimNode {
+    pub(crate) hca: Hca,
+    pub(crate) app: App,
+    /// Print every frame sent and received to stderr (`SOFTIB_TRACE=1`).
+    pub(crate) trace: bool,
+}
+
+impl SimNode {
+    /// The HCA (for reports and inspection).
+    pub fn hca(&self) -> &Hca {
+        &self.hca
+    }
+
+    /// Lets the application poll completions and post work.
+    pub(crate) fn progress(&mut self, now_ns: u64) {
+        match &mut self.app {
+            App::Requester(a) => a.progress(&mut self.hca, now_ns),
+            App::Responder(a) => a.progress(&mut self.hca),
+        }
+    }
+}
+
+impl Endpoint for SimNode {
+    fn handle_frame(&mut self, now_ns: u64, frame: &[u8]) {
+        if self.trace {
+            if let Ok(p) = softib_wire::roce::RocePacket::parse(frame) {
+                eprintln!(
+                    "{now_ns} {:#010x} rx {} {:#x}",
+                    self.hca.query_device().node_guid & 0xffff_ffff,
+                    p.transport.headers.bth.opcode,
+                    p.transport.headers.bth.psn.value()
+                );
+            }
+        }
+        self.hca.handle_frame(Instant::from_nanos(now_ns), frame);
+        self.progress(now_ns);
+    }
+
+    fn poll_transmit(&mut self, now_ns: u64, out: &mut Vec<u8>) -> bool {
+        let r = self.hca.poll_transmit(Instant::from_nanos(now_ns), out);
+        if r && self.trace {
+            if let Ok(p) = softib_wire::roce::RocePacket::parse(out) {
+                eprintln!(
+                    "{now_ns} {:#010x} tx {} {:#x}",
+                    self.hca.query_device().node_guid & 0xffff_ffff,
+                    p.transport.headers.bth.opcode,
+                    p.transport.headers.bth.psn.value()
+                );
+            }
+        }
+        r
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.hca.poll_timeout().map(|t| t.as_nanos())
+    }
+
+    fn handle_timeout(&mut self, now_ns: u64) {
+        self.hca.handle_timeout(Instant::from_nanos(now_ns));
+        self.progress(now_ns);
+    }
+}
+
+impl ReqApp {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        op: OpKind,
+        size: u32,
+        depth: u32,
+        seed: u64,
+        cq: CqHandle,
+        layout: Layout,
+        local: MrInfo,
+        remote: RemoteAddr,
+        qps: Vec<(Qpn, u64)>,
+    ) -> ReqApp {
+        let qps = qps
+            .into_iter()
+            .map(|(qpn, target)| ReqQp {
+                qpn,
+                target,
+                posted: 0,
+                completed: 0,
+                errors: 0,
+                slots: vec![Slot::Free; layout.slots],
+                faa_sum: 0,
+                stopped: false,
+            })
+            .collect();
+        ReqApp {
+            op,
+            size,
+            depth,
+            seed,
+            cq,
+            layout,
+            local,
+            remote,
+            qps,
+            checks: Vec::new(),
+            verify_failures: 0,
+            status_counts: Default::default(),
+            last_completion_ns: 0,
+            bytes_completed: 0,
+            wcs: Vec::with_capacity(64),
+        }
+    }
+
+    /// True when every QP has completed its share (or stopped on an error).
+    pub(crate) fn done(&self) -> bool {
+        self.qps
+            .iter()
+            .all(|q| q.completed >= q.target || (q.stopped && q.completed >= q.posted))
+    }
+
+    pub(crate) fn completed(&self) -> u64 {
+        self.qps.iter().map(|q| q.completed).sum()
+    }
+
+    pub(crate) fn posted(&self) -> u64 {
+        self.qps.iter().map(|q| q.posted).sum()
+    }
+
+    fn slot_of(&self, op: u64) -> usize {
+        (op % self.layout.slots as u64) as usize
+    }
+
+    pub(crate) fn progress(&mut self, hca: &mut Hca, now_ns: u64) {
+        let mut wcs = std::mem::take(&mut self.wcs);
+        loop {
+            wcs.resize(64, WorkCompletion::default());
+            let n = hca.poll_cq_into(self.cq, &mut wcs).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            for wc in &wcs[..n] {
+                self.complete(hca, wc, now_ns);
+            }
+        }
+        self.wcs = wcs;
+        for q in 0..self.qps.len() {
+            self.post_more(hca, q);
+        }
+    }
+
+    fn complete(&mut self, hca: &mut Hca, wc: &WorkCompletion, now_ns: u64) {
+        let (q, op) = split(wc.wr_id);
+        let Some(qp) = self.qps.get_mut(q) else {
+            return;
+        };
+        *self.status_counts.entry(wc.status.name()).or_default() += 1;
+        // RC completes in posting order, each work request exactly once.
+        if op != qp.completed {
+            self.verify_failures += 1;
+        }
+        qp.completed += 1;
+        self.last_completion_ns = now_ns;
+        let slot = (op % self.layout.slots as u64) as usize;
+        if wc.status != WcStatus::Success {
+            qp.errors += 1;
+            qp.stopped = true;
+            qp.slots[slot] = Slot::Free;
+            return;
+        }
+        let off = self.layout.offset(q, slot);
+        let size = self.size as usize;
+        let ok = match self.op {
+            OpKind::Send => true,
+            OpKind::Write => {
+                qp.slots[slot] = Slot::Check(op);
+                self.checks.push((q, slot, op));
+                self.bytes_completed += u64::from(self.size);
+                return;
+            }
+            OpKind::Read => {
+                let mem = hca.mr_bytes(self.local.handle).unwrap_or(&[]);
+                let got = mem.get(off as usize..off as usize + size).unwrap_or(&[]);
+                pattern::check(got, pattern::read_source(self.seed, q, slot))
+            }
+            OpKind::Faa | OpKind::Cas => {
+                let mut v = [0u8; 8];
+                let _ = hca.mr_read(self.local.handle, off as usize, &mut v);
+                let got = u64::from_le_bytes(v);
+                match self.op {
+                    OpKind::Faa => {
+                        let ok = got == qp.faa_sum;
+                        qp.faa_sum = qp.faa_sum.wrapping_add(op + 1);
+                        ok
+                    }
+                    // CAS chain: operation k swaps k for k + 1, so it must find k.
+                    _ => got == op,
+                }
+            }
+        };
+        if !ok {
+            self.verify_failures += 1;
+        }
+        self.bytes_completed += match self.op {
+            OpKind::Faa | OpKind::Cas => 8,
+            _ => u64::from(self.size),
+        };
+        qp.slots[slot] = Slot::Free;
+    }
+
+    fn post_more(&mut self, hca: &mut Hca, q: usize) {
+        loop {
+            let qp = &self.qps[q];
+            if qp.stopped
+                || qp.posted >= qp.target
+                || qp.posted - qp.completed >= u64::from(self.depth)
+            {
+                return;
+            }
+            let op = qp.posted;
+            let slot = self.slot_of(op);
+            if qp.slots[slot] != Slot::Free {
+                return;
+            }
+            let qpn = qp.qpn;
+            let off = self.layout.offset(q, slot);
+            let len = match self.op {
+                OpKind::Faa | OpKind::Cas => 8,
+                _ => self.size,
+            };
+            let local = Sge {
+                addr: self.local.addr + off,
+                length: len,
+                lkey: self.local.lkey,
+            };
+            let remote = RemoteAddr {
+                addr: self.remote.addr + off,
+                rkey: self.remote.rkey,
+            };
+            let counter = RemoteAddr {
+                addr: self.remote.addr + self.layout.offset(q, 0),
+                rkey: self.remote.rkey,
+            };
+            let opcode = match self.op {
+                OpKind::Send | OpKind::Write => {
+                    if let Ok(mem) = hca.mr_bytes_mut(self.local.handle) {
+                        if let Some(buf) =
+                            mem.get_mut(off as usize..(off + u64::from(len)) as usize)
+                        {
+                            pattern::fill(buf, pattern::op_data(self.seed, q, op));
+                        }
+                    }
+                    if self.op == OpKind::Send {
+                        WrOpcode::Send
+                    } else {
+                        WrOpcode::RdmaWrite { remote }
+                    }
+                }
+                OpKind::Read => {
+                    if let Ok(mem) = hca.mr_bytes_mut(self.local.handle) {
+                        if let Some(buf) =
+                            mem.get_mut(off as usize..(off + u64::from(len)) as usize)
+                        {
+                            buf.fill(0);
+                        }
+                    }
+                    WrOpcode::RdmaRead { remote }
+                }
+                OpKind::Faa => WrOpcode::AtomicFetchAdd {
+                    remote_addr: counter.addr,
+                    rkey: counter.rkey,
+                    add: op + 1,
+                },
+                OpKind::Cas => WrOpcode::AtomicCmpSwp {
+                    remote_addr: counter.addr,
+                    rkey: counter.rkey,
+                    compare: op,
+                    swap: op + 1,
+                },
+            };
+            let wr = SendWr::new(wr_id(q, op), opcode).with_sge(local).signaled();
+            if hca.post_send(qpn, std::slice::from_ref(&wr)).is_err() {
+                let qp = &mut self.qps[q];
+                qp.stopped = true;
+                return;
+            }
+            let qp = &mut self.qps[q];
+            qp.slots[slot] = Slot::Busy(op);
+            qp.posted += 1;
+            if hca.query_qp(qpn).is_ok_and(|a| a.qp_state == QpState::Err) {
+                qp.stopped = true;
+            }
+        }
+    }
+}
+
+impl RespApp {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        op: OpKind,
+        size: u32,
+        seed: u64,
+        cq: CqHandle,
+        layout: Layout,
+        local: MrInfo,
+        qpns: Vec<Qpn>,
+    ) -> RespApp {
+        let n = qpns.len();
+        RespApp {
+            op,
+            size,
+            seed,
+            cq,
+            layout,
+            local,
+            qpns,
+            received: vec![0; n],
+            verify_failures: 0,
+            recv_errors: 0,
+            wcs: Vec::with_capacity(64),
+        }
+    }
+
+    /// Posts the initial receive WQEs (one per slot) for SEND traffic.
+    pub(crate) fn post_initial(&mut self, hca: &mut Hca) {
+        if self.op != OpKind::Send {
+            return;
+        }
+        for q in 0..self.qpns.len() {
+            for k in 0..self.layout.slots as u64 {
+                self.post_recv(hca, q, k);
+            }
+        }
+    }
+
+    fn post_recv(&mut self, hca: &mut Hca, q: usize, k: u64) {
+        let slot = (k % self.layout.slots as u64) as usize;
+        let off = self.layout.offset(q, slot);
+        let sge = Sge {
+            addr: self.local.addr + off,
+            length: self.size.max(1),
+            lkey: self.local.lkey,
+        };
+        let _ = hca.post_recv(self.qpns[q], &[RecvWr::new(wr_id(q, k), vec![sge])]);
+    }
+
+    pub(crate) fn progress(&mut self, hca: &mut Hca) {
+        let mut wcs = std::mem::take(&mut self.wcs);
+        loop {
+            wcs.resize(64, WorkCompletion::default());
+            let n = hca.poll_cq_into(self.cq, &mut wcs).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            for wc in &wcs[..n] {
+                let (q, k) = split(wc.wr_id);
+                if q >= self.qpns.len() {
+                    continue;
+                }
+                if wc.status != WcStatus::Success {
+                    self.recv_errors += 1;
+                    continue;
+                }
+                // RC delivers in order: the k-th message received is operation k.
+                let op = self.received[q];
+                self.received[q] += 1;
+                let slot = (k % self.layout.slots as u64) as usize;
+                let off = self.layout.offset(q, slot) as usize;
+                let size = self.size as usize;
+                let ok = wc.byte_len == self.size
+                    && hca
+                        .mr_bytes(self.local.handle)
+                        .ok()
+                        .and_then(|m| m.get(off..off + size))
+                        .is_some_and(|got| pattern::check(got, pattern::op_data(self.seed, q, op)));
+                if !ok {
+                    self.verify_failures += 1;
+                }
+                self.post_recv(hca, q, k + self.layout.slots as u64);
+            }
+        }
+        self.wcs = wcs;
+    }
+}

@@ -1,0 +1,549 @@
+//! Runs a scenario and reports what happened.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use serde_json::{json, Value};
+use softib_core::setup::{connect, ConnectOptions, EndpointInfo};
+use softib_core::transport::Counters;
+use softib_core::verbs::device::GidEntry;
+use softib_core::verbs::qp::{QpCap, QpInitAttr};
+use softib_core::verbs::types::{AccessFlags, GidType, Mtu, QpType};
+use softib_core::verbs::wr::RemoteAddr;
+use softib_core::{gid_of_ipv4, mac_for_gid, Hca, HcaConfig};
+use softib_fabric::{Capture, Fabric, Faults, LinkConfig, RunOutcome, Totals};
+use softib_wire::Psn;
+
+use crate::config::{OpKind, SimConfig};
+use crate::node::{App, Layout, ReqApp, RespApp, SimNode, Slot};
+use crate::pattern;
+
+/// Largest memory the simulator registers per node.
+const MAX_REGION: u64 = 4 << 30;
+/// Fabric events between two checks of completed WRITEs.
+const CHUNK_EVENTS: u64 = 256;
+
+/// Per-QP outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpReport {
+    pub qpn: u32,
+    pub posted: u64,
+    pub completed: u64,
+    pub errors: u64,
+}
+
+/// What a run did. Everything but `wall_time_s` is a function of the configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimReport {
+    pub config: SimConfig,
+    pub posted: u64,
+    pub completed: u64,
+    /// Completions with a status other than success.
+    pub errors: u64,
+    /// Every operation completed successfully and every byte checked out.
+    pub verified: bool,
+    /// Operations whose data did not match.
+    pub verify_failures: u64,
+    /// Payload bytes of successful operations.
+    pub bytes: u64,
+    pub goodput_gbps: f64,
+    pub retransmissions: u64,
+    pub retrans_by_nak: u64,
+    pub retrans_by_timeout: u64,
+    pub sim_time_ns: u64,
+    pub wall_time_s: f64,
+    pub per_qp: Vec<QpReport>,
+    pub per_status: BTreeMap<&'static str, u64>,
+    pub fabric: Totals,
+    pub requester: Counters,
+    pub responder: Counters,
+    pub events: u64,
+    /// Why the run stopped short, if it did.
+    pub stopped: Option<String>,
+}
+
+/// The two nodes of a scenario.
+const NODE_A: [u8; 4] = [10, 0, 0, 1];
+const NODE_B: [u8; 4] = [10, 0, 0, 2];
+
+fn hca_for(node: u32, ip: [u8; 4], mtu: Mtu) -> Hca {
+    let mut cfg = HcaConfig::new(node);
+    let port = &mut cfg.ports[0];
+    port.gids.push(GidEntry {
+        gid: gid_of_ipv4(ip),
+        gid_type: GidType::RoceV2,
+    });
+    port.max_mtu = Mtu::Mtu4096;
+    port.active_mtu = mtu;
+    cfg.device.max_qp_wr = cfg.device.max_qp_wr.max(1 << 16);
+    Hca::new(cfg)
+}
+
+/// Builds the scenario's fabric: two nodes, `qps` connected QP pairs, buffers registered and
+/// receive queues filled. Returns the fabric with node A first.
+pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
+    cfg.validate()?;
+    let slots = (cfg.depth as usize * 4).max(4);
+    let slot_len = (u64::from(cfg.size).max(8)).next_multiple_of(64);
+    let region = slot_len * slots as u64 * u64::from(cfg.qps);
+    if region > MAX_REGION {
+        return Err(format!(
+            "{} QPs x {slots} slots x {slot_len} bytes = {region} bytes per node exceeds the simulator's 4 GiB; lower --size, --depth or --qps",
+            cfg.qps
+        ));
+    }
+    let layout = Layout { slots, slot_len };
+    let mut a = hca_for(1, NODE_A, cfg.mtu);
+    let mut b = hca_for(2, NODE_B, cfg.mtu);
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    let (pa, pb) = (
+        a.alloc_pd().map_err(|e| err(&e))?,
+        b.alloc_pd().map_err(|e| err(&e))?,
+    );
+    let cqe = (u64::from(cfg.qps) * (u64::from(cfg.depth) + slots as u64) * 2).min(1 << 20) as u32;
+    let (ca, cb) = (
+        a.create_cq(cqe).map_err(|e| err(&e))?,
+        b.create_cq(cqe).map_err(|e| err(&e))?,
+    );
+    let ma = a
+        .reg_mr(pa, vec![0u8; region as usize], access, None)
+        .map_err(|e| err(&e))?;
+    let mut bmem = vec![0u8; region as usize];
+    if cfg.op == OpKind::Read {
+        for q in 0..cfg.qps as usize {
+            for s in 0..slots {
+                let off = layout.offset(q, s) as usize;
+                pattern::fill(
+                    &mut bmem[off..off + cfg.size as usize],
+                    pattern::read_source(cfg.seed, q, s),
+                );
+            }
+        }
+    }
+    let mb = b.reg_mr(pb, bmem, access, None).map_err(|e| err(&e))?;
+    let cap = QpCap {
+        max_send_wr: cfg.depth.max(1),
+        max_recv_wr: slots as u32,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let depth_rd = if cfg.op == OpKind::Read || cfg.op.is_atomic() {
+        cfg.depth.min(128) as u8
+    } else {
+        1
+    };
+    let opts = ConnectOptions {
+        sgid_index: 1,
+        path_mtu: cfg.mtu,
+        timeout: cfg.timeout,
+        retry_cnt: cfg.retry_cnt,
+        rnr_retry: 7,
+        max_rd_atomic: depth_rd,
+        max_dest_rd_atomic: depth_rd,
+        ..ConnectOptions::default()
+    };
+    let mut pairs = Vec::new();
+    let per_qp = cfg.ops / u64::from(cfg.qps);
+    let extra = cfg.ops % u64::from(cfg.qps);
+    for i in 0..cfg.qps {
+        let qa = a
+            .create_qp(pa, &QpInitAttr::new(QpType::Rc, ca, cap))
+            .map_err(|e| err(&e))?;
+        let qb = b
+            .create_qp(pb, &QpInitAttr::new(QpType::Rc, cb, cap))
+            .map_err(|e| err(&e))?;
+        let psn_a = Psn::new((cfg.seed as u32).wrapping_mul(2654435761).wrapping_add(i));
+        let psn_b = Psn::new((cfg.seed as u32).wrapping_mul(40503).wrapping_add(i * 7));
+        let ia = EndpointInfo {
+            qpn: qa,
+            psn: psn_a,
+            gid: gid_of_ipv4(NODE_A),
+            lid: 0,
+        };
+        let ib = EndpointInfo {
+            qpn: qb,
+            psn: psn_b,
+            gid: gid_of_ipv4(NODE_B),
+            lid: 0,
+        };
+        connect(&mut a, qa, psn_a, &ib, &opts).map_err(|e| err(&e))?;
+        connect(&mut b, qb, psn_b, &ia, &opts).map_err(|e| err(&e))?;
+        pairs.push((qa, qb, per_qp + u64::from(u64::from(i) < extra)));
+    }
+    let req = ReqApp::new(
+        cfg.op,
+        cfg.size,
+        cfg.depth,
+        cfg.seed,
+        ca,
+        layout,
+        ma,
+        RemoteAddr {
+            addr: mb.addr,
+            rkey: mb.rkey,
+        },
+        pairs.iter().map(|&(qa, _, n)| (qa, n)).collect(),
+    );
+    let mut resp = RespApp::new(
+        cfg.op,
+        cfg.size,
+        cfg.seed,
+        cb,
+        layout,
+        mb,
+        pairs.iter().map(|p| p.1).collect(),
+    );
+    resp.post_initial(&mut b);
+    let faults = Faults {
+        loss: cfg.loss,
+        dup: cfg.dup,
+        reorder: cfg.reorder,
+        reorder_delay_ns: 4 * cfg.latency_ns.max(1_000),
+        corrupt: cfg.corrupt,
+        ..Faults::default()
+    };
+    let link = LinkConfig {
+        latency_ns: cfg.latency_ns,
+        bandwidth_bps: cfg.bandwidth_bps,
+        mtu: 9000,
+        jitter_ns: cfg.jitter_ns,
+        faults,
+    };
+    let trace = std::env::var_os("SOFTIB_TRACE").is_some();
+    let mut fabric = Fabric::new(cfg.seed);
+    let mut link_a = link.clone();
+    link_a.faults.down = cfg.link_down.clone();
+    fabric.add_node(
+        SimNode {
+            hca: a,
+            app: App::Requester(Box::new(req)),
+            trace,
+        },
+        mac_for_gid(&gid_of_ipv4(NODE_A)),
+        link_a,
+    );
+    fabric.add_node(
+        SimNode {
+            hca: b,
+            app: App::Responder(Box::new(resp)),
+            trace,
+        },
+        mac_for_gid(&gid_of_ipv4(NODE_B)),
+        link,
+    );
+    Ok(fabric)
+}
+
+/// Runs a scenario. `pcap` captures every delivered frame; `progress(done, total)` is called
+/// now and then.
+pub fn run(
+    cfg: &SimConfig,
+    pcap: Option<Box<dyn Write>>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SimReport, String> {
+    let wall = std::time::Instant::now();
+    let mut fabric = build(cfg)?;
+    if let Some(w) = pcap {
+        fabric
+            .capture_pcap(w, Capture::Delivered)
+            .map_err(|e| e.to_string())?;
+    }
+    let nodes: Vec<_> = fabric.nodes().map(|(id, _)| id).collect();
+    let (na, nb) = (nodes[0], nodes[1]);
+    fabric.node_mut(na).progress(0);
+    let mut stopped = None;
+    let mut last_report = 0;
+    loop {
+        let outcome = fabric.drive_bounded(CHUNK_EVENTS);
+        let freed = check_writes(&mut fabric, na, nb);
+        let (done, completed) = match &fabric.node(na).app {
+            App::Requester(r) => (r.done(), r.completed()),
+            App::Responder(_) => unreachable!("node A is the requester"),
+        };
+        if completed >= last_report + 1000 || done {
+            progress(completed, cfg.ops);
+            last_report = completed;
+        }
+        if done {
+            break;
+        }
+        if freed {
+            let now = fabric.now();
+            fabric.node_mut(na).progress(now);
+        }
+        if outcome == RunOutcome::Idle && !freed {
+            match fabric.next_event_time() {
+                Some(t) => fabric.run_until(t),
+                None => {
+                    stopped = Some("the fabric went idle with work outstanding".to_string());
+                    break;
+                }
+            }
+        }
+        if fabric.now() > cfg.max_sim_ns {
+            stopped = Some(format!(
+                "virtual time limit of {} ns reached",
+                cfg.max_sim_ns
+            ));
+            break;
+        }
+    }
+    fabric.finish_pcap().map_err(|e| e.to_string())?;
+    Ok(report(
+        cfg,
+        &fabric,
+        na,
+        nb,
+        stopped,
+        wall.elapsed().as_secs_f64(),
+    ))
+}
+
+/// Checks the responder's copy of every completed WRITE and frees its slot.
+fn check_writes(
+    fabric: &mut Fabric<SimNode>,
+    na: softib_fabric::NodeId,
+    nb: softib_fabric::NodeId,
+) -> bool {
+    let (a, b) = fabric.node_pair_mut(na, nb);
+    let App::Requester(req) = &mut a.app else {
+        return false;
+    };
+    if req.checks.is_empty() {
+        return false;
+    }
+    let App::Responder(resp) = &b.app else {
+        return false;
+    };
+    let mem = b.hca.mr_bytes(resp.local.handle).unwrap_or(&[]);
+    let size = req.size as usize;
+    for (q, slot, op) in std::mem::take(&mut req.checks) {
+        let off = req.layout.offset(q, slot) as usize;
+        let ok = mem
+            .get(off..off + size)
+            .is_some_and(|got| pattern::check(got, pattern::op_data(req.seed, q, op)));
+        if !ok {
+            req.verify_failures += 1;
+        }
+        req.qps[q].slots[slot] = Slot::Free;
+    }
+    true
+}
+
+fn report(
+    cfg: &SimConfig,
+    fabric: &Fabric<SimNode>,
+    na: softib_fabric::NodeId,
+    nb: softib_fabric::NodeId,
+    stopped: Option<String>,
+    wall_time_s: f64,
+) -> SimReport {
+    let a = fabric.node(na);
+    let b = fabric.node(nb);
+    let App::Requester(req) = &a.app else {
+        unreachable!("node A is the requester")
+    };
+    let App::Responder(resp) = &b.app else {
+        unreachable!("node B is the responder")
+    };
+    let requester = *a.hca.counters();
+    let responder = *b.hca.counters();
+    let posted = req.posted();
+    let completed = req.completed();
+    let errors: u64 = req.qps.iter().map(|q| q.errors).sum();
+    let verify_failures = req.verify_failures + resp.verify_failures;
+    let sim_time_ns = req.last_completion_ns.max(1);
+    let bytes = req.bytes_completed;
+    let verified = stopped.is_none()
+        && errors == 0
+        && verify_failures == 0
+        && resp.recv_errors == 0
+        && completed == cfg.ops
+        && (cfg.op != OpKind::Send || resp.received.iter().sum::<u64>() == cfg.ops);
+    SimReport {
+        config: cfg.clone(),
+        posted,
+        completed,
+        errors,
+        verified,
+        verify_failures,
+        bytes,
+        goodput_gbps: bytes as f64 * 8.0 / sim_time_ns as f64,
+        retransmissions: requester.retransmitted_pkts + responder.retransmitted_pkts,
+        retrans_by_nak: requester.retry_naks + responder.retry_naks,
+        retrans_by_timeout: requester.retry_timeouts + responder.retry_timeouts,
+        sim_time_ns,
+        wall_time_s,
+        per_qp: req
+            .qps
+            .iter()
+            .map(|q| QpReport {
+                qpn: q.qpn.value(),
+                posted: q.posted,
+                completed: q.completed,
+                errors: q.errors,
+            })
+            .collect(),
+        per_status: req.status_counts.clone(),
+        fabric: fabric.totals(),
+        requester,
+        responder,
+        events: fabric.events_processed(),
+        stopped,
+    }
+}
+
+impl SimReport {
+    /// The report as one JSON object (keys as `softib sim --json` promises).
+    pub fn to_json(&self) -> Value {
+        let c = &self.config;
+        let l = &self.fabric.links;
+        json!({
+            "service": c.service.name(),
+            "op": c.op.name(),
+            "size": c.size,
+            "ops": c.ops,
+            "qps": c.qps,
+            "depth": c.depth,
+            "mtu": c.mtu.bytes(),
+            "loss": c.loss,
+            "dup": c.dup,
+            "reorder": c.reorder,
+            "corrupt": c.corrupt,
+            "seed": c.seed,
+            "posted": self.posted,
+            "completed": self.completed,
+            "errors": self.errors,
+            "verified": self.verified,
+            "verify_failures": self.verify_failures,
+            "bytes": self.bytes,
+            "goodput_gbps": self.goodput_gbps,
+            "retransmissions": self.retransmissions,
+            "retransmissions_nak": self.retrans_by_nak,
+            "retransmissions_timeout": self.retrans_by_timeout,
+            "sim_time_ns": self.sim_time_ns,
+            "wall_time_s": self.wall_time_s,
+            "events": self.events,
+            "per_qp": self.per_qp.iter().map(|q| json!({"qpn": q.qpn, "posted": q.posted, "completed": q.completed, "errors": q.errors})).collect::<Vec<_>>(),
+            "per_status": self.per_status,
+            "fabric": {
+                "frames_sent": self.fabric.transmitted_frames,
+                "frames_delivered": self.fabric.delivered_frames,
+                "dropped_loss": l.dropped_loss,
+                "duplicated": l.duplicated,
+                "reordered": l.reordered,
+                "corrupted": l.corrupted,
+            },
+            "drops": {
+                "icrc": self.requester.icrc_err + self.responder.icrc_err,
+                "malformed": self.requester.malformed + self.responder.malformed,
+                "duplicate_requests": self.responder.duplicate_request,
+                "out_of_sequence": self.responder.out_of_seq_dropped + self.responder.rcvd_seq_err,
+                "ignored_responses": self.requester.ignored_responses,
+            },
+            "stopped": self.stopped,
+        })
+    }
+
+    /// A readable multi-line report.
+    pub fn to_text(&self) -> String {
+        let c = &self.config;
+        let l = &self.fabric.links;
+        let mut s = String::new();
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            s,
+            "softib sim: {} {} x {} of {} bytes over {} QP(s), depth {}, MTU {}, seed {}",
+            c.service.name().to_uppercase(),
+            c.op.name().to_uppercase(),
+            c.ops,
+            c.size,
+            c.qps,
+            c.depth,
+            c.mtu.bytes(),
+            c.seed
+        );
+        let _ = writeln!(
+            s,
+            "  fabric:      {:.0} Gb/s links, {} ns latency, loss {}, dup {}, reorder {}, corrupt {}",
+            c.bandwidth_bps as f64 / 1e9,
+            c.latency_ns,
+            c.loss,
+            c.dup,
+            c.reorder,
+            c.corrupt
+        );
+        let _ = writeln!(
+            s,
+            "  operations:  {} posted, {} completed, {} errors",
+            self.posted, self.completed, self.errors
+        );
+        let _ = writeln!(
+            s,
+            "  data:        {} bytes, goodput {:.3} Gb/s (simulated)",
+            self.bytes, self.goodput_gbps
+        );
+        let _ = writeln!(
+            s,
+            "  retransmitted packets: {} ({} retries after a NAK, {} after a timeout)",
+            self.retransmissions, self.retrans_by_nak, self.retrans_by_timeout
+        );
+        let _ = writeln!(
+            s,
+            "  frames:      {} sent, {} delivered, {} lost, {} duplicated, {} reordered, {} corrupted (dropped on ICRC: {})",
+            self.fabric.transmitted_frames,
+            self.fabric.delivered_frames,
+            l.dropped(),
+            l.duplicated,
+            l.reordered,
+            l.corrupted,
+            self.requester.icrc_err + self.responder.icrc_err
+        );
+        let _ = writeln!(
+            s,
+            "  responder:   {} duplicate requests, {} sequence errors, {} NAKs, {} RNR NAKs",
+            self.responder.duplicate_request,
+            self.responder.rcvd_seq_err,
+            self.responder.nak_sent,
+            self.responder.rnr_nak_sent
+        );
+        let statuses: Vec<String> = self
+            .per_status
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(s, "  completions: {}", statuses.join(" "));
+        for q in &self.per_qp {
+            let _ = writeln!(
+                s,
+                "  QP {:#08x}:  {} posted, {} completed, {} errors",
+                q.qpn, q.posted, q.completed, q.errors
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  time:        {:.6} s simulated, {:.3} s wall, {} events",
+            self.sim_time_ns as f64 / 1e9,
+            self.wall_time_s,
+            self.events
+        );
+        if let Some(why) = &self.stopped {
+            let _ = writeln!(s, "  stopped:     {why}");
+        }
+        let _ = writeln!(
+            s,
+            "  result:      {}",
+            if self.verified {
+                "verified".to_string()
+            } else {
+                format!("NOT verified ({} data mismatches)", self.verify_failures)
+            }
+        );
+        s
+    }
+}
