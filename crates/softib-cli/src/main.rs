@@ -1,5 +1,7 @@
 //! `softib` — the softib command line.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

@@ -40,6 +40,8 @@
 //! assert_eq!(fabric.node(tx).as_sender().unwrap().sent(), 1_000);
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod endpoint;
 pub mod fabric;
 pub mod faults;

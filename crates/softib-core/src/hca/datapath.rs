@@ -8,6 +8,7 @@
 //! UDP checksum 0. MAC addresses are derived from GIDs ([`mac_for_gid`]), so no neighbour
 //! discovery is needed in the simulator.
 
+use softib_wire::bth::Bth;
 use softib_wire::ethernet::Ethernet;
 use softib_wire::grh::Grh;
 use softib_wire::ipv4::Ipv4;
@@ -79,6 +80,11 @@ impl Hca {
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
         let p = match RocePacket::parse(frame) {
             Ok(p) => p,
+            Err(softib_wire::Error::UnknownOpcode(op)) if op >> 5 == 0 => {
+                // A reserved RC opcode: the responder answers it (C9-84).
+                self.handle_reserved_rc_opcode(now, frame);
+                return;
+            }
             Err(_) => {
                 self.counters.malformed += 1;
                 return;
@@ -215,17 +221,49 @@ impl Hca {
     /// For connected QPs: the packet comes from the remote GID of the QP's address vector and
     /// is addressed to the local GID it names.
     fn connection_matches(&self, qp: &Qp, p: &RocePacket<'_>) -> bool {
+        let (src, dst) = ip_gids(&p.ip);
+        self.connection_matches_gids(qp, src, dst)
+    }
+
+    fn connection_matches_gids(&self, qp: &Qp, src: Gid, dst: Gid) -> bool {
         let Some(grh) = qp.attr.ah_attr.grh else {
             return false;
         };
         let Some(local) = self.local_gid(qp) else {
             return false;
         };
-        let (src, dst) = match &p.ip {
-            IpHeader::V4(v4) => (gid_of_ipv4(v4.src), gid_of_ipv4(v4.dst)),
-            IpHeader::V6(v6) => (Gid(v6.sgid), Gid(v6.dgid)),
-        };
         src == grh.dgid && dst == local
+    }
+
+    /// A frame whose BTH:OpCode is in the RC class but reserved (IBA Table 38). The transport
+    /// parser cannot go past such a BTH, so the frame is checked here as far as the
+    /// responder needs (framing, ICRC, QP, P_Key, connection) before the RC responder judges
+    /// it; anything wrong is dropped and counted like any other bad frame.
+    fn handle_reserved_rc_opcode(&mut self, now: Instant, frame: &[u8]) {
+        let Some((bth, src, dst)) = reserved_opcode_frame(frame) else {
+            self.counters.malformed += 1;
+            return;
+        };
+        let qpn = bth.dest_qp.value();
+        let Some(qp) = self.qps.get(&qpn) else {
+            self.counters.no_such_qp += 1;
+            return;
+        };
+        if qp.qp_type != QpType::Rc {
+            self.counters.wrong_service += 1;
+            return;
+        }
+        if !self.pkey_ok(qp, bth.pkey) {
+            self.counters.bad_pkey += 1;
+            return;
+        }
+        if !self.connection_matches_gids(qp, src, dst) {
+            self.counters.bad_address += 1;
+            return;
+        }
+        self.counters.rcvd_pkts += 1;
+        self.rc_handle_reserved_opcode(now, qpn, &bth);
+        self.rearm_timer(qpn);
     }
 
     /// The QP's source GID (from its address vector's SGID index).
@@ -282,7 +320,17 @@ impl Hca {
         let Some(a) = self.frame_addrs(qpn) else {
             return false;
         };
-        out.resize(MAX_FRAME, 0);
+        let Ok(tlen) = t.wire_len() else {
+            return false;
+        };
+        let ip_len = match a.ip {
+            IpHeader::V4(_) => softib_wire::ipv4::LEN,
+            IpHeader::V6(_) => softib_wire::grh::LEN,
+        };
+        let len = (a.eth.header_len() + ip_len + softib_wire::udp::LEN + tlen + roce::ICRC_LEN)
+            .max(softib_wire::ethernet::MIN_FRAME_LEN);
+        // `out` arrives empty: only the frame's own bytes are written (no 4 KiB memset).
+        out.resize(len, 0);
         match roce::build(&a.eth, &a.ip, a.sport, t, out) {
             Ok(n) => {
                 out.truncate(n);
@@ -294,6 +342,55 @@ impl Hca {
             }
         }
     }
+}
+
+/// Source and destination GIDs of a RoCEv2 packet's IP header.
+fn ip_gids(ip: &IpHeader) -> (Gid, Gid) {
+    match ip {
+        IpHeader::V4(v4) => (gid_of_ipv4(v4.src), gid_of_ipv4(v4.dst)),
+        IpHeader::V6(v6) => (Gid(v6.sgid), Gid(v6.dgid)),
+    }
+}
+
+/// The BTH and the source / destination GIDs of a RoCEv2 frame whose opcode the transport
+/// parser does not know, if the frame is otherwise well formed and its ICRC is right.
+fn reserved_opcode_frame(frame: &[u8]) -> Option<(Bth, Gid, Gid)> {
+    let eth = Ethernet::parse(frame).ok()?;
+    let l3 = frame.get(eth.header_len()..)?;
+    let (ip, ip_len, total) = match eth.ether_type {
+        softib_wire::ethernet::ETHERTYPE_IPV4 => {
+            let v4 = Ipv4::parse(l3).ok()?;
+            let fragment = v4.frag_offset != 0 || v4.flags & 0x1 != 0;
+            if fragment || v4.protocol != roce::IP_PROTO_UDP {
+                return None;
+            }
+            (IpHeader::V4(v4), v4.header_len(), usize::from(v4.total_len))
+        }
+        softib_wire::ethernet::ETHERTYPE_IPV6 => {
+            let v6 = Grh::parse(l3).ok()?;
+            if v6.ip_ver != 6 || v6.nxt_hdr != roce::IP_PROTO_UDP {
+                return None;
+            }
+            let len = softib_wire::grh::LEN;
+            (IpHeader::V6(v6), len, len + usize::from(v6.pay_len))
+        }
+        _ => return None,
+    };
+    let datagram = l3.get(..total)?;
+    let (raw_ip, l4) = datagram.split_at_checked(ip_len)?;
+    let udp = softib_wire::udp::Udp::parse(l4).ok()?;
+    if udp.dst_port != softib_wire::udp::ROCEV2_PORT || usize::from(udp.length) != l4.len() {
+        return None;
+    }
+    let (raw_udp, body) = l4.split_at_checked(softib_wire::udp::LEN)?;
+    let icrc_ok = match ip {
+        IpHeader::V4(_) => softib_wire::icrc::verify_roce_v4(raw_ip, raw_udp, body),
+        IpHeader::V6(_) => softib_wire::icrc::verify_roce_v6(raw_ip, raw_udp, body),
+    };
+    icrc_ok.ok()?;
+    let bth = Bth::parse(body).ok()?;
+    let (src, dst) = ip_gids(&ip);
+    Some((bth, src, dst))
 }
 
 #[cfg(test)]
