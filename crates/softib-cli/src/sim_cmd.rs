@@ -65,9 +65,13 @@ pub struct Common {
     /// Link bandwidth in Gb/s.
     #[arg(long, default_value_t = 100.0)]
     gbps: f64,
-    /// Transport timer exponent: Ttr = 4.096 us x 2^timeout (0 = never).
-    #[arg(long, default_value_t = 8)]
-    timeout: u8,
+    /// Requester PSN window: most packets unacknowledged per QP (IBA allows up to 2^23).
+    #[arg(long, default_value_t = 32)]
+    window: u32,
+    /// Transport timer exponent: Ttr = 4.096 us x 2^timeout (0 = never). Default: derived
+    /// from the path (about twice the worst round trip with a full window in flight).
+    #[arg(long)]
+    timeout: Option<u8>,
     /// Transport retry count (0..=7).
     #[arg(long, default_value_t = 7)]
     retry: u8,
@@ -148,11 +152,16 @@ fn config(c: &Common, loss: f64) -> Result<SimConfig, String> {
         latency_ns: c.latency_ns,
         jitter_ns: c.jitter_ns,
         bandwidth_bps: (c.gbps * 1e9) as u64,
-        timeout: c.timeout,
+        window_psns: c.window,
+        timeout: c.timeout.unwrap_or(0),
         retry_cnt: c.retry,
         seed: c.seed,
         ..SimConfig::default()
     };
+    let mut cfg = cfg;
+    if c.timeout.is_none() {
+        cfg.timeout = cfg.path_timeout();
+    }
     cfg.validate()?;
     Ok(cfg)
 }

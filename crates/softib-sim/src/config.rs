@@ -66,6 +66,8 @@ pub struct SimConfig {
     /// Extra uniform delay per frame, ns (never reorders).
     pub jitter_ns: u64,
     pub bandwidth_bps: u64,
+    /// Requester PSN window: most packets left unacknowledged per QP.
+    pub window_psns: u32,
     /// Transport timer exponent (Ttr = 4.096 µs × 2^timeout).
     pub timeout: u8,
     pub retry_cnt: u8,
@@ -93,6 +95,7 @@ impl Default for SimConfig {
             latency_ns: 1_000,
             jitter_ns: 0,
             bandwidth_bps: 100_000_000_000,
+            window_psns: 32,
             timeout: 8,
             retry_cnt: 7,
             seed: 1,
@@ -103,6 +106,24 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
+    /// The smallest transport timer exponent whose Ttr is at least twice the worst round trip
+    /// of this path: four link latencies plus jitter, plus a full PSN window of MTU-sized
+    /// packets serialised on one link. Go-back-N then recovers quickly from a lost NAK or a
+    /// lost retransmission (after which the responder stays silent, C9-80), without timing
+    /// out on a healthy path.
+    pub fn path_timeout(&self) -> u8 {
+        let bits =
+            (u64::from(self.window_psns) * (u64::from(self.mtu.bytes()) + 100)).saturating_mul(8);
+        let ser = if self.bandwidth_bps == 0 {
+            0
+        } else {
+            bits.saturating_mul(1_000_000_000) / self.bandwidth_bps
+        };
+        let rtt = 4 * (self.latency_ns + self.jitter_ns) + ser;
+        let want = rtt.saturating_mul(2);
+        (1u8..=31).find(|&e| 4096u64 << e >= want).unwrap_or(31)
+    }
+
     /// Checks the values a user can get wrong.
     pub fn validate(&self) -> Result<(), String> {
         for (name, p) in [
@@ -122,6 +143,12 @@ impl SimConfig {
             return Err(format!(
                 "--size {} is above softib's simulator limit of 1 GiB",
                 self.size
+            ));
+        }
+        if self.window_psns == 0 || self.window_psns > 1 << 23 {
+            return Err(format!(
+                "--window must be 1..=2^23 (C9-61), got {}",
+                self.window_psns
             ));
         }
         if self.timeout > 31 || self.retry_cnt > 7 {

@@ -66,7 +66,7 @@ pub struct SimReport {
 const NODE_A: [u8; 4] = [10, 0, 0, 1];
 const NODE_B: [u8; 4] = [10, 0, 0, 2];
 
-fn hca_for(node: u32, ip: [u8; 4], mtu: Mtu) -> Hca {
+fn hca_for(node: u32, ip: [u8; 4], mtu: Mtu, window: u32) -> Hca {
     let mut cfg = HcaConfig::new(node);
     let port = &mut cfg.ports[0];
     port.gids.push(GidEntry {
@@ -76,6 +76,7 @@ fn hca_for(node: u32, ip: [u8; 4], mtu: Mtu) -> Hca {
     port.max_mtu = Mtu::Mtu4096;
     port.active_mtu = mtu;
     cfg.device.max_qp_wr = cfg.device.max_qp_wr.max(1 << 16);
+    cfg.max_unacked_psns = window;
     Hca::new(cfg)
 }
 
@@ -93,8 +94,8 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         ));
     }
     let layout = Layout { slots, slot_len };
-    let mut a = hca_for(1, NODE_A, cfg.mtu);
-    let mut b = hca_for(2, NODE_B, cfg.mtu);
+    let mut a = hca_for(1, NODE_A, cfg.mtu, cfg.window_psns);
+    let mut b = hca_for(2, NODE_B, cfg.mtu, cfg.window_psns);
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
@@ -416,6 +417,8 @@ impl SimReport {
             "reorder": c.reorder,
             "corrupt": c.corrupt,
             "seed": c.seed,
+            "window": c.window_psns,
+            "timeout": c.timeout,
             "posted": self.posted,
             "completed": self.completed,
             "errors": self.errors,
@@ -470,13 +473,15 @@ impl SimReport {
         );
         let _ = writeln!(
             s,
-            "  fabric:      {:.0} Gb/s links, {} ns latency, loss {}, dup {}, reorder {}, corrupt {}",
+            "  fabric:      {:.0} Gb/s links, {} ns latency, loss {}, dup {}, reorder {}, corrupt {}; window {} PSNs, Ttr 4.096 us x 2^{}",
             c.bandwidth_bps as f64 / 1e9,
             c.latency_ns,
             c.loss,
             c.dup,
             c.reorder,
-            c.corrupt
+            c.corrupt,
+            c.window_psns,
+            c.timeout
         );
         let _ = writeln!(
             s,

@@ -317,6 +317,10 @@ impl Hca {
             // Already resending from an earlier (or the same) PSN.
             return;
         }
+        if r.last_retry_psn.is_some_and(|p| psn.distance(p) > 0) {
+            r.retries = 0;
+        }
+        r.last_retry_psn = Some(psn);
         if r.retries >= qp.attr.retry_cnt {
             self.counters.retry_exceeded += 1;
             self.rc_retire(now, qpn);

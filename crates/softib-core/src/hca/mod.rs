@@ -88,6 +88,8 @@ pub struct Hca {
     pub(crate) ip_ident: u16,
     /// Reused buffer for gathering payloads.
     pub(crate) scratch: Vec<u8>,
+    /// Requester PSN window (1 ..= 2^23).
+    pub(crate) max_unacked_psns: u32,
 }
 
 impl Hca {
@@ -111,6 +113,7 @@ impl Hca {
             timers: Default::default(),
             ip_ident: 0,
             scratch: Vec::new(),
+            max_unacked_psns: config.max_unacked_psns.clamp(1, 1 << 23),
             completion_events: VecDeque::new(),
         }
     }

@@ -20,9 +20,6 @@ use crate::verbs::event::QpErrorCause;
 use crate::verbs::types::{AccessFlags, QpState, SendFlags, WcStatus};
 use crate::verbs::wr::{SendWqe, WqePayload, WqeState, WrOpcode};
 
-/// Most PSNs a requester leaves unacknowledged at once. IBA allows 2^23 (C9-61); softib keeps
-/// a smaller window, like rxe (128), so that go-back-N after a loss resends little.
-pub const MAX_UNACKED_PSNS: u32 = 1024;
 /// A request packet with AckReq set at least this often inside long messages.
 pub const ACK_REQ_EVERY: u32 = 64;
 /// P_Key sent in every BTH (the default partition, full member).
@@ -93,10 +90,11 @@ impl Hca {
             .find(|w| w.tx.started && !w.tx.done)
             .map(|w| w.tx.first_psn);
         let outstanding = match oldest {
-            Some(p) => qp.transport.next_psn.distance(p).max(0) as u32,
+            // Unsigned modulo 2^24: a window of exactly 2^23 PSNs must not fold to -2^23.
+            Some(p) => qp.transport.next_psn.sub(p.value()).value(),
             None => 0,
         };
-        outstanding == 0 || outstanding + npsn <= MAX_UNACKED_PSNS
+        outstanding == 0 || outstanding + npsn <= self.max_unacked_psns
     }
 
     /// Sends one packet of the QP (a response if one is owed, else a request); returns true
@@ -299,6 +297,16 @@ impl Hca {
         if !outstanding {
             return;
         }
+        let from = qp
+            .sq
+            .iter()
+            .find(|w| !w.tx.done)
+            .map(|w| w.tx.first_psn)
+            .unwrap_or_default();
+        if r.last_retry_psn.is_some_and(|p| from.distance(p) > 0) {
+            r.retries = 0;
+        }
+        r.last_retry_psn = Some(from);
         // retry_cnt 0..=7 retries; IBA gives no infinite value for the transport retry count
         // (rxe also treats 7 as a count).
         if r.retries >= qp.attr.retry_cnt {

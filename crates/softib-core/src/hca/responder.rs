@@ -11,7 +11,7 @@ use softib_wire::atomic_ack_eth::AtomicAckEth;
 use softib_wire::bth::Bth;
 use softib_wire::opcode::Opcode;
 use softib_wire::transport::{TransportHeaders, TransportPacket};
-use softib_wire::{Msn, Operation, Position, Psn};
+use softib_wire::{Operation, Position, Psn};
 
 use super::requester::{packets_for, DEFAULT_PKEY};
 use super::Hca;
@@ -40,7 +40,20 @@ enum Refusal {
 }
 
 impl Hca {
-    pub(crate) fn rc_handle_request(&mut self, _now: Instant, qpn: u32, t: &TransportPacket<'_>) {
+    pub(crate) fn rc_handle_request(&mut self, now: Instant, qpn: u32, t: &TransportPacket<'_>) {
+        self.rc_request(now, qpn, &t.headers.bth, Some(t));
+    }
+
+    /// A request whose BTH:OpCode is a reserved RC code (9.7.4.1.4, C9-84). It is classified
+    /// by PSN like any request: at ePSN it is an invalid request (NAK-Invalid Request, after
+    /// everything received before it); as a duplicate there is nothing to answer and it is
+    /// dropped silently (C9-115); ahead of ePSN it is a PSN sequence error.
+    pub(crate) fn rc_handle_reserved_opcode(&mut self, now: Instant, qpn: u32, bth: &Bth) {
+        self.rc_request(now, qpn, bth, None);
+    }
+
+    /// PSN classification and dispatch of a request; `t` is `None` for a reserved opcode.
+    fn rc_request(&mut self, _now: Instant, qpn: u32, bth: &Bth, t: Option<&TransportPacket<'_>>) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
@@ -48,7 +61,7 @@ impl Hca {
             self.counters.bad_state += 1;
             return;
         }
-        let psn = t.headers.bth.psn;
+        let psn = bth.psn;
         let epsn = qp.transport.expected_psn;
         let d = psn.distance(epsn);
         if d > 0 {
@@ -72,11 +85,17 @@ impl Hca {
         }
         if d < 0 {
             self.counters.duplicate_request += 1;
-            self.rc_duplicate(qpn, t);
+            if let Some(t) = t {
+                self.rc_duplicate(qpn, t);
+            }
             return;
         }
         qp.transport.resp.nak_seq_outstanding = false;
-        match self.rc_execute(qpn, t) {
+        let result = match t {
+            Some(t) => self.rc_execute(qpn, t),
+            None => Err(invalid()),
+        };
+        match result {
             Ok(()) => {}
             Err(Refusal::Rnr) => {
                 let qp = self.qps.get_mut(&qpn).expect("checked");
@@ -672,7 +691,7 @@ impl Hca {
                 len,
                 sent,
                 msn,
-                ..
+                fresh,
             } => {
                 let first = *next_psn == *first_psn;
                 let plen = (*len - *sent).min(mtu);
@@ -690,11 +709,15 @@ impl Hca {
                         msn: *msn,
                     });
                 }
-                read_part = Some(MrSlice {
-                    mr: slice.mr,
-                    offset: slice.offset + *sent as usize,
-                    len: plen as usize,
-                });
+                read_part = Some((
+                    MrSlice {
+                        mr: slice.mr,
+                        offset: slice.offset + *sent as usize,
+                        len: plen as usize,
+                    },
+                    *msn,
+                    *fresh,
+                ));
                 *sent += plen;
                 *next_psn = next_psn.next();
                 last
@@ -705,10 +728,25 @@ impl Hca {
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        if let Some(part) = read_part {
+        if let Some((part, msn, fresh)) = read_part {
             match self.mr_slice(&part) {
                 Some(b) => scratch.extend_from_slice(b),
                 None if part.len == 0 => {}
+                None if !fresh => {
+                    // The answer to a duplicate READ fails part-way: it ends here, silently
+                    // (C9-109; no NAK for an error on a duplicate, C9-115).
+                    if !done {
+                        self.qps
+                            .get_mut(&qpn)
+                            .expect("checked")
+                            .transport
+                            .resp
+                            .responses
+                            .pop_front();
+                    }
+                    self.scratch = scratch;
+                    return false;
+                }
                 None => {
                     // The region went away under a READ: answer with a remote access NAK.
                     h = TransportHeaders::new(Bth {
@@ -720,7 +758,7 @@ impl Hca {
                     });
                     h.aeth = Some(Aeth {
                         syndrome: NAK_REMOTE_ACCESS,
-                        msn: Msn::default(),
+                        msn,
                     });
                     fatal = Some(QpErrorCause::AccessViolation);
                 }

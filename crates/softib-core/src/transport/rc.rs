@@ -65,6 +65,10 @@ pub struct Requester {
     /// responses of the stream sent before the rewind) neither count nor rewind again, until
     /// a response shows progress or the transport timer fires.
     pub retry_from: Option<Psn>,
+    /// PSN the last retry resent from. The retry counters count retries of one request
+    /// packet (C9-137, C9-142): a retry from a later PSN means the responder moved on, so the
+    /// count starts over.
+    pub last_retry_psn: Option<Psn>,
 }
 
 /// A response the responder owes, in PSN order.

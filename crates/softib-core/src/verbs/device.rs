@@ -257,6 +257,10 @@ pub struct HcaConfig {
     /// Base of the I/O virtual addresses the HCA assigns to memory regions registered without
     /// a caller-chosen address.
     pub mr_iova_base: u64,
+    /// Most PSNs a requester leaves unacknowledged (IBA allows up to 2^23, C9-61; Linux rxe
+    /// uses 128). Go-back-N resends about this many packets per loss, so a window near the
+    /// bandwidth-delay product keeps goodput up under loss.
+    pub max_unacked_psns: u32,
 }
 
 impl HcaConfig {
@@ -277,6 +281,7 @@ impl HcaConfig {
             device: DeviceAttr::rxe_defaults(guid),
             ports: vec![PortConfig::roce(guid)],
             mr_iova_base: 0x0000_7f00_0000_0000,
+            max_unacked_psns: 128,
         }
     }
 
@@ -292,6 +297,7 @@ impl HcaConfig {
             device: DeviceAttr::rxe_defaults(guid),
             ports: vec![PortConfig::infiniband(guid, lid)],
             mr_iova_base: 0x0000_7f00_0000_0000,
+            max_unacked_psns: 128,
         }
     }
 }
