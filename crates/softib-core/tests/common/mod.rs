@@ -5,13 +5,22 @@
 
 use softib_core::setup::{connect, ConnectOptions, EndpointInfo};
 use softib_core::time::Instant;
+use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::device::GidEntry;
 use softib_core::verbs::mr::MrInfo;
 use softib_core::verbs::qp::{QpCap, QpInitAttr};
+use softib_core::verbs::types::WcStatus;
 use softib_core::verbs::types::{AccessFlags, GidType, Mtu, QpType};
+use softib_core::verbs::wr::{RecvWr, SendWr, Sge};
 use softib_core::verbs::{CqHandle, PdHandle};
-use softib_core::{gid_of_ipv4, Hca, HcaConfig};
-use softib_wire::roce::RocePacket;
+use softib_core::{gid_of_ipv4, mac_for_gid, udp_source_port, Hca, HcaConfig, MAX_FRAME};
+use softib_wire::aeth::AethSyndrome;
+use softib_wire::bth::Bth;
+use softib_wire::ethernet::Ethernet;
+use softib_wire::ipv4::Ipv4;
+use softib_wire::opcode::Opcode;
+use softib_wire::roce::{self, IpHeader, RocePacket};
+use softib_wire::transport::{TransportHeaders, TransportPacket};
 use softib_wire::{Psn, Qpn};
 
 /// Which way a frame travels.
@@ -160,5 +169,247 @@ impl Pair {
                 (*d, b.opcode.0, b.psn.value())
             })
             .collect()
+    }
+}
+
+/// IPv4 address of side A / side B.
+pub const IP_A: [u8; 4] = [10, 0, 0, 1];
+pub const IP_B: [u8; 4] = [10, 0, 0, 2];
+/// Offset of the BTH in the frames the harness builds (Ethernet 14 + IPv4 20 + UDP 8).
+pub const BTH_AT: usize = 14 + 20 + 8;
+
+impl Dir {
+    /// Addresses of the sender and the receiver of a frame travelling this way.
+    fn ips(self) -> ([u8; 4], [u8; 4]) {
+        match self {
+            Dir::AtoB => (IP_A, IP_B),
+            Dir::BtoA => (IP_B, IP_A),
+        }
+    }
+}
+
+/// One packet as it appeared on the wire, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub headers: TransportHeaders,
+    pub payload: Vec<u8>,
+}
+
+impl Seen {
+    pub fn opcode(&self) -> Opcode {
+        self.headers.bth.opcode
+    }
+    pub fn psn(&self) -> u32 {
+        self.headers.bth.psn.value()
+    }
+    pub fn ack_req(&self) -> bool {
+        self.headers.bth.ack_req
+    }
+    /// The AETH syndrome byte, if the packet carries an AETH.
+    pub fn syndrome(&self) -> Option<u8> {
+        self.headers.aeth.map(|a| a.syndrome)
+    }
+    /// The decoded AETH syndrome, if any.
+    pub fn aeth_syndrome(&self) -> Option<AethSyndrome> {
+        self.syndrome().map(AethSyndrome::from_byte)
+    }
+    /// The AETH MSN, if the packet carries an AETH.
+    pub fn msn(&self) -> Option<u32> {
+        self.headers.aeth.map(|a| a.msn.value())
+    }
+    /// (opcode, PSN) — the usual thing to compare.
+    pub fn op_psn(&self) -> (Opcode, u32) {
+        (self.opcode(), self.psn())
+    }
+}
+
+/// Decodes a frame the HCA built (its ICRC must be right).
+pub fn decode(frame: &[u8]) -> Seen {
+    let p = RocePacket::parse(frame).expect("the HCA builds parseable frames");
+    assert!(p.icrc_ok(), "the HCA builds frames with a correct ICRC");
+    Seen {
+        headers: p.transport.headers,
+        payload: p.transport.payload.to_vec(),
+    }
+}
+
+/// Headers with only a BTH of `opcode` at `psn` (DestQP and P_Key are filled in on injection).
+pub fn hdr(opcode: Opcode, psn: u32) -> TransportHeaders {
+    TransportHeaders::new(Bth {
+        opcode,
+        psn: Psn::new(psn),
+        ..Bth::default()
+    })
+}
+
+/// Rewrites the BTH opcode of a frame built by [`Pair::frame`] (any value, reserved ones
+/// included) and recomputes its ICRC.
+pub fn patch_opcode(frame: &mut [u8], opcode: u8) {
+    patch_transport(frame, |t| t[0] = opcode);
+}
+
+/// Edits the transport bytes (BTH through pad) of a frame built by [`Pair::frame`] and
+/// recomputes its ICRC, so the frame stays valid below the transport layer.
+pub fn patch_transport(frame: &mut [u8], edit: impl FnOnce(&mut [u8])) {
+    let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
+    let end = 14 + total;
+    edit(&mut frame[BTH_AT..end - 4]);
+    let crc =
+        softib_wire::icrc::roce_v4(&frame[14..34], &frame[34..BTH_AT], &frame[BTH_AT..end - 4]);
+    softib_wire::icrc::put(&mut frame[end - 4..end], crc).unwrap();
+}
+
+impl Pair {
+    /// The side that receives frames travelling `dir`.
+    pub fn receiver(&mut self, dir: Dir) -> &mut Side {
+        match dir {
+            Dir::AtoB => &mut self.b,
+            Dir::BtoA => &mut self.a,
+        }
+    }
+
+    /// The side that sends frames travelling `dir`.
+    pub fn sender(&mut self, dir: Dir) -> &mut Side {
+        match dir {
+            Dir::AtoB => &mut self.a,
+            Dir::BtoA => &mut self.b,
+        }
+    }
+
+    /// A frame as the sender of `dir` would build it, addressed to the receiver's QP (BTH
+    /// DestQP and P_Key are set here); `pad` overrides the pad count the payload length implies.
+    pub fn frame_with_pad(
+        &mut self,
+        dir: Dir,
+        mut headers: TransportHeaders,
+        payload: &[u8],
+        pad: Option<u8>,
+    ) -> Vec<u8> {
+        headers.bth.dest_qp = self.receiver(dir).qpn;
+        headers.bth.pkey = 0xffff;
+        let (src, dst) = dir.ips();
+        let eth = Ethernet {
+            dst: mac_for_gid(&gid_of_ipv4(dst)),
+            src: mac_for_gid(&gid_of_ipv4(src)),
+            ..Ethernet::default()
+        };
+        let ip = IpHeader::V4(Ipv4 {
+            flags: 0b010,
+            ttl: 64,
+            src,
+            dst,
+            ..Ipv4::default()
+        });
+        let zeros = [0u8; 3];
+        let mut t = TransportPacket::new(headers, payload);
+        if let Some(p) = pad {
+            t.headers.bth.pad_cnt = p;
+            t.pad = &zeros[..usize::from(p)];
+        }
+        let sport = udp_source_port(self.sender(dir).qpn.value());
+        let mut out = vec![0u8; MAX_FRAME];
+        let n = roce::build(&eth, &ip, sport, &t, &mut out).expect("buildable packet");
+        out.truncate(n);
+        out
+    }
+
+    /// [`Pair::frame_with_pad`] with the natural pad count.
+    pub fn frame(&mut self, dir: Dir, headers: TransportHeaders, payload: &[u8]) -> Vec<u8> {
+        self.frame_with_pad(dir, headers, payload, None)
+    }
+
+    /// Hands a frame travelling `dir` to its receiver (not logged, not filtered).
+    pub fn inject_frame(&mut self, dir: Dir, frame: &[u8]) {
+        let now = self.now;
+        self.receiver(dir).hca.handle_frame(now, frame);
+    }
+
+    /// Builds a packet as the sender of `dir` would and hands it to the receiver.
+    pub fn inject(&mut self, dir: Dir, headers: TransportHeaders, payload: &[u8]) {
+        let f = self.frame(dir, headers, payload);
+        self.inject_frame(dir, &f);
+    }
+
+    /// Everything the sender of `dir` transmits now, decoded and NOT delivered.
+    pub fn drain(&mut self, dir: Dir) -> Vec<Seen> {
+        let now = self.now;
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        while self.sender(dir).hca.poll_transmit(now, &mut buf) {
+            out.push(decode(&buf));
+        }
+        out
+    }
+
+    /// The next packet the sender of `dir` transmits now, if any (not delivered).
+    pub fn drain_one(&mut self, dir: Dir) -> Option<Seen> {
+        let now = self.now;
+        let mut buf = Vec::new();
+        self.sender(dir)
+            .hca
+            .poll_transmit(now, &mut buf)
+            .then(|| decode(&buf))
+    }
+
+    /// Moves virtual time to `t_ns` and runs the timers of both sides that are due.
+    pub fn advance_to(&mut self, t_ns: u64) {
+        self.now = Instant::from_nanos(t_ns.max(self.now.as_nanos()));
+        let now = self.now;
+        self.a.hca.handle_timeout(now);
+        self.b.hca.handle_timeout(now);
+    }
+
+    /// Posts a receive of `len` bytes at byte `offset` of B's region.
+    pub fn recv_b(&mut self, wr_id: u64, offset: u64, len: u32) {
+        let sge = Sge {
+            addr: self.b.mr.addr + offset,
+            length: len,
+            lkey: self.b.mr.lkey,
+        };
+        self.b
+            .hca
+            .post_recv(self.b.qpn, &[RecvWr::new(wr_id, vec![sge])])
+            .unwrap();
+    }
+
+    /// An SGE of `len` bytes at byte `offset` of A's region.
+    pub fn sge_a(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.a.mr.addr + offset,
+            length: len,
+            lkey: self.a.mr.lkey,
+        }
+    }
+
+    /// Posts send WRs on A.
+    pub fn post_a(&mut self, wrs: &[SendWr]) {
+        self.a.hca.post_send(self.a.qpn, wrs).unwrap();
+    }
+
+    /// A's requester next PSN and B's expected PSN.
+    pub fn sq_psn_a(&self) -> u32 {
+        self.a.hca.query_qp(self.a.qpn).unwrap().sq_psn.value()
+    }
+    pub fn rq_psn_b(&self) -> u32 {
+        self.b.hca.query_qp(self.b.qpn).unwrap().rq_psn.value()
+    }
+}
+
+impl Side {
+    /// Every completion queued on the side's CQ (taken).
+    pub fn wcs(&mut self) -> Vec<WorkCompletion> {
+        self.hca.poll_cq(self.cq, 4096).unwrap()
+    }
+
+    /// (wr_id, status) of every completion queued on the side's CQ (taken).
+    pub fn done(&mut self) -> Vec<(u64, WcStatus)> {
+        self.wcs().iter().map(|w| (w.wr_id, w.status)).collect()
+    }
+
+    /// Bytes `[offset, offset + len)` of the side's region.
+    pub fn mem(&self, offset: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        self.hca.mr_read(self.mr.handle, offset, &mut v).unwrap();
+        v
     }
 }
