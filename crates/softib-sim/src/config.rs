@@ -114,7 +114,10 @@ impl SimConfig {
     pub fn path_timeout(&self) -> u8 {
         let bits =
             (u64::from(self.window_psns) * (u64::from(self.mtu.bytes()) + 100)).saturating_mul(8);
-        let ser = bits.saturating_mul(1_000_000_000).checked_div(self.bandwidth_bps).unwrap_or(0);
+        let ser = bits
+            .saturating_mul(1_000_000_000)
+            .checked_div(self.bandwidth_bps)
+            .unwrap_or(0);
         let rtt = 4 * (self.latency_ns + self.jitter_ns) + ser;
         let want = rtt.saturating_mul(2);
         (1u8..=31).find(|&e| 4096u64 << e >= want).unwrap_or(31)

@@ -22,6 +22,11 @@ use crate::verbs::wr::{SendWqe, WqePayload, WqeState, WrOpcode};
 
 /// A request packet with AckReq set at least this often inside long messages.
 pub const ACK_REQ_EVERY: u32 = 64;
+/// The last packet of a message asks for an ACK when the message is the last one currently
+/// posted, or when at least this many packets went out without one. IBA requires only that a
+/// response be guaranteed (C9-60); coalescing ACKs over several small messages halves the
+/// packets a stream of small SENDs costs. (Linux rxe sets AckReq on every message.)
+pub const ACK_REQ_MESSAGES_EVERY: u32 = 16;
 /// P_Key sent in every BTH (the default partition, full member).
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
@@ -125,6 +130,17 @@ impl Hca {
         let mtu = qp.attr.path_mtu.bytes();
         let cur = qp.transport.req.cur;
         let next_psn = qp.transport.next_psn;
+        let last_posted = cur + 1 == qp.sq.len();
+        let oldest_unacked = qp
+            .sq
+            .iter()
+            .find(|w| w.tx.started && !w.tx.done)
+            .map(|w| w.tx.first_psn);
+        let next_npsn = qp
+            .sq
+            .get(cur + 1)
+            .filter(|n| !n.tx.started)
+            .map(|n| wqe_npsn(n, mtu));
         let Some(w) = qp.sq.get_mut(cur) else {
             return false;
         };
@@ -148,11 +164,29 @@ impl Hca {
         headers.bth.pkey = DEFAULT_PKEY;
         let r = &mut qp.transport.req;
         r.pkts_since_ack_req += 1;
-        if last || r.pkts_since_ack_req >= ACK_REQ_EVERY {
+        let resend = idx < w.tx.sent_once;
+        let ask = if last {
+            // Ask when nothing else is queued behind, when a retry repeats a packet that asked,
+            // every ACK_REQ_MESSAGES_EVERY packets, and when the next WQE will not fit in the
+            // PSN window (a requester that stops always has an ACK coming).
+            let oldest = oldest_unacked.unwrap_or(w.tx.first_psn);
+            let in_flight = qp.transport.next_psn.sub(oldest.value()).value();
+            let next_blocked = next_npsn.is_some_and(|n| in_flight + n > self.max_unacked_psns);
+            last_posted
+                || (resend && w.tx.asked_ack)
+                || r.pkts_since_ack_req >= ACK_REQ_MESSAGES_EVERY
+                || next_blocked
+        } else {
+            r.pkts_since_ack_req >= ACK_REQ_EVERY
+        };
+        if ask {
             headers.bth.ack_req = true;
         }
         if headers.bth.ack_req {
             r.pkts_since_ack_req = 0;
+        }
+        if last && !resend {
+            w.tx.asked_ack = headers.bth.ack_req;
         }
         if idx < w.tx.sent_once {
             self.counters.retransmitted_pkts += 1;

@@ -23,6 +23,8 @@ pub struct WqeTx {
     pub all_sent: bool,
     /// Request packets sent at least once (index of the first never sent).
     pub sent_once: u32,
+    /// The message's last packet asked for an ACK when first sent (retries ask the same).
+    pub asked_ack: bool,
     /// READ: next response PSN expected; ATOMIC: unused.
     pub resp_next_psn: Psn,
     /// SEND/WRITE acknowledged, or READ/ATOMIC response fully received.
