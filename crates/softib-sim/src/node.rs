@@ -84,6 +84,7 @@ pub(crate) struct ReqApp {
     pub(crate) last_completion_ns: u64,
     pub(crate) bytes_completed: u64,
     wcs: Vec<WorkCompletion>,
+    wr: SendWr,
 }
 
 /// The application of the responding node (posts and checks receive buffers for SEND).
@@ -100,6 +101,7 @@ pub(crate) struct RespApp {
     pub(crate) verify_failures: u64,
     pub(crate) recv_errors: u64,
     wcs: Vec<WorkCompletion>,
+    rwr: [RecvWr; 1],
 }
 
 pub(crate) enum App {
@@ -213,6 +215,13 @@ impl ReqApp {
             last_completion_ns: 0,
             bytes_completed: 0,
             wcs: Vec::with_capacity(64),
+            wr: SendWr::new(0, WrOpcode::Send)
+                .with_sge(Sge {
+                    addr: 0,
+                    length: 0,
+                    lkey: 0,
+                })
+                .signaled(),
         }
     }
 
@@ -382,8 +391,13 @@ impl ReqApp {
                     swap: op + 1,
                 },
             };
-            let wr = SendWr::new(wr_id(q, op), opcode).with_sge(local).signaled();
-            if hca.post_send(qpn, std::slice::from_ref(&wr)).is_err() {
+            // One work request object is reused: no allocation per operation.
+            let wr = &mut self.wr;
+            wr.wr_id = wr_id(q, op);
+            wr.opcode = opcode;
+            wr.sg_list.clear();
+            wr.sg_list.push(local);
+            if hca.post_send(qpn, std::slice::from_ref(wr)).is_err() {
                 let qp = &mut self.qps[q];
                 qp.stopped = true;
                 return;
@@ -422,6 +436,7 @@ impl RespApp {
             verify_failures: 0,
             recv_errors: 0,
             wcs: Vec::with_capacity(64),
+            rwr: [RecvWr::new(0, Vec::with_capacity(1))],
         }
     }
 

@@ -219,11 +219,22 @@ impl Hca {
     fn rc_scatter_send_wqe(&mut self, qpn: u32, i: usize, offset: u32, data: &[u8]) -> bool {
         let qp = &self.qps[&qpn];
         let pd = qp.pd;
-        let WqePayload::Sges(sges) = &qp.sq[i].payload else {
+        let payload = &qp.sq[i].payload;
+        if matches!(payload, WqePayload::Inline(_)) {
             return data.is_empty();
-        };
-        let sges = sges.clone();
-        self.scatter(pd, &sges, u64::from(offset), data)
+        }
+        // One entry is copied out cheaply; longer lists are cloned (the scatter borrows the
+        // HCA mutably).
+        match payload {
+            WqePayload::Sge(s) => {
+                let s = *s;
+                self.scatter(pd, std::slice::from_ref(&s), u64::from(offset), data)
+            }
+            _ => {
+                let sges = payload.sges().to_vec();
+                self.scatter(pd, &sges, u64::from(offset), data)
+            }
+        }
     }
 
     /// Copies `data` into the buffer described by `sges`, starting `offset` bytes in.

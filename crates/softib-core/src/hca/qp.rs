@@ -467,6 +467,21 @@ impl Hca {
             state => return Err(PostSendError::InvalidState { state }),
         };
         let max_send_wr = qp.attr.cap.max_send_wr;
+        if let ([wr], false) = (wrs, flush) {
+            // One WR (the common case): validate and queue it without a staging vector.
+            if qp.sq.len() >= max_send_wr as usize {
+                return Err(PostSendError::QueueFull {
+                    index: 0,
+                    max_send_wr,
+                });
+            }
+            let wqe = self.validate_send_wr(qp, 0, wr)?;
+            if let Some(qp) = self.qps.get_mut(&qpn.value()) {
+                qp.sq.push_back(wqe);
+            }
+            self.schedule_tx(qpn.value());
+            return Ok(());
+        }
         let mut wqes = Vec::with_capacity(wrs.len());
         for (index, wr) in wrs.iter().enumerate() {
             if !flush && qp.sq.len() + index >= max_send_wr as usize {
@@ -605,7 +620,10 @@ impl Hca {
         };
         let (payload, flags) = match &wr.inline_data {
             Some(d) => (WqePayload::Inline(d.clone()), wr.flags | SendFlags::INLINE),
-            None => (WqePayload::Sges(wr.sg_list.clone()), wr.flags),
+            None => match wr.sg_list.as_slice() {
+                [one] => (WqePayload::Sge(*one), wr.flags),
+                list => (WqePayload::Sges(list.to_vec()), wr.flags),
+            },
         };
         Ok(SendWqe {
             wr_id: wr.wr_id,

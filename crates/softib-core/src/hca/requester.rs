@@ -255,7 +255,8 @@ impl Hca {
                 }
                 None => false,
             },
-            WqePayload::Sges(sges) => {
+            WqePayload::Sge(_) | WqePayload::Sges(_) => {
+                let sges = payload.sges();
                 let mut skip = offset;
                 let mut want = len;
                 for s in sges {

@@ -291,10 +291,23 @@ impl RecvWr {
 /// Where the bytes of a queued send come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WqePayload {
+    /// A single gather entry, kept inline (the common case: no allocation per WR).
+    Sge(Sge),
     /// Gather list, read from memory regions when the WR executes.
     Sges(Vec<Sge>),
     /// Inline bytes copied at post time.
     Inline(Vec<u8>),
+}
+
+impl WqePayload {
+    /// The gather entries (none for inline data).
+    pub fn sges(&self) -> &[Sge] {
+        match self {
+            WqePayload::Sge(s) => std::slice::from_ref(s),
+            WqePayload::Sges(v) => v,
+            WqePayload::Inline(_) => &[],
+        }
+    }
 }
 
 /// The UD destination resolved at post time: the address vector is copied from the AH, so
