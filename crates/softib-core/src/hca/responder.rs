@@ -273,26 +273,8 @@ impl Hca {
         let ends = matches!(pos, Position::Last | Position::Only);
         let (slice, offset) = if starts {
             let reth = h.reth.ok_or_else(invalid)?;
-            if reth.dma_len > MAX_DMA_LEN {
-                return Err(invalid());
-            }
             // Zero-length WRITEs skip the R_Key check (C9-88).
-            let slice = if reth.dma_len == 0 {
-                MrSlice {
-                    mr: None,
-                    offset: 0,
-                    len: 0,
-                }
-            } else {
-                self.check_remote(
-                    pd,
-                    reth.rkey,
-                    reth.va,
-                    u64::from(reth.dma_len),
-                    AccessFlags::REMOTE_WRITE,
-                )
-                .map_err(|_| Refusal::Fatal(NAK_REMOTE_ACCESS, QpErrorCause::AccessViolation))?
-            };
+            let slice = self.rc_check_reth(pd, &reth, AccessFlags::REMOTE_WRITE)?;
             (slice, 0u64)
         } else {
             let qp = self.qps.get_mut(&qpn).expect("checked");
@@ -379,22 +361,7 @@ impl Hca {
             return Err(invalid());
         }
         self.rc_check_rd_atomic_room(qpn)?;
-        let slice = if reth.dma_len == 0 {
-            MrSlice {
-                mr: None,
-                offset: 0,
-                len: 0,
-            }
-        } else {
-            self.check_remote(
-                pd,
-                reth.rkey,
-                reth.va,
-                u64::from(reth.dma_len),
-                AccessFlags::REMOTE_READ,
-            )
-            .map_err(|_| Refusal::Fatal(NAK_REMOTE_ACCESS, QpErrorCause::AccessViolation))?
-        };
+        let slice = self.rc_check_reth(pd, &reth, AccessFlags::REMOTE_READ)?;
         let qp = self.qps.get_mut(&qpn).expect("checked");
         let mtu = qp.attr.path_mtu.bytes();
         let psn = t.headers.bth.psn;
@@ -481,6 +448,22 @@ impl Hca {
         );
         qp.transport.expected_psn = psn.next();
         Ok(())
+    }
+
+    /// The R_Key check of a RETH: DMA length at most 2^31 (else invalid request, C9-94), then
+    /// key, bounds, access and PD (else remote access error). Zero-length accesses pass with any
+    /// key (C9-88).
+    fn rc_check_reth(
+        &self,
+        pd: crate::verbs::PdHandle,
+        reth: &softib_wire::reth::Reth,
+        access: AccessFlags,
+    ) -> Result<MrSlice, Refusal> {
+        if reth.dma_len > MAX_DMA_LEN {
+            return Err(invalid());
+        }
+        self.check_remote(pd, reth.rkey, reth.va, u64::from(reth.dma_len), access)
+            .map_err(|_| Refusal::Fatal(NAK_REMOTE_ACCESS, QpErrorCause::AccessViolation))
     }
 
     /// More READ / ATOMIC requests in progress than `max_dest_rd_atomic` is an invalid request.
@@ -577,23 +560,9 @@ impl Hca {
                 if found.is_none() {
                     return;
                 }
-                let slice = if reth.dma_len == 0 {
-                    MrSlice {
-                        mr: None,
-                        offset: 0,
-                        len: 0,
-                    }
-                } else {
-                    match self.check_remote(
-                        pd,
-                        reth.rkey,
-                        reth.va,
-                        u64::from(reth.dma_len),
-                        AccessFlags::REMOTE_READ,
-                    ) {
-                        Ok(s) => s,
-                        Err(_) => return,
-                    }
+                // Errors while answering a duplicate are silent (C9-115).
+                let Ok(slice) = self.rc_check_reth(pd, &reth, AccessFlags::REMOTE_READ) else {
+                    return;
                 };
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 let msn = qp.transport.resp.msn;
