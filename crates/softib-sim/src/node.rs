@@ -460,7 +460,12 @@ impl RespApp {
             length: self.size.max(1),
             lkey: self.local.lkey,
         };
-        let _ = hca.post_recv(self.qpns[q], &[RecvWr::new(wr_id(q, k), vec![sge])]);
+        // One receive work request object is reused: no allocation per message.
+        let wr = &mut self.rwr[0];
+        wr.wr_id = wr_id(q, k);
+        wr.sg_list.clear();
+        wr.sg_list.push(sge);
+        let _ = hca.post_recv(self.qpns[q], &self.rwr);
     }
 
     pub(crate) fn progress(&mut self, hca: &mut Hca) {
