@@ -21,8 +21,8 @@
 //! [`AethSyndrome`] is its decoded form, with the RNR timer ([`RnrTimer`], §4) and end-to-end
 //! credit ([`CreditCode`], §5) encodings.
 
-use crate::bytes::{get_u24, set_u24};
-use crate::error::{check_len, Header, Result};
+use crate::error::Header;
+use crate::field_macros::be_fields_header;
 use crate::psn::Msn;
 
 /// Length of the AETH in bytes.
@@ -279,74 +279,23 @@ impl core::fmt::Display for AethSyndrome {
     }
 }
 
-/// Zero-copy view of an AETH at the start of `buffer`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AethView<T: AsRef<[u8]>> {
-    buffer: T,
-}
+be_fields_header! {
+    /// Zero-copy view of an AETH at the start of `buffer`.
+    pub struct AethView;
 
-impl<T: AsRef<[u8]>> AethView<T> {
-    /// Wraps `buffer` without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        AethView { buffer }
-    }
-
-    /// Wraps `buffer` after checking it holds a whole AETH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let v = Self::new_unchecked(buffer);
-        v.check_len()?;
-        Ok(v)
+    /// A parsed AETH.
+    pub struct Aeth(Header::Aeth, "AETH", LEN) {
+        /// The raw syndrome byte; see [`Aeth::decoded`].
+        pub syndrome: u8 = field::SYNDROME, set_syndrome;
+        /// MSN: the responder's message sequence number.
+        pub msn: Msn = field::MSN, set_msn;
     }
 
-    /// Checks that the buffer holds a whole AETH.
-    pub fn check_len(&self) -> Result<()> {
-        check_len(Header::Aeth, self.buffer.as_ref(), LEN)
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
-    /// The raw syndrome byte.
-    pub fn syndrome(&self) -> u8 {
-        self.b()[field::SYNDROME]
-    }
-    /// MSN: the responder's message sequence number.
-    pub fn msn(&self) -> Msn {
-        Msn::new(get_u24(self.b(), field::MSN))
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> AethView<T> {
-    fn bm(&mut self) -> &mut [u8] {
-        self.buffer.as_mut()
-    }
-
-    pub fn set_syndrome(&mut self, v: u8) {
-        self.bm()[field::SYNDROME] = v;
-    }
-    pub fn set_msn(&mut self, v: Msn) {
-        set_u24(self.bm(), field::MSN, v.value());
-    }
-}
-
-/// A parsed AETH.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Aeth {
-    /// The raw syndrome byte; see [`Aeth::decoded`].
-    pub syndrome: u8,
-    /// MSN: the responder's message sequence number.
-    pub msn: Msn,
+    /// The syndrome is kept raw; reserved syndromes are judged by the requester, not here.
+    fn parse;
 }
 
 impl Aeth {
-    pub const LEN: usize = LEN;
-
     /// An AETH carrying `syndrome` and `msn`.
     pub const fn new(syndrome: AethSyndrome, msn: Msn) -> Aeth {
         Aeth {
@@ -359,34 +308,18 @@ impl Aeth {
     pub const fn decoded(&self) -> AethSyndrome {
         AethSyndrome::from_byte(self.syndrome)
     }
-
-    /// Parses the AETH at the start of `buf`. The syndrome is kept raw; reserved syndromes are
-    /// judged by the requester, not here.
-    pub fn parse(buf: &[u8]) -> Result<Aeth> {
-        let v = AethView::new_checked(buf)?;
-        Ok(Aeth {
-            syndrome: v.syndrome(),
-            msn: v.msn(),
-        })
-    }
-
-    /// Writes the AETH to the start of `buf`; returns the bytes written.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let mut v = AethView::new_checked(buf)?;
-        v.set_syndrome(self.syndrome);
-        v.set_msn(self.msn);
-        Ok(LEN)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bth::Bth;
-    use crate::error::Error;
+    use crate::field_macros::header_tests;
     use crate::opcode::Opcode;
     use crate::psn::{Psn, Qpn};
     use proptest::prelude::*;
+
+    header_tests!(Aeth, Header::Aeth);
 
     // BTH + AETH of RC ACKNOWLEDGE packets from the test vectors:
     // send_bw_rx1_s64_n20.pcap frame 46: RNR NAK 0x2c (timer 12 = 0.64 ms per the README),
@@ -604,19 +537,6 @@ mod tests {
         assert_eq!(e(u32::MAX), 0x1E);
     }
 
-    #[test]
-    fn short_buffer_is_truncated() {
-        assert_eq!(
-            Aeth::parse(&ACK[12..15]),
-            Err(Error::Truncated {
-                header: Header::Aeth,
-                need: 4,
-                have: 3
-            })
-        );
-        assert!(Aeth::default().emit(&mut [0u8; 3]).is_err());
-    }
-
     fn arb_syndrome() -> impl Strategy<Value = AethSyndrome> {
         prop_oneof![
             (0u8..32).prop_map(|c| AethSyndrome::Ack {
@@ -632,14 +552,6 @@ mod tests {
 
     proptest! {
         #[test]
-        fn bytes_round_trip(bytes in any::<[u8; LEN]>()) {
-            let h = Aeth::parse(&bytes).unwrap();
-            let mut out = [0u8; LEN];
-            prop_assert_eq!(h.emit(&mut out), Ok(LEN));
-            prop_assert_eq!(out, bytes);
-        }
-
-        #[test]
         fn fields_round_trip(syn in arb_syndrome(), msn in 0u32..1 << 24) {
             let h = Aeth::new(syn, Msn::new(msn));
             let mut out = [0u8; LEN];
@@ -648,22 +560,6 @@ mod tests {
             prop_assert_eq!(back, h);
             prop_assert_eq!(back.decoded(), syn);
             prop_assert_eq!(back.msn.value(), msn);
-        }
-
-        #[test]
-        fn parse_any_slice(bytes in proptest::collection::vec(any::<u8>(), 0..2 * LEN)) {
-            match Aeth::parse(&bytes) {
-                Ok(h) => {
-                    prop_assert!(bytes.len() >= LEN);
-                    let mut out = [0u8; LEN];
-                    h.emit(&mut out).unwrap();
-                    prop_assert_eq!(&out[..], &bytes[..LEN]);
-                }
-                Err(e) => prop_assert_eq!(
-                    e,
-                    Error::Truncated { header: Header::Aeth, need: LEN, have: bytes.len() }
-                ),
-            }
         }
 
         #[test]

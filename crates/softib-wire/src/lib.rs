@@ -15,6 +15,7 @@
 
 mod bytes;
 pub mod error;
+mod field_macros;
 pub mod opcode;
 pub mod psn;
 

@@ -7,8 +7,8 @@
 //!  byte 12-15 DMA Length
 //! ```
 
-use crate::bytes::{get_u32, get_u64, set_u32, set_u64};
-use crate::error::{check_len, Header, Result};
+use crate::error::Header;
+use crate::field_macros::be_fields_header;
 
 /// Length of the RETH in bytes.
 pub const LEN: usize = 16;
@@ -19,111 +19,34 @@ mod field {
     pub const DMA_LEN: usize = 12;
 }
 
-/// Zero-copy view of a RETH at the start of `buffer`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RethView<T: AsRef<[u8]>> {
-    buffer: T,
-}
+be_fields_header! {
+    /// Zero-copy view of a RETH at the start of `buffer`.
+    pub struct RethView;
 
-impl<T: AsRef<[u8]>> RethView<T> {
-    /// Wraps `buffer` without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        RethView { buffer }
-    }
-
-    /// Wraps `buffer` after checking it holds a whole RETH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let v = Self::new_unchecked(buffer);
-        v.check_len()?;
-        Ok(v)
+    /// A parsed RETH.
+    pub struct Reth(Header::Reth, "RETH", LEN) {
+        /// VA: remote virtual address.
+        pub va: u64 = field::VA, set_va;
+        /// R_Key of the remote memory region.
+        pub rkey: u32 = field::RKEY, set_rkey;
+        /// DMA Length: bytes of the whole message.
+        pub dma_len: u32 = field::DMA_LEN, set_dma_len;
     }
 
-    /// Checks that the buffer holds a whole RETH.
-    pub fn check_len(&self) -> Result<()> {
-        check_len(Header::Reth, self.buffer.as_ref(), LEN)
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
-    /// VA: remote virtual address.
-    pub fn va(&self) -> u64 {
-        get_u64(self.b(), field::VA)
-    }
-    /// R_Key of the remote memory region.
-    pub fn rkey(&self) -> u32 {
-        get_u32(self.b(), field::RKEY)
-    }
-    /// DMA Length: bytes of the whole message.
-    pub fn dma_len(&self) -> u32 {
-        get_u32(self.b(), field::DMA_LEN)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> RethView<T> {
-    fn bm(&mut self) -> &mut [u8] {
-        self.buffer.as_mut()
-    }
-
-    pub fn set_va(&mut self, v: u64) {
-        set_u64(self.bm(), field::VA, v);
-    }
-    pub fn set_rkey(&mut self, v: u32) {
-        set_u32(self.bm(), field::RKEY, v);
-    }
-    pub fn set_dma_len(&mut self, v: u32) {
-        set_u32(self.bm(), field::DMA_LEN, v);
-    }
-}
-
-/// A parsed RETH.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Reth {
-    /// VA: remote virtual address.
-    pub va: u64,
-    /// R_Key of the remote memory region.
-    pub rkey: u32,
-    /// DMA Length: bytes of the whole message.
-    pub dma_len: u32,
-}
-
-impl Reth {
-    pub const LEN: usize = LEN;
-
-    /// Parses the RETH at the start of `buf`. The DMA length is not judged here.
-    pub fn parse(buf: &[u8]) -> Result<Reth> {
-        let v = RethView::new_checked(buf)?;
-        Ok(Reth {
-            va: v.va(),
-            rkey: v.rkey(),
-            dma_len: v.dma_len(),
-        })
-    }
-
-    /// Writes the RETH to the start of `buf`; returns the bytes written.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let mut v = RethView::new_checked(buf)?;
-        v.set_va(self.va);
-        v.set_rkey(self.rkey);
-        v.set_dma_len(self.dma_len);
-        Ok(LEN)
-    }
+    /// The DMA length is not judged here.
+    fn parse;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bth::Bth;
-    use crate::error::Error;
+    use crate::field_macros::header_tests;
     use crate::opcode::Opcode;
     use crate::psn::{Psn, Qpn};
     use proptest::prelude::*;
+
+    header_tests!(Reth, Header::Reth);
 
     // BTH + RETH of the first RC RDMA_WRITE_FIRST in write_bw_s4096_n5.pcap (frame 19): QPN
     // 0x1a, client PSN 0x0b87b3; the server advertised "RKey 0x000b97 VAddr 0x0055eeb7aa5000";
@@ -164,50 +87,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn short_buffer_is_truncated() {
-        assert_eq!(
-            Reth::parse(&WRITE_BW[12..27]),
-            Err(Error::Truncated {
-                header: Header::Reth,
-                need: 16,
-                have: 15
-            })
-        );
-        assert!(Reth::default().emit(&mut [0u8; 15]).is_err());
-    }
-
     proptest! {
-        #[test]
-        fn bytes_round_trip(bytes in any::<[u8; LEN]>()) {
-            let h = Reth::parse(&bytes).unwrap();
-            let mut out = [0u8; LEN];
-            prop_assert_eq!(h.emit(&mut out), Ok(LEN));
-            prop_assert_eq!(out, bytes);
-        }
-
         #[test]
         fn fields_round_trip(va in any::<u64>(), rkey in any::<u32>(), dma_len in any::<u32>()) {
             let h = Reth { va, rkey, dma_len };
             let mut out = [0u8; LEN];
             h.emit(&mut out).unwrap();
             prop_assert_eq!(Reth::parse(&out), Ok(h));
-        }
-
-        #[test]
-        fn parse_any_slice(bytes in proptest::collection::vec(any::<u8>(), 0..2 * LEN)) {
-            match Reth::parse(&bytes) {
-                Ok(h) => {
-                    prop_assert!(bytes.len() >= LEN);
-                    let mut out = [0u8; LEN];
-                    h.emit(&mut out).unwrap();
-                    prop_assert_eq!(&out[..], &bytes[..LEN]);
-                }
-                Err(e) => prop_assert_eq!(
-                    e,
-                    Error::Truncated { header: Header::Reth, need: LEN, have: bytes.len() }
-                ),
-            }
         }
     }
 }
