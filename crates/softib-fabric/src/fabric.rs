@@ -2,11 +2,20 @@
 //!
 //! # Event loop
 //!
-//! Single-threaded. Pending events live in a binary heap ordered by `(time, sequence number)`;
-//! the sequence number is assigned when an event is scheduled, so events due at the same time
-//! run in the order they were scheduled and every run of the same inputs is identical. There
-//! are two kinds of event: a frame reaching the far end of a link direction (the switch, or an
-//! endpoint), and an endpoint's timeout.
+//! Single-threaded. Events run in the order of `(time, sequence number)`; the sequence number
+//! is assigned when an event is scheduled, so events due at the same time run in the order they
+//! were scheduled and every run of the same inputs is identical. There are two kinds of event:
+//! a frame reaching the far end of a link direction (the switch, or an endpoint), and an
+//! endpoint's timeout.
+//!
+//! Frames that keep FIFO order on their link direction (all but those the reorder fault or a
+//! [`crate::Action::Delay`] rule holds back) arrive in the order they entered it, and their
+//! sequence numbers grow in that order, so each direction keeps them in a queue sorted by
+//! `(time, sequence number)`. A binary min-heap holds the first frame of each non-empty queue,
+//! every held-back frame and every timeout; taking the least entry of the heap and, for a queue,
+//! putting its next frame in its place is a merge of sorted sequences, so events run in exactly
+//! the `(time, sequence number)` order of one global queue, while the heap stays as small as the
+//! number of busy link directions, held-back frames and timeouts.
 //!
 //! After every call into an endpoint (a delivered frame, a timeout) and for every node marked
 //! by [`Fabric::kick`] or [`Fabric::node_mut`], the fabric drains the endpoint's
@@ -17,18 +26,26 @@
 //!
 //! # Memory
 //!
-//! Frame buffers are recycled through a free list, and frames in flight live in a slab indexed
-//! by the (24-byte) heap entries, so a run in its steady state does not allocate per frame.
+//! Endpoints write their frames into one reused buffer. A frame shorter than 1 KiB that enters
+//! a link direction is copied, behind a 24-byte header, into that direction's queue, whose
+//! storage is a list of 64 KiB chunks recycled through a pool shared by all directions: no
+//! allocation per frame, not even while many frames are in flight for the first time, and
+//! frames are read back in the order they were written. A longer frame keeps a buffer of its
+//! own (from a free list), which is handed from the endpoint to the queues and on to the
+//! receiver without being copied; so do held-back frames. Links whose configuration has no
+//! fault, no jitter and no down interval (in a fabric without rules) take a short path that
+//! draws no random number, as the full path would not either.
 
-use std::collections::BinaryHeap;
 use std::io::{self, Write};
 
 use softib_wire::pcap::{PcapWriter, LINKTYPE_ETHERNET};
 
 use crate::endpoint::Endpoint;
+use crate::events::{Event, EventHeap, EventKind};
 use crate::faults::{corrupt_frame, BthKey, Effects, Rule, RuleId, RuleState, RuleStats};
 use crate::hash::TraceHash;
 use crate::link::{eth_header_len, serialisation_ns, Direction, LinkConfig, LinkStats};
+use crate::queue::{ChunkPool, FrameQueue, Taken};
 use crate::rng::Rng;
 
 /// Identifies a node of a [`Fabric`] (its index, in order of [`Fabric::add_node`]).
@@ -98,33 +115,25 @@ const MAX_TRANSMITS_PER_POLL: usize = 1 << 16;
 /// A buffer kept on the free list when recycled is cut back to this capacity if larger.
 const MAX_POOLED_CAPACITY: usize = 16 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum EventKind {
-    /// A frame (slab index) reaches the far end of its link direction.
-    Frame,
-    /// A node's (index) timeout.
-    Timer,
+/// Frames at least this long are handed from queue to queue in buffers of their own; shorter
+/// ones are copied into the queues' storage (copying them costs less than a buffer each).
+const OWNED_MIN: usize = 1024;
+
+/// A frame on its way through the fabric: bytes borrowed from where they are (an endpoint's
+/// transmit buffer, a queue's storage), or a buffer of its own, which is handed on rather than
+/// copied.
+enum Frame<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Event {
-    time: u64,
-    seq: u64,
-    idx: u32,
-    kind: EventKind,
-}
-
-impl Ord for Event {
-    // Reversed: BinaryHeap is a max-heap and the earliest (time, seq) must come out first.
-    #[inline]
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (other.time, other.seq).cmp(&(self.time, self.seq))
-    }
-}
-
-impl PartialOrd for Event {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
+impl Frame<'_> {
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Frame::Borrowed(b) => b,
+            Frame::Owned(v) => v,
+        }
     }
 }
 
@@ -150,6 +159,65 @@ struct Link {
     /// The Gilbert–Elliott chain is in its bad state.
     in_burst: bool,
     stats: LinkStats,
+    /// Frames that keep FIFO order, in arrival order; while it is not empty, the heap holds one
+    /// [`EventKind::Link`] entry for its first frame.
+    queue: FrameQueue,
+    /// What `cfg` implies, worked out again after [`Fabric::link_mut`].
+    derived: Derived,
+}
+
+/// Facts about a link direction's configuration that the per-frame path would otherwise work
+/// out for every frame.
+#[derive(Debug, Clone, Copy)]
+struct Derived {
+    /// The configuration may have changed since these were computed.
+    stale: bool,
+    /// No fault can act and there is no jitter: no frame is dropped (but by the MTU) or delayed
+    /// and no random number is drawn, so a frame only needs its timing worked out.
+    plain: bool,
+    /// Serialisation time of the last frame length seen, as (length, ns).
+    ser: (usize, u64),
+}
+
+impl Derived {
+    const STALE: Derived = Derived {
+        stale: true,
+        plain: false,
+        ser: (usize::MAX, 0),
+    };
+}
+
+/// True when [`Rng::chance`] with probability `p` is always false (and draws nothing).
+fn never(p: f64) -> bool {
+    p.is_nan() || p <= 0.0
+}
+
+impl Link {
+    fn derive(&mut self) {
+        let c = &self.cfg;
+        let f = &c.faults;
+        self.derived = Derived {
+            stale: false,
+            plain: never(f.loss)
+                && f.burst.is_none()
+                && never(f.corrupt)
+                && never(f.dup)
+                && never(f.reorder)
+                && c.jitter_ns == 0
+                && f.jitter_ns == 0
+                && f.down.is_empty(),
+            ser: (usize::MAX, 0),
+        };
+    }
+
+    /// Serialisation time of a `bytes`-long frame.
+    #[inline(always)]
+    fn ser(&mut self, bytes: usize) -> u64 {
+        if self.derived.ser.0 != bytes {
+            self.derived.ser = (bytes, serialisation_ns(bytes, self.cfg.bandwidth_bps));
+        }
+        self.derived.ser.1
+    }
 }
 
 struct Slot {
@@ -180,13 +248,15 @@ impl PcapSink {
 struct Net {
     now: u64,
     seq: u64,
-    heap: BinaryHeap<Event>,
+    heap: EventHeap,
     slots: Vec<Slot>,
     free_slots: Vec<u32>,
     free_bufs: Vec<Vec<u8>>,
     links: Vec<Link>,
     /// (MAC as u64, node index), sorted.
     macs: Vec<(u64, u32)>,
+    /// The entry of `macs` found last (a key no MAC has, initially).
+    last_lookup: (u64, u32),
     rules: Vec<RuleState>,
     switch_latency_ns: u64,
     in_flight: usize,
@@ -196,10 +266,14 @@ struct Net {
     pcap: Option<PcapSink>,
     dirty: Vec<u32>,
     seed: u64,
-    /// Frame buffers created because the free list was empty.
+    /// Buffers of frames of their own (long, held back or corrupted) created because the free
+    /// list was empty.
     bufs_created: u64,
+    /// Storage of the frames queued on links.
+    chunks: ChunkPool,
 }
 
+#[inline(always)]
 fn mac_key(mac: &[u8]) -> u64 {
     let mut k = [0u8; 8];
     k[2..8].copy_from_slice(&mac[..6]);
@@ -242,15 +316,90 @@ impl Net {
         self.free_bufs.push(buf);
     }
 
-    fn lookup(&self, mac: &[u8]) -> Option<u32> {
+    /// The node that has `mac`.
+    fn find(&self, mac: &[u8]) -> Option<(u64, u32)> {
         let k = mac_key(mac);
-        self.macs
-            .binary_search_by_key(&k, |&(m, _)| m)
-            .ok()
-            .map(|i| self.macs[i].1)
+        let i = self.macs.binary_search_by_key(&k, |&(m, _)| m).ok()?;
+        Some(self.macs[i])
     }
 
-    fn schedule_frame(&mut self, time: u64, buf: Vec<u8>, link: usize, src: u32) {
+    /// As [`Net::find`], remembering the answer (entries never change once added).
+    #[inline]
+    fn lookup(&mut self, mac: &[u8]) -> Option<u32> {
+        if self.last_lookup.0 == mac_key(mac) {
+            return Some(self.last_lookup.1);
+        }
+        let e = self.find(mac)?;
+        self.last_lookup = e;
+        Some(e.1)
+    }
+
+    /// Gives a frame's buffer, if it has one, back to the free list.
+    #[inline(always)]
+    fn recycle(&mut self, frame: Frame<'_>) {
+        if let Frame::Owned(v) = frame {
+            self.put_buf(v);
+        }
+    }
+
+    /// Schedules the arrival of `frame` at the far end of link direction `link` at `time`. A
+    /// frame that keeps FIFO order (`fifo`, and not due before the last one queued) joins the
+    /// direction's queue; others (held back) get a buffer and a heap entry of their own.
+    #[inline]
+    fn schedule_frame(&mut self, time: u64, frame: Frame<'_>, link: usize, src: u32, fifo: bool) {
+        if fifo && self.links[link].queue.last_time() <= time {
+            self.push_fifo(time, frame, link, src);
+        } else {
+            self.hold_frame(time, frame, link, src);
+        }
+    }
+
+    /// Appends `frame`, due at `time` and no earlier than the frames queued on link direction
+    /// `link`, to that direction's queue.
+    #[inline(always)]
+    fn push_fifo(&mut self, time: u64, frame: Frame<'_>, link: usize, src: u32) {
+        let l = &mut self.links[link];
+        debug_assert!(l.queue.last_time() <= time);
+        self.in_flight += 1;
+        let seq = self.seq;
+        self.seq += 1;
+        if l.queue.is_empty() {
+            self.heap.push(Event {
+                time,
+                seq,
+                idx: link as u32,
+                kind: EventKind::Link,
+            });
+        }
+        match frame {
+            Frame::Borrowed(b) if b.len() <= FrameQueue::MAX_FRAME => {
+                l.queue.push(&mut self.chunks, time, seq, src, b)
+            }
+            Frame::Borrowed(b) => {
+                let mut v = self.free_bufs.pop().unwrap_or_else(|| {
+                    self.bufs_created += 1;
+                    Vec::new()
+                });
+                v.extend_from_slice(b);
+                l.queue.push_boxed(&mut self.chunks, time, seq, src, v)
+            }
+            Frame::Owned(v) => l.queue.push_boxed(&mut self.chunks, time, seq, src, v),
+        }
+    }
+
+    /// Schedules the arrival of a frame that does not keep FIFO order (see
+    /// [`Net::schedule_frame`]).
+    #[inline(never)]
+    fn hold_frame(&mut self, time: u64, frame: Frame<'_>, link: usize, src: u32) {
+        self.in_flight += 1;
+        let buf = match frame {
+            Frame::Owned(v) => v,
+            Frame::Borrowed(b) => {
+                let mut v = self.take_buf();
+                v.extend_from_slice(b);
+                v
+            }
+        };
         let slot = Slot {
             buf,
             link: link as u32,
@@ -266,11 +415,10 @@ impl Net {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.in_flight += 1;
-        self.schedule(time, EventKind::Frame, idx);
+        self.schedule(time, EventKind::Held, idx);
     }
 
-    /// Takes a frame out of the slab.
+    /// Takes a held-back frame out of the slab.
     fn take_slot(&mut self, idx: u32) -> Slot {
         let slot = std::mem::replace(
             &mut self.slots[idx as usize],
@@ -286,41 +434,90 @@ impl Net {
     }
 
     /// A frame transmitted by node `src` at the current time.
-    fn transmit(&mut self, src: u32, buf: Vec<u8>) {
+    #[inline(always)]
+    fn transmit(&mut self, src: u32, frame: Frame<'_>) {
+        let b = frame.bytes();
         self.totals.transmitted_frames += 1;
-        self.totals.transmitted_bytes += buf.len() as u64;
+        self.totals.transmitted_bytes += b.len() as u64;
         if let Some(p) = self.pcap.as_mut().filter(|p| p.sent) {
-            p.record(self.now, &buf);
+            p.record(self.now, b);
         }
-        self.enqueue(link_index(src, Direction::Up), self.now, buf, src);
+        self.enqueue(link_index(src, Direction::Up), self.now, frame, src);
     }
 
     /// A frame from node `src` enters link direction `li` at time `t`: applies the MTU, the
     /// down schedule, the rules and the faults, and schedules its arrival (see
     /// [`crate::faults`] for the order).
-    fn enqueue(&mut self, li: usize, t: u64, mut buf: Vec<u8>, src: u32) {
-        let n = buf.len();
+    #[inline(always)]
+    fn enqueue(&mut self, li: usize, t: u64, frame: Frame<'_>, src: u32) {
+        let link = &mut self.links[li];
+        // `plain` is false while the configuration is stale.
+        if link.derived.plain && self.rules.is_empty() {
+            let b = frame.bytes();
+            let n = b.len();
+            link.stats.sent_frames += 1;
+            link.stats.sent_bytes += n as u64;
+            if n.saturating_sub(eth_header_len(b)) > link.cfg.mtu {
+                link.stats.dropped_mtu += 1;
+                self.recycle(frame);
+                return;
+            }
+            self.admit_plain(li, t, frame, src);
+        } else {
+            self.enqueue_impaired(li, t, frame, src);
+        }
+    }
+
+    /// What [`Net::enqueue`] does after the MTU check when nothing can happen to the frame on
+    /// its way (a plain direction, no rules).
+    #[inline(always)]
+    fn admit_plain(&mut self, li: usize, t: u64, frame: Frame<'_>, src: u32) {
+        let link = &mut self.links[li];
+        let ser = link.ser(frame.bytes().len());
+        let start = t.max(link.busy_until);
+        link.stats.max_queue_delay_ns = link.stats.max_queue_delay_ns.max(start - t);
+        let finish = start.saturating_add(ser);
+        link.busy_until = finish;
+        let arrival = finish
+            .saturating_add(link.cfg.latency_ns.saturating_add(link.cfg.faults.delay_ns))
+            .max(link.last_arrival);
+        link.last_arrival = arrival;
+        // FIFO: `arrival` is no earlier than any frame queued on the direction.
+        self.push_fifo(arrival, frame, li, src);
+    }
+
+    /// [`Net::enqueue`] on a direction with faults (or a stale configuration), or with rules.
+    #[inline(never)]
+    fn enqueue_impaired(&mut self, li: usize, t: u64, frame: Frame<'_>, src: u32) {
+        let n = frame.bytes().len();
         {
             let link = &mut self.links[li];
             link.stats.sent_frames += 1;
             link.stats.sent_bytes += n as u64;
-            if n.saturating_sub(eth_header_len(&buf)) > link.cfg.mtu {
+            if n.saturating_sub(eth_header_len(frame.bytes())) > link.cfg.mtu {
                 link.stats.dropped_mtu += 1;
-                self.put_buf(buf);
+                self.recycle(frame);
+                return;
+            }
+            if link.derived.stale {
+                link.derive();
+            }
+            if link.derived.plain && self.rules.is_empty() {
+                self.admit_plain(li, t, frame, src);
                 return;
             }
             if link.cfg.faults.is_down(t) {
                 link.stats.dropped_link_down += 1;
-                self.put_buf(buf);
+                self.recycle(frame);
                 return;
             }
         }
         let mut fx = Effects::default();
         if !self.rules.is_empty() {
-            if let Some(key) = BthKey::of(&buf) {
+            if let Some(key) = BthKey::of(frame.bytes()) {
                 let (hop, node) = (self.links[li].dir, self.links[li].node);
                 let to = match hop {
-                    Direction::Up => buf.get(..6).and_then(|m| self.lookup(m)),
+                    Direction::Up => frame.bytes().get(..6).and_then(|m| self.lookup(m)),
                     Direction::Down => Some(node),
                 };
                 for r in &mut self.rules {
@@ -334,13 +531,13 @@ impl Net {
         let link = &mut self.links[li];
         if fx.drop {
             link.stats.dropped_rule += 1;
-            self.put_buf(buf);
+            self.recycle(frame);
             return;
         }
         let f = &link.cfg.faults;
         if link.rng.chance(f.loss) {
             link.stats.dropped_loss += 1;
-            self.put_buf(buf);
+            self.recycle(frame);
             return;
         }
         if let Some(b) = f.burst {
@@ -350,14 +547,32 @@ impl Net {
             }
             if link.in_burst && link.rng.chance(b.loss) {
                 link.stats.dropped_loss += 1;
-                self.put_buf(buf);
+                self.recycle(frame);
                 return;
             }
         }
         let corrupt = link.rng.chance(f.corrupt) | fx.corrupt;
-        if corrupt && corrupt_frame(&mut link.rng, &mut buf) {
-            link.stats.corrupted += 1;
-        }
+        // A frame is corrupted in a buffer of its own; borrowed bytes are not touched.
+        let frame = if corrupt {
+            let mut v = match frame {
+                Frame::Owned(v) => v,
+                Frame::Borrowed(b) => {
+                    let mut v = self.free_bufs.pop().unwrap_or_else(|| {
+                        self.bufs_created += 1;
+                        Vec::new()
+                    });
+                    v.extend_from_slice(b);
+                    v
+                }
+            };
+            if corrupt_frame(&mut link.rng, &mut v) {
+                link.stats.corrupted += 1;
+            }
+            Frame::Owned(v)
+        } else {
+            frame
+        };
+        let f = &link.cfg.faults;
         let dup = link.rng.chance(f.dup) | fx.dup;
         let mut hold = fx.delay_ns;
         if fx.delay_ns > 0 {
@@ -368,7 +583,8 @@ impl Net {
             hold = hold.saturating_add(f.reorder_delay_ns);
         }
 
-        let ser = serialisation_ns(n, link.cfg.bandwidth_bps);
+        let ser = link.ser(n);
+        let f = &link.cfg.faults;
         let fixed = link.cfg.latency_ns.saturating_add(f.delay_ns);
         let jitter = link.cfg.jitter_ns.saturating_add(f.jitter_ns);
 
@@ -411,52 +627,67 @@ impl Net {
             None
         };
 
-        let lost = link.cfg.faults.down_during(t, arrival);
-        let copy = copy.map(|a| (a, link.cfg.faults.down_during(t, a)));
+        let faults = &link.cfg.faults;
+        let lost = faults.down_during(t, arrival);
+        let copy = copy.map(|a| (a, faults.down_during(t, a)));
         // The copy's bytes, taken before the original is handed on.
         let copy = copy.map(|(a, copy_lost)| {
-            let mut c = self.take_buf();
-            c.extend_from_slice(&buf);
-            (a, copy_lost, c)
+            let c = match (&frame, copy_lost) {
+                (_, true) => None,
+                (&Frame::Borrowed(b), false) => Some(Frame::Borrowed(b)),
+                (Frame::Owned(v), false) => {
+                    let mut c = self.take_buf();
+                    c.extend_from_slice(v);
+                    Some(Frame::Owned(c))
+                }
+            };
+            (a, c)
         });
-        for (at, gone, frame) in std::iter::once((arrival, lost, buf)).chain(copy) {
-            if gone {
-                self.links[li].stats.dropped_link_down += 1;
-                self.put_buf(frame);
-            } else {
-                self.schedule_frame(at, frame, li, src);
-            }
+        if lost {
+            self.links[li].stats.dropped_link_down += 1;
+            self.recycle(frame);
+        } else {
+            self.schedule_frame(arrival, frame, li, src, hold == 0);
+        }
+        match copy {
+            Some((a, Some(c))) => self.schedule_frame(a, c, li, src, true),
+            Some((_, None)) => self.links[li].stats.dropped_link_down += 1,
+            None => {}
         }
     }
 
     /// A frame from node `src` has fully arrived at the switch.
-    fn forward(&mut self, src: u32, buf: Vec<u8>, node_count: u32) {
-        if buf.len() < 14 {
+    #[inline(always)]
+    fn forward(&mut self, src: u32, frame: Frame<'_>, node_count: u32) {
+        let b = frame.bytes();
+        if b.len() < 14 {
             self.totals.switch.malformed += 1;
-            self.put_buf(buf);
+            self.recycle(frame);
             return;
         }
         let t = self.now.saturating_add(self.switch_latency_ns);
-        if buf[0] & 1 == 1 {
+        if b[0] & 1 == 1 {
             // Broadcast / multicast: a copy to every other node.
             self.totals.switch.flooded += 1;
-            let targets = (0..node_count).filter(|&d| d != src);
-            for d in targets {
-                let mut c = self.take_buf();
-                c.extend_from_slice(&buf);
-                self.enqueue(link_index(d, Direction::Down), t, c, src);
+            for d in (0..node_count).filter(|&d| d != src) {
+                self.enqueue(
+                    link_index(d, Direction::Down),
+                    t,
+                    Frame::Borrowed(frame.bytes()),
+                    src,
+                );
             }
-            self.put_buf(buf);
+            self.recycle(frame);
             return;
         }
-        match self.lookup(&buf[..6]) {
+        match self.lookup(&b[..6]) {
             Some(d) => {
                 self.totals.switch.forwarded += 1;
-                self.enqueue(link_index(d, Direction::Down), t, buf, src);
+                self.enqueue(link_index(d, Direction::Down), t, frame, src);
             }
             None => {
                 self.totals.switch.unknown_dst += 1;
-                self.put_buf(buf);
+                self.recycle(frame);
             }
         }
     }
@@ -470,6 +701,8 @@ pub struct Fabric<E> {
     net: Net,
     /// Scratch list swapped with `net.dirty` while servicing.
     dirty_scratch: Vec<u32>,
+    /// The buffer endpoints write their frames into.
+    tx: Vec<u8>,
 }
 
 impl<E: Endpoint> Fabric<E> {
@@ -480,12 +713,13 @@ impl<E: Endpoint> Fabric<E> {
             net: Net {
                 now: 0,
                 seq: 0,
-                heap: BinaryHeap::new(),
+                heap: EventHeap::default(),
                 slots: Vec::new(),
                 free_slots: Vec::new(),
                 free_bufs: Vec::new(),
                 links: Vec::new(),
                 macs: Vec::new(),
+                last_lookup: (u64::MAX, 0),
                 rules: Vec::new(),
                 switch_latency_ns: 0,
                 in_flight: 0,
@@ -496,8 +730,10 @@ impl<E: Endpoint> Fabric<E> {
                 dirty: Vec::new(),
                 seed,
                 bufs_created: 0,
+                chunks: ChunkPool::default(),
             },
             dirty_scratch: Vec::new(),
+            tx: Vec::new(),
         }
     }
 
@@ -546,6 +782,8 @@ impl<E: Endpoint> Fabric<E> {
                 last_arrival: 0,
                 in_burst: false,
                 stats: LinkStats::default(),
+                queue: FrameQueue::default(),
+                derived: Derived::STALE,
             });
         }
         self.nodes.push(Node {
@@ -614,7 +852,7 @@ impl<E: Endpoint> Fabric<E> {
 
     /// The node that has `mac`, if any.
     pub fn node_by_mac(&self, mac: [u8; 6]) -> Option<NodeId> {
-        self.net.lookup(&mac).map(NodeId)
+        self.net.find(&mac).map(|e| NodeId(e.1))
     }
 
     /// Marks the node to be polled for transmits and its timeout at the current time, before
@@ -635,7 +873,9 @@ impl<E: Endpoint> Fabric<E> {
 
     /// Changes one direction of the node's link; frames already on it are not affected.
     pub fn link_mut(&mut self, id: NodeId, dir: Direction) -> &mut LinkConfig {
-        &mut self.net.links[link_index(id.0, dir)].cfg
+        let l = &mut self.net.links[link_index(id.0, dir)];
+        l.derived = Derived::STALE;
+        &mut l.cfg
     }
 
     /// The counters of one direction of the node's link.
@@ -713,10 +953,13 @@ impl<E: Endpoint> Fabric<E> {
         self.net.events
     }
 
-    /// Frame buffers the fabric has created so far. Buffers are recycled, so this stays near the
-    /// largest number of frames ever in flight at once plus one per node.
+    /// Frame storage the fabric has allocated so far: 64 KiB chunks of the link queues (about one
+    /// per 64 KiB of short frames ever in flight at once, plus one per busy link direction) and
+    /// buffers of frames that have one of their own (1 KiB or longer, held back, or corrupted).
+    /// Storage is recycled, so this stops growing once a run has reached its largest number of
+    /// frames in flight.
     pub fn buffers_created(&self) -> u64 {
-        self.net.bufs_created
+        self.net.bufs_created + self.net.chunks.created
     }
 
     /// The digest of every delivery so far (time, node, bytes); equal for two runs exactly when
@@ -730,15 +973,15 @@ impl<E: Endpoint> Fabric<E> {
         if !self.net.dirty.is_empty() {
             return Some(self.net.now);
         }
-        self.peek_due()
+        self.peek_due().map(|ev| ev.time)
     }
 
     /// Runs the polls of kicked nodes and then the next event, if any. Returns false when there
     /// was nothing to do.
     pub fn step(&mut self) -> bool {
         let serviced = self.service_dirty();
-        if self.peek_due().is_some() {
-            self.process_next();
+        if let Some(ev) = self.peek_due() {
+            self.process(ev);
             true
         } else {
             serviced
@@ -780,8 +1023,8 @@ impl<E: Endpoint> Fabric<E> {
                 continue;
             }
             match self.peek_due() {
-                Some(t) if t <= limit => {
-                    self.process_next();
+                Some(ev) if ev.time <= limit => {
+                    self.process(ev);
                 }
                 next => {
                     if self.net.in_flight == 0 && stop_when_idle {
@@ -820,13 +1063,18 @@ impl<E: Endpoint> Fabric<E> {
         let node = &mut self.nodes[i as usize];
         let mut sent = 0;
         loop {
-            let mut buf = self.net.take_buf();
-            buf.clear();
-            if !node.ep.poll_transmit(now, &mut buf) {
-                self.net.put_buf(buf);
+            self.tx.clear();
+            if !node.ep.poll_transmit(now, &mut self.tx) {
                 break;
             }
-            self.net.transmit(i, buf);
+            if self.tx.len() >= OWNED_MIN {
+                // Handed on in this buffer; the endpoint writes its next frame into another.
+                let fresh = self.net.take_buf();
+                let frame = std::mem::replace(&mut self.tx, fresh);
+                self.net.transmit(i, Frame::Owned(frame));
+            } else {
+                self.net.transmit(i, Frame::Borrowed(&self.tx));
+            }
             sent += 1;
             if sent == MAX_TRANSMITS_PER_POLL {
                 if !node.dirty {
@@ -835,6 +1083,10 @@ impl<E: Endpoint> Fabric<E> {
                 }
                 break;
             }
+        }
+        if self.tx.capacity() > MAX_POOLED_CAPACITY {
+            self.tx.clear();
+            self.tx.shrink_to(MAX_POOLED_CAPACITY);
         }
         let want = node.ep.poll_timeout().map(|d| d.max(now));
         node.want = want;
@@ -850,7 +1102,7 @@ impl<E: Endpoint> Fabric<E> {
     }
 
     /// The time of the next live event, discarding stale timeouts and re-filing postponed ones.
-    fn peek_due(&mut self) -> Option<u64> {
+    fn peek_due(&mut self) -> Option<Event> {
         loop {
             let top = *self.net.heap.peek()?;
             if top.kind == EventKind::Timer {
@@ -874,50 +1126,89 @@ impl<E: Endpoint> Fabric<E> {
                     Some(_) => {}
                 }
             }
-            return Some(top.time);
+            return Some(top);
         }
     }
 
-    /// Runs the event at the top of the heap (which [`Fabric::peek_due`] has vetted).
-    fn process_next(&mut self) {
-        let Some(ev) = self.net.heap.pop() else {
-            return;
-        };
-        debug_assert!(ev.time >= self.net.now, "time went backwards");
-        self.net.now = self.net.now.max(ev.time);
-        self.net.events += 1;
+    /// Runs `ev`, the event at the top of the heap (which [`Fabric::peek_due`] has vetted).
+    fn process(&mut self, ev: Event) {
+        let net = &mut self.net;
+        debug_assert_eq!(net.heap.peek(), Some(&ev));
+        debug_assert!(ev.time >= net.now, "time went backwards");
+        net.now = net.now.max(ev.time);
+        net.events += 1;
         match ev.kind {
             EventKind::Timer => {
+                net.heap.pop();
                 let node = &mut self.nodes[ev.idx as usize];
                 node.armed = None;
                 node.want = None;
-                node.ep.handle_timeout(self.net.now);
+                node.ep.handle_timeout(net.now);
                 self.service(ev.idx);
             }
-            EventKind::Frame => {
-                let slot = self.net.take_slot(ev.idx);
-                let link = &mut self.net.links[slot.link as usize];
-                link.stats.delivered_frames += 1;
-                link.stats.delivered_bytes += slot.buf.len() as u64;
-                match link.dir {
-                    Direction::Up => {
-                        let count = self.nodes.len() as u32;
-                        self.net.forward(slot.src, slot.buf, count);
-                    }
-                    Direction::Down => {
-                        let dst = link.node;
-                        let now = self.net.now;
-                        self.net.totals.delivered_frames += 1;
-                        self.net.totals.delivered_bytes += slot.buf.len() as u64;
-                        self.net.trace.record(now, dst, &slot.buf);
-                        if let Some(p) = self.net.pcap.as_mut() {
-                            p.record(now, &slot.buf);
-                        }
-                        self.nodes[dst as usize].ep.handle_frame(now, &slot.buf);
-                        self.net.put_buf(slot.buf);
-                        self.service(dst);
+            EventKind::Held => {
+                net.heap.pop();
+                let slot = net.take_slot(ev.idx);
+                self.arrive(slot.link as usize, slot.src, Frame::Owned(slot.buf));
+            }
+            EventKind::Link => {
+                let li = ev.idx as usize;
+                let q = &mut net.links[li].queue;
+                let Some((p, taken)) = q.pop(&mut net.chunks) else {
+                    unreachable!("a link event without a queued frame")
+                };
+                debug_assert!(p.time == ev.time && p.seq == ev.seq);
+                // The queue's next frame takes the event's place.
+                match q.front() {
+                    Some(next) => net.heap.replace_top(Event {
+                        time: next.time,
+                        seq: next.seq,
+                        ..ev
+                    }),
+                    None => {
+                        net.heap.pop();
                     }
                 }
+                net.in_flight -= 1;
+                match taken {
+                    Taken::Inline { off, len } => {
+                        // Arriving frames are only ever enqueued on other link directions, so
+                        // the chunk can be lent out while the frame is handled.
+                        let chunk = q.take_chunk();
+                        self.arrive(li, p.src, Frame::Borrowed(&chunk[off..off + len]));
+                        self.net.links[li].queue.return_chunk(chunk);
+                    }
+                    Taken::Boxed(buf) => self.arrive(li, p.src, Frame::Owned(buf)),
+                }
+            }
+        }
+    }
+
+    /// A frame sent by `src` reaches the far end of link direction `link` at the current time.
+    fn arrive(&mut self, link: usize, src: u32, frame: Frame<'_>) {
+        let net = &mut self.net;
+        let l = &mut net.links[link];
+        let n = frame.bytes().len();
+        l.stats.delivered_frames += 1;
+        l.stats.delivered_bytes += n as u64;
+        match l.dir {
+            Direction::Up => {
+                let count = self.nodes.len() as u32;
+                net.forward(src, frame, count);
+            }
+            Direction::Down => {
+                let dst = l.node;
+                let now = net.now;
+                let b = frame.bytes();
+                net.totals.delivered_frames += 1;
+                net.totals.delivered_bytes += n as u64;
+                net.trace.record(now, dst, b);
+                if let Some(p) = net.pcap.as_mut() {
+                    p.record(now, b);
+                }
+                self.nodes[dst as usize].ep.handle_frame(now, b);
+                self.net.recycle(frame);
+                self.service(dst);
             }
         }
     }

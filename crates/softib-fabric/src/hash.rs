@@ -73,9 +73,11 @@ impl TraceHash {
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            h = Self::absorb(h, u64::from_le_bytes(w));
+            let w = rest
+                .iter()
+                .rev()
+                .fold(0u64, |w, &b| (w << 8) | u64::from(b));
+            h = Self::absorb(h, w);
         }
         self.0 = mix64(h);
     }

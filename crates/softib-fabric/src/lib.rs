@@ -43,10 +43,12 @@
 #![forbid(unsafe_code)]
 
 pub mod endpoint;
+mod events;
 pub mod fabric;
 pub mod faults;
 pub mod hash;
 pub mod link;
+mod queue;
 pub mod rng;
 pub mod toy;
 
