@@ -5,7 +5,7 @@ mod common;
 use common::{Dir, Pair};
 use softib_core::setup::ConnectOptions;
 use softib_core::verbs::types::{Mtu, WcOpcode, WcStatus};
-use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, WrOpcode};
+use softib_core::verbs::wr::{RemoteAddr, SendWr, Sge, WrOpcode};
 use softib_wire::opcode::Opcode;
 use softib_wire::roce::RocePacket;
 
@@ -15,24 +15,19 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Seed 004's worked example: PSN 100 / 2000, a 5 KB SEND over a 2 KB path MTU.
+/// Seed 004's worked example: PSN 100 / 2000, a 5 KB SEND over a 2 KB path MTU. B posts
+/// its receive in INIT, so when it reaches RTR it tells A of the credit with an unsolicited
+/// ACK (PSN 99 = A's first PSN - 1, MSN 0), and the SEND goes out in one go.
 #[test]
 fn worked_example_seed_004_send_5k_over_2k_mtu() {
     let opts = ConnectOptions {
         path_mtu: Mtu::Mtu2048,
         ..ConnectOptions::default()
     };
-    let mut p = Pair::new(100, 2000, opts);
+    let mut p = Pair::new_with_init(100, 2000, opts, |_, b| b.post_recv(77, 0, 8192));
+    p.run(0);
     let data = pattern(5120, 7);
     p.a.hca.mr_write(p.a.mr.handle, 0, &data).unwrap();
-    let rsge = Sge {
-        addr: p.b.mr.addr,
-        length: 8192,
-        lkey: p.b.mr.lkey,
-    };
-    p.b.hca
-        .post_recv(p.b.qpn, &[RecvWr::new(77, vec![rsge])])
-        .unwrap();
     let sge = Sge {
         addr: p.a.mr.addr,
         length: 5120,
@@ -49,27 +44,34 @@ fn worked_example_seed_004_send_5k_over_2k_mtu() {
     assert_eq!(
         p.trace(),
         vec![
+            (Dir::BtoA, Opcode::RC_ACKNOWLEDGE.0, 99),
             (Dir::AtoB, Opcode::RC_SEND_FIRST.0, 100),
             (Dir::AtoB, Opcode::RC_SEND_MIDDLE.0, 101),
             (Dir::AtoB, Opcode::RC_SEND_LAST.0, 102),
             (Dir::BtoA, Opcode::RC_ACKNOWLEDGE.0, 102),
         ]
     );
-    // Payload sizes 2048, 2048, 1024; AckReq only on the LAST; the ACK carries MSN 1.
+    // Payload sizes 2048, 2048, 1024; AckReq only on the LAST.
     let pkts: Vec<_> = p
         .log
         .iter()
         .map(|(_, f)| RocePacket::parse(f).unwrap())
         .collect();
     let sizes: Vec<_> = pkts.iter().map(|p| p.transport.payload.len()).collect();
-    assert_eq!(sizes, vec![2048, 2048, 1024, 0]);
+    assert_eq!(sizes, vec![0, 2048, 2048, 1024, 0]);
     let ack_req: Vec<_> = pkts
         .iter()
         .map(|p| p.transport.headers.bth.ack_req)
         .collect();
-    assert_eq!(ack_req, vec![false, false, true, false]);
-    let aeth = pkts[3].transport.headers.aeth.unwrap();
-    assert_eq!((aeth.syndrome, aeth.msn.value()), (0x1f, 1));
+    assert_eq!(ack_req, vec![false, false, false, true, false]);
+    // The unsolicited ACK: one credit (code 1) at MSN 0; the ACK of the SEND: MSN 1, and the
+    // receive is used up (code 0).
+    let aeth: Vec<_> = [0, 4]
+        .map(|i| pkts[i].transport.headers.aeth.unwrap())
+        .iter()
+        .map(|a| (a.syndrome, a.msn.value()))
+        .collect();
+    assert_eq!(aeth, vec![(0x01, 0), (0x00, 1)]);
 
     let wa = p.a.hca.poll_cq(p.a.cq, 8).unwrap();
     assert_eq!(wa.len(), 1);

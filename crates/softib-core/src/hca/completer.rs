@@ -5,8 +5,13 @@
 //! Coalescing (behaviours §11): a response with PSN P acknowledges every outstanding SEND /
 //! RDMA WRITE older than P unless it sits behind an unanswered READ / ATOMIC, which P then
 //! implicitly NAKs (the requester resends from that READ / ATOMIC).
+//!
+//! End-to-end credits are taken from every positive acknowledgement that is not a ghost from
+//! the invalid region — duplicate and unsolicited ones included (C9-144, C9-164), and the
+//! initial unsolicited ACK (PSN = first PSN − 1) too — before anything else is done with it.
 
 use softib_wire::aeth::{AethSyndrome, NakCode};
+use softib_wire::psn::MASK24;
 use softib_wire::transport::TransportPacket;
 use softib_wire::{Operation, Position, Psn};
 
@@ -27,6 +32,7 @@ enum Upto {
 
 impl Hca {
     pub(crate) fn rc_handle_response(&mut self, now: Instant, qpn: u32, t: &TransportPacket<'_>) {
+        self.rc_take_credits(qpn, t);
         let Some(qp) = self.qps.get(&qpn) else {
             return;
         };
@@ -131,6 +137,64 @@ impl Hca {
             _ => {}
         }
         self.rc_retire(now, qpn);
+    }
+
+    /// Takes the end-to-end credits of a response (9.7.7.2.4): the "invalid" code lifts flow
+    /// control for the rest of the connection; a credit count raises the limit to the receive
+    /// WQEs the AETH's MSN consumed plus the count. The MSN must name the last WQE completed
+    /// or one started since (the SSNs the requester knows); anything else is stale or bogus.
+    /// Responses from the invalid PSN region ahead of the requester are ghosts (C9-136). The
+    /// QP may still be in RTR: credits can arrive before the send queue starts (C9-155).
+    fn rc_take_credits(&mut self, qpn: u32, t: &TransportPacket<'_>) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if !matches!(qp.attr.qp_state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        let Some(aeth) = t.headers.aeth else {
+            return;
+        };
+        let AethSyndrome::Ack { credits } = AethSyndrome::from_byte(aeth.syndrome) else {
+            return;
+        };
+        // In RTR the first PSN of the send queue is not set yet, and nothing has been sent.
+        let sending = qp.attr.qp_state != QpState::Rtr;
+        if sending && t.headers.bth.psn.distance(qp.transport.next_psn) >= 0 {
+            return;
+        }
+        let c = &mut qp.transport.req.credits;
+        let before = (c.unlimited, c.rwqe_limit);
+        match credits.credits() {
+            None => c.unlimited = true,
+            Some(n) => {
+                let msn = aeth.msn.value();
+                let base = if msn == c.retired_ssn {
+                    Some(c.retired_rwqe)
+                } else {
+                    qp.sq.front().filter(|f| f.tx.started).and_then(|f| {
+                        let i = msn.wrapping_sub(f.tx.ssn) & MASK24;
+                        qp.sq
+                            .get(i as usize)
+                            .filter(|w| w.tx.started && w.tx.ssn == msn)
+                            .map(|w| w.tx.rwqe_through)
+                    })
+                };
+                let Some(base) = base else {
+                    return;
+                };
+                let limit = base.wrapping_add(n);
+                if limit.wrapping_sub(c.rwqe_limit) as i32 > 0 {
+                    c.rwqe_limit = limit;
+                }
+            }
+        }
+        if c.limited_wait.is_some_and(|(_, through)| c.covers(through)) {
+            c.limited_wait = None;
+        }
+        if (c.unlimited, c.rwqe_limit) != before {
+            self.schedule_tx(qpn);
+        }
     }
 
     /// Index in the send queue of the started WQE whose PSN range holds `psn`.
@@ -305,12 +369,24 @@ impl Hca {
             w.tx.done = true;
             progress = true;
         }
+        // The packet a limited WQE waits on is acknowledged: the send queue goes on.
+        let c = &mut qp.transport.req.credits;
+        let released = c.limited_wait.is_some_and(|(x, _)| {
+            let d = psn.distance(x);
+            d > 0 || (d == 0 && upto == Upto::Including)
+        });
+        if released {
+            c.limited_wait = None;
+        }
         if progress {
             let r = &mut qp.transport.req;
             r.retry_from = None;
             r.retries = 0;
             r.rnr_retries = 0;
             r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+        }
+        if released {
+            self.schedule_tx(qpn);
         }
         if let Some(p) = implied_nak {
             self.rc_retry(now, qpn, p);
@@ -385,6 +461,9 @@ impl Hca {
             }
             let w = qp.sq.pop_front().expect("front exists");
             qp.transport.req.cur = qp.transport.req.cur.saturating_sub(1);
+            let c = &mut qp.transport.req.credits;
+            c.retired_ssn = w.tx.ssn;
+            c.retired_rwqe = w.tx.rwqe_through;
             retired = true;
             if w.signaled {
                 let byte_len = match w.opcode {

@@ -183,6 +183,9 @@ impl Hca {
         }
         if mask.contains(QpAttrMask::RQ_PSN) {
             qp.transport.expected_psn = attr.rq_psn;
+            // Until the first acknowledgement, an unsolicited ACK carries the first expected
+            // PSN - 1 (IBA 9.7.7.2.2).
+            qp.transport.resp.credits.ack_psn = attr.rq_psn.sub(1);
         }
         match next {
             QpState::Reset => qp.reset(),
@@ -194,6 +197,8 @@ impl Hca {
             QpState::Err if cur != QpState::Err => self.enter_error(qpn, None),
             QpState::Sqd if cur == QpState::Rts => self.check_sq_drained(qpn),
             QpState::Rts => self.schedule_tx(qpn.value()),
+            // Receives posted in INIT are credits the requester may learn of now (C9-155).
+            QpState::Rtr if cur == QpState::Init => self.rc_offer_credits(qpn.value(), true),
             _ => {}
         }
         self.rearm_timer(qpn.value());
@@ -683,6 +688,11 @@ impl Hca {
             }
         } else if let Some(qp) = self.qps.get_mut(&qpn.value()) {
             qp.rq.extend(wrs.iter().map(RecvWqe::from));
+            // One end-to-end credit per receive WQE (C9-155, C9-157.2.1); the requester may be
+            // waiting for them.
+            let c = &mut qp.transport.resp.credits;
+            c.posted = c.posted.wrapping_add(wrs.len() as u32);
+            self.rc_offer_credits(qpn.value(), false);
         }
         Ok(())
     }

@@ -3,12 +3,24 @@
 //! retransmission (go-back-N from the first unacknowledged PSN).
 //!
 //! Responses first: a QP with responses owed (responder side) sends those before new requests.
+//!
+//! End-to-end credits (IBA 9.7.7.2.4, 9.7.7.2.5): every WQE gets a send sequence number (SSN)
+//! when it starts. A WQE that consumes a receive WQE at the responder (SEND, WRITE with
+//! immediate) and has no credit is *limited* (C9-159, C9-162): a SEND sends one packet with
+//! AckReq and the send queue waits for its acknowledgement (C9-163); a WRITE with immediate
+//! sends the whole message, AckReq on the last packet, and waits (o9-99). READ, WRITE and
+//! ATOMIC need no credit and go out in order; nothing is ever sent out of order to get round
+//! a limited WQE (C9-160), and retransmissions are never held back by credits. Until the first
+//! acknowledgement tells otherwise the send queue has no credits (C9-156); a responder that
+//! sends the "invalid" credit code (Linux rxe, QPs on an SRQ) lifts flow control for the rest
+//! of the connection (9.7.7.2.4).
 
 use softib_wire::atomic_eth::AtomicEth;
 use softib_wire::bth::Bth;
 use softib_wire::ieth::Ieth;
 use softib_wire::immdt::ImmDt;
 use softib_wire::opcode::Opcode;
+use softib_wire::psn::MASK24;
 use softib_wire::reth::Reth;
 use softib_wire::transport::{TransportHeaders, TransportPacket};
 use softib_wire::Psn;
@@ -33,6 +45,18 @@ pub const DEFAULT_PKEY: u16 = 0xffff;
 /// Packets a message of `len` bytes takes at path MTU `mtu` (at least one).
 pub(crate) fn packets_for(len: u32, mtu: u32) -> u32 {
     len.div_ceil(mtu).max(1)
+}
+
+/// True for the operations whose request consumes a receive WQE at the responder, and so an
+/// end-to-end credit (C9-157.2.1).
+pub(crate) fn consumes_rwqe(op: &WrOpcode) -> bool {
+    matches!(
+        op,
+        WrOpcode::Send
+            | WrOpcode::SendWithImm(_)
+            | WrOpcode::SendWithInv(_)
+            | WrOpcode::RdmaWriteWithImm { .. }
+    )
 }
 
 /// Where the payload of a request packet comes from.
@@ -66,7 +90,8 @@ impl Hca {
         r.cur < qp.sq.len() && self.rc_can_start(qpn)
     }
 
-    /// Whether `sq[cur]` may (continue to) be transmitted: fences, READ/ATOMIC depth, PSN window.
+    /// Whether `sq[cur]` may (continue to) be transmitted: a limited WQE waiting for its
+    /// acknowledgement, fences, READ/ATOMIC depth, PSN window.
     fn rc_can_start(&self, qpn: u32) -> bool {
         let Some(qp) = self.qps.get(&qpn) else {
             return false;
@@ -75,10 +100,21 @@ impl Hca {
         let Some(w) = qp.sq.get(r.cur) else {
             return false;
         };
+        // A packet never sent before waits while a limited WQE waits for its acknowledgement
+        // (C9-162, C9-163); retransmissions do not (credits restrict new messages only).
+        let rd_atomic = matches!(w.opcode, WrOpcode::RdmaRead { .. }) || w.opcode.is_atomic();
+        let new_packet = !w.tx.started
+            || (!rd_atomic && r.cur_psn.distance(w.tx.first_psn) >= w.tx.sent_once as i32);
+        let c = &r.credits;
+        if new_packet
+            && c.limited_wait
+                .is_some_and(|(_, through)| !c.covers(through))
+        {
+            return false;
+        }
         if w.tx.started {
             return true;
         }
-        let rd_atomic = matches!(w.opcode, WrOpcode::RdmaRead { .. }) || w.opcode.is_atomic();
         // Fence: wait until every earlier READ / ATOMIC has completed.
         if w.flags.contains(SendFlags::FENCE) && r.rd_atomic_outstanding > 0 {
             return false;
@@ -141,9 +177,14 @@ impl Hca {
             .get(cur + 1)
             .filter(|n| !n.tx.started)
             .map(|n| wqe_npsn(n, mtu));
+        let next_consumes = qp
+            .sq
+            .get(cur + 1)
+            .is_some_and(|n| !n.tx.started && consumes_rwqe(&n.opcode));
         let Some(w) = qp.sq.get_mut(cur) else {
             return false;
         };
+        let consumes = consumes_rwqe(&w.opcode);
         if !w.tx.started {
             w.tx.started = true;
             w.tx.first_psn = next_psn;
@@ -155,6 +196,12 @@ impl Hca {
             if matches!(w.opcode, WrOpcode::RdmaRead { .. }) || w.opcode.is_atomic() {
                 qp.transport.req.rd_atomic_outstanding += 1;
             }
+            // SSN and credit position (9.7.7.1.1, 9.7.7.2.4).
+            let c = &mut qp.transport.req.credits;
+            c.last_ssn = c.last_ssn.wrapping_add(1) & MASK24;
+            c.rwqe_started = c.rwqe_started.wrapping_add(u32::from(consumes));
+            w.tx.ssn = c.last_ssn;
+            w.tx.rwqe_through = c.rwqe_started;
         }
         let psn = qp.transport.req.cur_psn;
         let idx = psn.distance(w.tx.first_psn).max(0) as u32;
@@ -165,22 +212,37 @@ impl Hca {
         let r = &mut qp.transport.req;
         r.pkts_since_ack_req += 1;
         let resend = idx < w.tx.sent_once;
+        // A limited WQE (no credit, C9-159): a SEND sends this one packet with AckReq and
+        // waits (C9-163); a WRITE with immediate sends the whole message with AckReq on the
+        // last packet and waits (C9-162, o9-99).
+        let limited = !resend && consumes && !r.credits.covers(w.tx.rwqe_through);
+        let is_send = !matches!(w.opcode, WrOpcode::RdmaWriteWithImm { .. });
+        let limited_stop = limited && (is_send || last);
         let ask = if last {
             // Ask when nothing else is queued behind, when a retry repeats a packet that asked,
             // every ACK_REQ_MESSAGES_EVERY packets, and when the next WQE will not fit in the
-            // PSN window (a requester that stops always has an ACK coming).
+            // PSN window or will have no credit (a requester that stops always has an ACK
+            // coming, and one that runs out of credits hears of new ones soon).
             let oldest = oldest_unacked.unwrap_or(w.tx.first_psn);
             let in_flight = qp.transport.next_psn.sub(oldest.value()).value();
             let next_blocked = next_npsn.is_some_and(|n| in_flight + n > self.max_unacked_psns);
+            let next_limited =
+                next_consumes && !r.credits.covers(r.credits.rwqe_started.wrapping_add(1));
             last_posted
                 || (resend && w.tx.asked_ack)
                 || r.pkts_since_ack_req >= ACK_REQ_MESSAGES_EVERY
                 || next_blocked
+                || next_limited
         } else {
             r.pkts_since_ack_req >= ACK_REQ_EVERY
         };
-        if ask {
+        // A retransmitted packet that a limited WQE is waiting on asks again.
+        let waited_on = r.credits.limited_wait.is_some_and(|(p, _)| p == psn);
+        if ask || limited_stop || waited_on {
             headers.bth.ack_req = true;
+        }
+        if limited_stop {
+            r.credits.limited_wait = Some((psn, w.tx.rwqe_through));
         }
         if headers.bth.ack_req {
             r.pkts_since_ack_req = 0;

@@ -5,8 +5,17 @@
 //!
 //! NAKs of error classes that end the connection (invalid request, remote access error, remote
 //! operational error) are sent first and then move the QP to ERR, as Linux rxe does.
+//!
+//! End-to-end credits (IBA 9.7.7.2): a receive queue not attached to an SRQ generates them
+//! (C9-150.2.1). Every AETH of a positive acknowledgement (ACK, READ response, ATOMIC ACK,
+//! duplicate or unsolicited) carries the receive WQEs posted beyond those its MSN's messages
+//! consumed, Table 52 encoded and rounded down (C9-157.2.1, C9-158.2.1, C9-161); the count is
+//! taken when the packet is built, so it is as fresh as it can be. When receives are posted
+//! while the requester has used every credit it was told about, an unsolicited ACK (a copy of
+//! the latest positive acknowledgement with the current MSN, C9-152) carries the news. QPs on
+//! an SRQ send the "invalid" code 0b11111.
 
-use softib_wire::aeth::Aeth;
+use softib_wire::aeth::{Aeth, CreditCode};
 use softib_wire::atomic_ack_eth::AtomicAckEth;
 use softib_wire::bth::Bth;
 use softib_wire::opcode::Opcode;
@@ -20,10 +29,16 @@ use crate::transport::rc::{InMessage, RdAtomicResource, Response};
 use crate::verbs::cq::WorkCompletion;
 use crate::verbs::event::QpErrorCause;
 use crate::verbs::mr::MrSlice;
-use crate::verbs::types::{AccessFlags, QpState, WcOpcode, WcStatus};
+use crate::verbs::types::{AccessFlags, QpState, QpType, WcOpcode, WcStatus};
 
-/// AETH syndrome of an ACK that carries no credit information (rxe sends it on every ACK).
+/// AETH syndrome of an ACK that carries no credit information: the credit code 0b11111
+/// ("invalid"), which QPs attached to an SRQ send and which Linux rxe sends on every ACK.
 pub const SYNDROME_ACK_NO_CREDITS: u8 = 0x1f;
+/// AETH syndrome class of a positive ACK as queued; the credit bits are set when it is built.
+const SYNDROME_ACK: u8 = 0x00;
+/// Bits 7:5 of the AETH syndrome, and their value for an RNR NAK.
+const SYNDROME_CLASS: u8 = 0xe0;
+const SYNDROME_RNR_NAK: u8 = 0x20;
 const NAK_PSN_SEQ: u8 = 0x60;
 const NAK_INVALID_REQUEST: u8 = 0x61;
 const NAK_REMOTE_ACCESS: u8 = 0x62;
@@ -73,10 +88,12 @@ impl Hca {
             } else {
                 resp.nak_seq_outstanding = true;
                 let msn = resp.msn;
+                let base = resp.credits.consumed;
                 resp.responses.push_back(Response::Ack {
                     psn: epsn,
                     syndrome: NAK_PSN_SEQ,
                     msn,
+                    base,
                 });
                 self.counters.nak_sent += 1;
                 self.schedule_tx(qpn);
@@ -100,11 +117,14 @@ impl Hca {
             Err(Refusal::Rnr) => {
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 let syndrome = 0x20 | (qp.attr.min_rnr_timer & 0x1f);
-                let msn = qp.transport.resp.msn;
-                qp.transport
-                    .resp
-                    .responses
-                    .push_back(Response::Ack { psn, syndrome, msn });
+                let r = &mut qp.transport.resp;
+                let (msn, base) = (r.msn, r.credits.consumed);
+                r.responses.push_back(Response::Ack {
+                    psn,
+                    syndrome,
+                    msn,
+                    base,
+                });
                 self.counters.rnr_nak_sent += 1;
             }
             Err(Refusal::Fatal(syndrome, cause)) => {
@@ -238,8 +258,11 @@ impl Hca {
         let qp = self.qps.get_mut(&qpn).expect("checked");
         qp.transport.expected_psn = qp.transport.expected_psn.next();
         if ends {
-            qp.transport.resp.msn = qp.transport.resp.msn.add(1);
-            qp.transport.resp.msg = InMessage::None;
+            let r = &mut qp.transport.resp;
+            r.msn = r.msn.add(1);
+            r.msg = InMessage::None;
+            // The message is complete: its receive WQE is no longer a credit (C9-157.2.1).
+            r.credits.consumed = r.credits.consumed.wrapping_add(1);
             let mut wc = WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, qpn_w)
                 .with_byte_len(end as u32);
             if let Some(imm) = h.immdt {
@@ -327,8 +350,14 @@ impl Hca {
         qp.transport.expected_psn = qp.transport.expected_psn.next();
         let recv_cq = qp.recv_cq;
         if ends {
-            qp.transport.resp.msn = qp.transport.resp.msn.add(1);
-            qp.transport.resp.msg = InMessage::None;
+            let r = &mut qp.transport.resp;
+            r.msn = r.msn.add(1);
+            r.msg = InMessage::None;
+            if wqe.is_some() {
+                // WRITE with immediate consumed a receive WQE; plain WRITEs leave the credit
+                // count alone (C9-157.2.1).
+                r.credits.consumed = r.credits.consumed.wrapping_add(1);
+            }
             self.rc_ack_request(qpn, h.bth.psn, h.bth.ack_req);
             if let (Some(w), Some(imm)) = (wqe, h.immdt) {
                 let wc = WorkCompletion::new(
@@ -369,6 +398,7 @@ impl Hca {
         let r = &mut qp.transport.resp;
         r.msn = r.msn.add(1);
         let msn = r.msn;
+        let base = r.credits.consumed;
         r.responses.push_back(Response::Read {
             first_psn: psn,
             next_psn: psn,
@@ -376,6 +406,7 @@ impl Hca {
             len: reth.dma_len,
             sent: 0,
             msn,
+            base,
             fresh: true,
         });
         remember(
@@ -435,10 +466,12 @@ impl Hca {
         let r = &mut qp.transport.resp;
         r.msn = r.msn.add(1);
         let msn = r.msn;
+        let base = r.credits.consumed;
         r.responses.push_back(Response::Atomic {
             psn,
             orig,
             msn,
+            base,
             fresh: true,
         });
         remember(
@@ -492,22 +525,27 @@ impl Hca {
         let qp = self.qps.get_mut(&qpn).expect("checked");
         let r = &mut qp.transport.resp;
         let msn = r.msn;
+        let base = r.credits.consumed;
         if let Some(Response::Ack {
             psn: p,
-            syndrome: SYNDROME_ACK_NO_CREDITS,
+            syndrome: SYNDROME_ACK,
             msn: m,
+            base: b,
         }) = r.responses.back_mut()
         {
-            // Coalesce: a newer ACK replaces one not yet sent (9.7.5.1.2).
+            // Coalesce: a newer ACK replaces one not yet sent (9.7.5.1.2), an unsolicited
+            // one included.
             *p = psn;
             *m = msn;
+            *b = base;
             return;
         }
         if ack_req {
             r.responses.push_back(Response::Ack {
                 psn,
-                syndrome: SYNDROME_ACK_NO_CREDITS,
+                syndrome: SYNDROME_ACK,
                 msn,
+                base,
             });
         }
     }
@@ -526,11 +564,14 @@ impl Hca {
                 // ACK with the PSN of the most recent completed new request.
                 let last = qp.transport.expected_psn.sub(1);
                 let qp = self.qps.get_mut(&qpn).expect("checked");
-                let msn = qp.transport.resp.msn;
-                qp.transport.resp.responses.push_back(Response::Ack {
+                let r = &mut qp.transport.resp;
+                let (msn, base) = (r.msn, r.credits.consumed);
+                // Credits ride on duplicate ACKs too (the requester takes them, C9-144).
+                r.responses.push_back(Response::Ack {
                     psn: last,
-                    syndrome: SYNDROME_ACK_NO_CREDITS,
+                    syndrome: SYNDROME_ACK,
                     msn,
+                    base,
                 });
             }
             Operation::RdmaReadRequest => {
@@ -565,14 +606,16 @@ impl Hca {
                     return;
                 };
                 let qp = self.qps.get_mut(&qpn).expect("checked");
-                let msn = qp.transport.resp.msn;
-                qp.transport.resp.responses.push_back(Response::Read {
+                let r = &mut qp.transport.resp;
+                let (msn, base) = (r.msn, r.credits.consumed);
+                r.responses.push_back(Response::Read {
                     first_psn: psn,
                     next_psn: psn,
                     slice,
                     len: reth.dma_len,
                     sent: 0,
                     msn,
+                    base,
                     fresh: false,
                 });
             }
@@ -586,11 +629,13 @@ impl Hca {
                     return;
                 };
                 let qp = self.qps.get_mut(&qpn).expect("checked");
-                let msn = qp.transport.resp.msn;
-                qp.transport.resp.responses.push_back(Response::Atomic {
+                let r = &mut qp.transport.resp;
+                let (msn, base) = (r.msn, r.credits.consumed);
+                r.responses.push_back(Response::Atomic {
                     psn,
                     orig,
                     msn,
+                    base,
                     fresh: false,
                 });
             }
@@ -606,7 +651,23 @@ impl Hca {
         };
         let mtu = qp.attr.path_mtu.bytes();
         let dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
-        let Some(front) = qp.transport.resp.responses.front_mut() else {
+        let generates_credits = qp.srq.is_none();
+        let resp = &mut qp.transport.resp;
+        let credits = resp.credits;
+        // The receive WQEs the packet's credit field advertises in all (see `rc_advertise`).
+        let mut advertised = None;
+        // The syndrome of a positive acknowledgement whose MSN's messages consumed `base`
+        // receive WQEs: the Table 52 code of the credits beyond them, rounded down
+        // (C9-158.2.1), or "invalid" on an SRQ (C9-150.2.1).
+        let mut positive = |base: u32| -> u8 {
+            if !generates_credits {
+                return SYNDROME_ACK_NO_CREDITS;
+            }
+            let code = CreditCode::encode_floor(credits.available(base));
+            advertised = Some(base.wrapping_add(code.credits().unwrap_or(0)));
+            code.code()
+        };
+        let Some(front) = resp.responses.front_mut() else {
             return false;
         };
         let mut h = TransportHeaders::new(Bth {
@@ -616,12 +677,24 @@ impl Hca {
         });
         let mut read_part = None;
         let mut fatal = None;
+        let mut rnr_nak = false;
         let done = match front {
-            Response::Ack { psn, syndrome, msn } => {
+            Response::Ack {
+                psn,
+                syndrome,
+                msn,
+                base,
+            } => {
                 h.bth.opcode = Opcode::RC_ACKNOWLEDGE;
                 h.bth.psn = *psn;
+                let syndrome = if *syndrome == SYNDROME_ACK {
+                    positive(*base)
+                } else {
+                    rnr_nak = *syndrome & SYNDROME_CLASS == SYNDROME_RNR_NAK;
+                    *syndrome
+                };
                 h.aeth = Some(Aeth {
-                    syndrome: *syndrome,
+                    syndrome,
                     msn: *msn,
                 });
                 true
@@ -641,11 +714,17 @@ impl Hca {
                 fatal = Some(*cause);
                 true
             }
-            Response::Atomic { psn, orig, msn, .. } => {
+            Response::Atomic {
+                psn,
+                orig,
+                msn,
+                base,
+                ..
+            } => {
                 h.bth.opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
                 h.bth.psn = *psn;
                 h.aeth = Some(Aeth {
-                    syndrome: SYNDROME_ACK_NO_CREDITS,
+                    syndrome: positive(*base),
                     msn: *msn,
                 });
                 h.atomic_ack_eth = Some(AtomicAckEth {
@@ -660,6 +739,7 @@ impl Hca {
                 len,
                 sent,
                 msn,
+                base,
                 fresh,
             } => {
                 let first = *next_psn == *first_psn;
@@ -674,7 +754,7 @@ impl Hca {
                 h.bth.psn = *next_psn;
                 if first || last {
                     h.aeth = Some(Aeth {
-                        syndrome: SYNDROME_ACK_NO_CREDITS,
+                        syndrome: positive(*base),
                         msn: *msn,
                     });
                 }
@@ -693,7 +773,7 @@ impl Hca {
             }
         };
         if done {
-            qp.transport.resp.responses.pop_front();
+            resp.responses.pop_front();
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
@@ -733,13 +813,93 @@ impl Hca {
                 }
             }
         }
+        let psn = h.bth.psn;
         let t = TransportPacket::new(h, &scratch);
         let built = self.build_frame(qpn, &t, out);
         self.scratch = scratch;
+        if built && fatal.is_none() {
+            if let Some(limit) = advertised {
+                self.rc_advertise(qpn, psn, limit);
+            }
+            if rnr_nak {
+                let qp = self.qps.get_mut(&qpn).expect("checked");
+                qp.transport.resp.credits.requester_waits = true;
+            }
+        }
         if let Some(cause) = fatal {
             let _ = self.set_qp_error(softib_wire::Qpn::new(qpn), cause);
         }
         built
+    }
+
+    /// A positive acknowledgement at `psn` went out advertising `limit` receive WQEs in all.
+    fn rc_advertise(&mut self, qpn: u32, psn: Psn, limit: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let c = &mut qp.transport.resp.credits;
+        c.ack_psn = psn;
+        c.requester_waits = false;
+        if limit.wrapping_sub(c.advertised) as i32 > 0 {
+            c.advertised = limit;
+        }
+    }
+
+    /// Receive WQEs were posted, or the QP entered RTR (`initial`, C9-155): when the requester
+    /// may be waiting for credits and there are new ones, schedule an unsolicited ACK
+    /// (9.7.7.2.1) — the latest positive acknowledgement's PSN (initially the first expected
+    /// PSN − 1), the current MSN (C9-152), and the credits, filled in when it is sent.
+    ///
+    /// The requester may be waiting when it has used every credit it was told about and
+    /// either has nothing yet (the move to RTR, with receives posted in INIT) or was refused
+    /// with an RNR NAK since the latest positive acknowledgement. Otherwise its own requests
+    /// bring the credits back: a send queue without credits still sends a limited first
+    /// packet with AckReq (C9-163), whose ACK carries them. Nothing is scheduled when a
+    /// response that carries credits is owed anyway.
+    pub(crate) fn rc_offer_credits(&mut self, qpn: u32, initial: bool) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if qp.qp_type != QpType::Rc
+            || qp.srq.is_some()
+            || !matches!(qp.attr.qp_state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        {
+            return;
+        }
+        let r = &mut qp.transport.resp;
+        let owed = r.responses.iter().any(|x| match x {
+            Response::Ack { syndrome, .. } => *syndrome == SYNDROME_ACK,
+            Response::Read { .. } | Response::Atomic { .. } => true,
+            Response::Nak { .. } => false,
+        });
+        if owed {
+            return;
+        }
+        let rnr_owed = r.responses.iter().any(|x| {
+            matches!(x, Response::Ack { syndrome, .. }
+                if *syndrome & SYNDROME_CLASS == SYNDROME_RNR_NAK)
+        });
+        let c = r.credits;
+        // Receive WQEs the requester's messages hold as far as the responder knows: those of
+        // completed messages and the one a SEND in progress landed in.
+        let held = c
+            .consumed
+            .wrapping_add(u32::from(matches!(r.msg, InMessage::Send { .. })));
+        let starved = c.advertised.wrapping_sub(held) as i32 <= 0
+            && (initial || c.requester_waits || rnr_owed);
+        let code = CreditCode::encode_floor(c.available(c.consumed));
+        let limit = c.consumed.wrapping_add(code.credits().unwrap_or(0));
+        let news = limit.wrapping_sub(c.advertised) as i32 > 0;
+        if !(starved && news) {
+            return;
+        }
+        r.responses.push_back(Response::Ack {
+            psn: c.ack_psn,
+            syndrome: SYNDROME_ACK,
+            msn: r.msn,
+            base: c.consumed,
+        });
+        self.schedule_tx(qpn);
     }
 
     /// Invalidates the memory region whose R_Key is `rkey` in `pd` (SEND with invalidate).

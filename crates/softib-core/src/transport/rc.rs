@@ -29,6 +29,12 @@ pub struct WqeTx {
     pub resp_next_psn: Psn,
     /// SEND/WRITE acknowledged, or READ/ATOMIC response fully received.
     pub done: bool,
+    /// Send sequence number (IBA 9.7.7.1.1): 1 for the first WQE started on the connection,
+    /// then +1 per WQE (mod 2^24). Assigned with the PSNs.
+    pub ssn: u32,
+    /// Receive WQEs the messages up to and including this one consume at the responder
+    /// (a running count, mod 2^32): the end-to-end credit position of the WQE.
+    pub rwqe_through: u32,
 }
 
 impl WqeTx {
@@ -71,13 +77,65 @@ pub struct Requester {
     /// packet (C9-137, C9-142): a retry from a later PSN means the responder moved on, so the
     /// count starts over.
     pub last_retry_psn: Option<Psn>,
+    /// End-to-end flow control of the send queue (IBA 9.7.7.2).
+    pub credits: SendCredits,
+}
+
+/// End-to-end credit state of a send queue (IBA 9.7.7.2.4, 9.7.7.2.5).
+///
+/// The IBA describes the limit as an LSN (MSN + credits, raised by one for every request that
+/// consumes no receive WQE). softib keeps the same limit in a form that needs no adjustment:
+/// counts of receive WQEs. `rwqe_limit` is the number of receive WQEs the responder is known to
+/// have posted since the connection started (the MSN's messages consumed `C(MSN)` of them, and
+/// `credits` more are posted beyond: `C(MSN) + credits`); a WQE that consumes a receive WQE is
+/// covered when its running count `rwqe_through` is within that number. READ, WRITE without
+/// immediate and ATOMIC consume none and never wait for credits. The limit only grows: every
+/// advertisement is a lower bound of a count that never shrinks, so an older or rounded-down
+/// one is simply not news (this is how LSN "moving backwards", footnote 11, is tolerated).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendCredits {
+    /// The responder sends the "invalid" credit code: no flow control for the rest of the
+    /// connection (9.7.7.2.4).
+    pub unlimited: bool,
+    /// Receive WQEs the responder is known to have posted (running count, mod 2^32).
+    pub rwqe_limit: u32,
+    /// SSN of the last WQE started (0 before the first).
+    pub last_ssn: u32,
+    /// Running receive-WQE count of the WQEs started so far.
+    pub rwqe_started: u32,
+    /// SSN and running receive-WQE count of the last WQE completed and removed from the send
+    /// queue (an MSN that names it still has a known credit base).
+    pub retired_ssn: u32,
+    pub retired_rwqe: u32,
+    /// A limited WQE (9.7.7.2.5) sent a packet with AckReq at this PSN and waits for its
+    /// acknowledgement before any new packet goes out; the `u32` is the WQE's `rwqe_through`
+    /// (credits that cover it end the wait as well).
+    pub limited_wait: Option<(Psn, u32)>,
+}
+
+impl SendCredits {
+    /// True when a WQE whose running receive-WQE count is `rwqe_through` has a credit.
+    pub fn covers(&self, rwqe_through: u32) -> bool {
+        self.unlimited || self.rwqe_limit.wrapping_sub(rwqe_through) as i32 >= 0
+    }
 }
 
 /// A response the responder owes, in PSN order.
+///
+/// `base` on the variants whose AETH can carry credits is the number of receive WQEs the
+/// messages up to `msn` consumed; the credit field is filled in when the packet is built, from
+/// the receive WQEs posted by then (9.7.7.2.3: credits are relative to the MSN of the same
+/// AETH).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Response {
-    /// ACK, RNR NAK or NAK-PSN sequence error (`syndrome` is the AETH syndrome byte).
-    Ack { psn: Psn, syndrome: u8, msn: Msn },
+    /// ACK (syndrome class 0b00: its credit bits are replaced when the packet is built), RNR
+    /// NAK or NAK-PSN sequence error (`syndrome` is the AETH syndrome byte).
+    Ack {
+        psn: Psn,
+        syndrome: u8,
+        msn: Msn,
+        base: u32,
+    },
     /// A NAK after which the QP enters ERR (invalid request, remote access or operational
     /// error): sent first, then the QP moves to ERR with `cause`.
     Nak {
@@ -95,6 +153,7 @@ pub enum Response {
         len: u32,
         sent: u32,
         msn: Msn,
+        base: u32,
         /// False for the answer to a duplicate READ (it holds no new responder resource).
         fresh: bool,
     },
@@ -103,6 +162,7 @@ pub enum Response {
         psn: Psn,
         orig: u64,
         msn: Msn,
+        base: u32,
         fresh: bool,
     },
 }
@@ -147,4 +207,33 @@ pub struct Responder {
     pub resources: VecDeque<RdAtomicResource>,
     /// Responses owed, in PSN order.
     pub responses: VecDeque<Response>,
+    /// End-to-end credits this receive queue generates (IBA 9.7.7.2.3).
+    pub credits: RecvCredits,
+}
+
+/// End-to-end credit bookkeeping of a receive queue that is not attached to an SRQ
+/// (IBA 9.7.7.2.3, C9-157.2.1). Counts run mod 2^32 from the move out of RESET (C9-155).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecvCredits {
+    /// Receive WQEs posted.
+    pub posted: u32,
+    /// Receive WQEs consumed by the messages completed so far (those the MSN counts).
+    pub consumed: u32,
+    /// The largest `consumed + credits` any AETH sent so far advertised: the receive WQEs the
+    /// requester may know about.
+    pub advertised: u32,
+    /// PSN of the latest positive acknowledgement sent (initially the first expected PSN − 1,
+    /// 9.7.7.2.2); an unsolicited ACK repeats it.
+    pub ack_psn: Psn,
+    /// An RNR NAK went out after the latest positive acknowledgement: the requester is
+    /// waiting for receive WQEs, and posting some is news worth an unsolicited ACK.
+    pub requester_waits: bool,
+}
+
+impl RecvCredits {
+    /// Credits relative to an MSN whose messages consumed `base` receive WQEs: every receive
+    /// WQE posted beyond them (C9-161), including one a message in progress holds.
+    pub fn available(&self, base: u32) -> u32 {
+        self.posted.wrapping_sub(base)
+    }
 }

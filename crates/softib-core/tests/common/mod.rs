@@ -8,9 +8,9 @@ use softib_core::time::Instant;
 use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::device::GidEntry;
 use softib_core::verbs::mr::MrInfo;
-use softib_core::verbs::qp::{QpCap, QpInitAttr};
+use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
 use softib_core::verbs::types::WcStatus;
-use softib_core::verbs::types::{AccessFlags, GidType, Mtu, QpType};
+use softib_core::verbs::types::{AccessFlags, GidType, Mtu, QpState, QpType};
 use softib_core::verbs::wr::{RecvWr, SendWr, Sge};
 use softib_core::verbs::{CqHandle, PdHandle};
 use softib_core::{gid_of_ipv4, mac_for_gid, udp_source_port, Hca, HcaConfig, MAX_FRAME};
@@ -50,6 +50,9 @@ pub struct Pair {
     pub log: Vec<(Dir, Vec<u8>)>,
     /// Returns false to drop a frame.
     pub filter: Filter,
+    /// First request PSN of A's and of B's send queue.
+    pub psn_a: u32,
+    pub psn_b: u32,
 }
 
 pub const MR_LEN: usize = 1 << 20;
@@ -92,12 +95,37 @@ fn side(node: u32, ip: [u8; 4], mtu: Mtu) -> Side {
 impl Pair {
     /// Two connected RC QPs; A's requester starts at `psn_a`, B's at `psn_b`.
     pub fn new(psn_a: u32, psn_b: u32, opts: ConnectOptions) -> Pair {
+        Pair::new_with_init(psn_a, psn_b, opts, |_, _| {})
+    }
+
+    /// [`Pair::new`], running `init(a, b)` while both QPs are in INIT (receives posted there
+    /// are the initial end-to-end credits, C9-155).
+    pub fn new_with_init(
+        psn_a: u32,
+        psn_b: u32,
+        opts: ConnectOptions,
+        init: impl FnOnce(&mut Side, &mut Side),
+    ) -> Pair {
         let mut a = side(1, [10, 0, 0, 1], opts.path_mtu.max(Mtu::Mtu1024));
         let mut b = side(2, [10, 0, 0, 2], opts.path_mtu.max(Mtu::Mtu1024));
         let o = ConnectOptions {
             sgid_index: 1,
             ..opts
         };
+        for s in [&mut a, &mut b] {
+            let attr = QpAttr {
+                qp_state: QpState::Init,
+                port_num: o.port_num,
+                qp_access_flags: o.access,
+                ..QpAttr::default()
+            };
+            let mask = QpAttrMask::STATE
+                | QpAttrMask::PORT
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::ACCESS_FLAGS;
+            s.hca.modify_qp(s.qpn, &attr, mask).unwrap();
+        }
+        init(&mut a, &mut b);
         let ia = EndpointInfo {
             qpn: a.qpn,
             psn: Psn::new(psn_a),
@@ -118,6 +146,8 @@ impl Pair {
             now: Instant::ZERO,
             log: Vec::new(),
             filter: Box::new(|_, _| true),
+            psn_a,
+            psn_b,
         }
     }
 
@@ -351,6 +381,31 @@ impl Pair {
             .then(|| decode(&buf))
     }
 
+    /// Injects an unsolicited acknowledgement travelling `dir` in the form of the initial one
+    /// (IBA 9.7.7.2.2): an Acknowledge with `syndrome` and `msn` at the receiver's first
+    /// request PSN − 1.
+    pub fn unsolicited_ack(&mut self, dir: Dir, syndrome: u8, msn: u32) {
+        let first = match dir {
+            Dir::BtoA => self.psn_a,
+            Dir::AtoB => self.psn_b,
+        };
+        let psn = Psn::new(first).sub(1);
+        let mut h = hdr(Opcode::RC_ACKNOWLEDGE, psn.value());
+        h.aeth = Some(softib_wire::aeth::Aeth {
+            syndrome,
+            msn: softib_wire::Msn::new(msn),
+        });
+        self.inject(dir, h, &[]);
+    }
+
+    /// Tells A's requester that its peer sends no end-to-end credits (the credit code
+    /// 0b11111, as Linux rxe does in every ACK), so it sends without regard to credits
+    /// (C9-153) from the first message on.
+    pub fn a_without_credits(mut self) -> Pair {
+        self.unsolicited_ack(Dir::BtoA, 0x1f, 0);
+        self
+    }
+
     /// Moves virtual time to `t_ns` and runs the timers of both sides that are due.
     pub fn advance_to(&mut self, t_ns: u64) {
         self.now = Instant::from_nanos(t_ns.max(self.now.as_nanos()));
@@ -361,15 +416,7 @@ impl Pair {
 
     /// Posts a receive of `len` bytes at byte `offset` of B's region.
     pub fn recv_b(&mut self, wr_id: u64, offset: u64, len: u32) {
-        let sge = Sge {
-            addr: self.b.mr.addr + offset,
-            length: len,
-            lkey: self.b.mr.lkey,
-        };
-        self.b
-            .hca
-            .post_recv(self.b.qpn, &[RecvWr::new(wr_id, vec![sge])])
-            .unwrap();
+        self.b.post_recv(wr_id, offset, len);
     }
 
     /// An SGE of `len` bytes at byte `offset` of A's region.
@@ -396,6 +443,18 @@ impl Pair {
 }
 
 impl Side {
+    /// Posts a receive of `len` bytes at byte `offset` of the side's region.
+    pub fn post_recv(&mut self, wr_id: u64, offset: u64, len: u32) {
+        let sge = Sge {
+            addr: self.mr.addr + offset,
+            length: len,
+            lkey: self.mr.lkey,
+        };
+        self.hca
+            .post_recv(self.qpn, &[RecvWr::new(wr_id, vec![sge])])
+            .unwrap();
+    }
+
     /// Every completion queued on the side's CQ (taken).
     pub fn wcs(&mut self) -> Vec<WorkCompletion> {
         self.hca.poll_cq(self.cq, 4096).unwrap()
