@@ -13,6 +13,8 @@
 //!   covers 4144 bytes (8 LRH stand-in + 20 IPv4 + 8 UDP + 12 BTH + 4096 payload).
 //! * `send64`: RC_SEND_ONLY with a 64-byte payload, a 122-byte frame; its transport part
 //!   (BTH + payload, ICRC excluded) is 76 bytes.
+//! * `ack`: RC_ACKNOWLEDGE (BTH + AETH, no payload), a 62-byte frame: the extension-header
+//!   path.
 //!
 //! Usage (`cargo bench -p softib-wire --bench wire -- [OPTIONS] [FILTER...]`, or
 //! `scripts/bench.sh [OPTIONS]`):
@@ -31,12 +33,13 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use softib_wire::aeth::Aeth;
 use softib_wire::bth::Bth;
 use softib_wire::ethernet::Ethernet;
 use softib_wire::icrc;
 use softib_wire::ipv4::Ipv4;
 use softib_wire::opcode::Opcode;
-use softib_wire::psn::{Psn, Qpn};
+use softib_wire::psn::{Msn, Psn, Qpn};
 use softib_wire::roce::{self, IpHeader, RocePacket};
 use softib_wire::transport::{TransportHeaders, TransportPacket};
 
@@ -60,6 +63,15 @@ struct Packet<'a> {
 
 impl<'a> Packet<'a> {
     fn new(opcode: Opcode, payload: &'a [u8]) -> Packet<'a> {
+        Self::with_headers(opcode, |_| {}, payload)
+    }
+
+    /// A packet whose extension headers `ext` fills in.
+    fn with_headers(
+        opcode: Opcode,
+        ext: impl FnOnce(&mut TransportHeaders),
+        payload: &'a [u8],
+    ) -> Packet<'a> {
         let eth = Ethernet {
             dst: [0x02, 0x00, 0x00, 0x00, 0x00, 0x02],
             src: [0x02, 0x00, 0x00, 0x00, 0x00, 0x01],
@@ -80,7 +92,9 @@ impl<'a> Packet<'a> {
             psn: Psn::new(0x00_1234),
             ..Bth::default()
         };
-        let transport = TransportPacket::new(TransportHeaders::new(bth), payload);
+        let mut headers = TransportHeaders::new(bth);
+        ext(&mut headers);
+        let transport = TransportPacket::new(headers, payload);
         let mut frame = vec![0u8; 9000];
         let n = roce::build(&eth, &ip, 49152, &transport, &mut frame).expect("build");
         frame.truncate(n);
@@ -116,6 +130,7 @@ impl<'a> Packet<'a> {
 struct Fixture<'a> {
     write4k: Packet<'a>,
     send64: Packet<'a>,
+    ack: Packet<'a>,
     /// Source bytes for the baselines (as many as the longest baseline needs).
     src: Vec<u8>,
     scratch: Vec<u8>,
@@ -178,6 +193,15 @@ ops! {
         fx.scratch[..n].copy_from_slice(black_box(&fx.src[..n]));
         black_box(&mut fx.scratch);
     };
+    parse_roce_ack / loop_parse_roce_ack = |fx| {
+        let r = RocePacket::parse(black_box(&fx.ack.frame[..]));
+        black_box(&r);
+    };
+    memcpy_62 / loop_memcpy_62 = |fx| {
+        let n = fx.ack.frame.len();
+        fx.scratch[..n].copy_from_slice(black_box(&fx.src[..n]));
+        black_box(&mut fx.scratch);
+    };
     memcpy_76 / loop_memcpy_76 = |fx| {
         let n = fx.send64.transport_bytes().len();
         fx.scratch[..n].copy_from_slice(black_box(&fx.src[..n]));
@@ -186,6 +210,18 @@ ops! {
     // --- 3. build ---
     build_send64 / loop_build_send64 = |fx| {
         let p = &fx.send64;
+        let r = roce::build(
+            black_box(&p.eth),
+            black_box(&p.ip),
+            black_box(p.udp_src_port),
+            black_box(&p.transport),
+            &mut fx.scratch,
+        );
+        black_box(&r);
+        black_box(&mut fx.scratch);
+    };
+    build_ack / loop_build_ack = |fx| {
+        let p = &fx.ack;
         let r = roce::build(
             black_box(&p.eth),
             black_box(&p.ip),
@@ -247,6 +283,7 @@ fn rows(fx: &Fixture<'_>) -> Vec<Row> {
     let send_frame = fx.send64.frame.len();
     let send_tr = fx.send64.transport_bytes().len();
     let write_frame = fx.write4k.frame.len();
+    let ack_frame = fx.ack.frame.len();
     vec![
         Row {
             name: "icrc4k.parse+computed_icrc",
@@ -289,12 +326,28 @@ fn rows(fx: &Fixture<'_>) -> Vec<Row> {
             what: "TransportPacket::parse of its 76 transport bytes (BTH + 64 B payload) vs memcpy of 76 bytes",
         },
         Row {
+            name: "parse.roce_ack",
+            subject: "parse_roce_ack",
+            baseline: "memcpy_62",
+            bytes: ack_frame,
+            target: Target::None,
+            what: "RocePacket::parse (no ICRC check) of the 62-byte RC_ACKNOWLEDGE frame (BTH + AETH) vs memcpy of 62 bytes",
+        },
+        Row {
             name: "build.send64",
             subject: "build_send64",
             baseline: "memcpy_122",
             bytes: send_frame,
             target: Target::None,
             what: "roce::build (headers, IPv4 checksum, ICRC, padding) of the 122-byte SEND frame vs memcpy of 122 bytes",
+        },
+        Row {
+            name: "build.ack",
+            subject: "build_ack",
+            baseline: "memcpy_62",
+            bytes: ack_frame,
+            target: Target::None,
+            what: "roce::build of the 62-byte ACK frame (BTH + AETH) vs memcpy of 62 bytes",
         },
         Row {
             name: "build.write4k",
@@ -499,12 +552,24 @@ fn main() {
     let payload64: Vec<u8> = (0..64u32).map(|i| (i * 13 + 1) as u8).collect();
     let write4k = Packet::new(Opcode::RC_RDMA_WRITE_MIDDLE, &payload4k);
     let send64 = Packet::new(Opcode::RC_SEND_ONLY, &payload64);
+    let ack = Packet::with_headers(
+        Opcode::RC_ACKNOWLEDGE,
+        |h| {
+            h.aeth = Some(Aeth {
+                syndrome: 0x1f,
+                msn: Msn::new(0x42),
+            })
+        },
+        &[],
+    );
+    assert_eq!(ack.frame.len(), L2_L4_LEN + 12 + 4 + 4);
     assert_eq!(write4k.frame.len(), L2_L4_LEN + 12 + 4096 + 4);
     assert_eq!(send64.frame.len(), L2_L4_LEN + 12 + 64 + 4);
     let src = write4k.frame.clone();
     let mut fx = Fixture {
         write4k,
         send64,
+        ack,
         src,
         scratch: vec![0u8; 9000],
     };
@@ -524,6 +589,13 @@ fn main() {
             fx.scratch[..n],
             fx.send64.frame[..],
             "build reproduces the SEND"
+        );
+        loop_build_ack(&mut fx, 1);
+        let n = fx.ack.frame.len();
+        assert_eq!(
+            fx.scratch[..n],
+            fx.ack.frame[..],
+            "build reproduces the ACK"
         );
         loop_build_write4k(&mut fx, 1);
         let n = fx.write4k.frame.len();

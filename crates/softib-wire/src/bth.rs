@@ -15,8 +15,8 @@
 //! struct ([`Bth`]) with `parse` and `emit`. After [`BthView::new_checked`] succeeds no accessor
 //! panics. Reserved bits are kept so that re-emitting a parsed header is byte-identical.
 
-use crate::bytes::{get_u16, get_u24, set_bit, set_u16, set_u24};
-use crate::error::{check_len, Header, Result};
+use crate::bytes::{get_u16, get_u32, set_bit, set_u16, set_u24};
+use crate::error::{check_len, Error, Header, Result};
 use crate::opcode::Opcode;
 use crate::psn::{Psn, Qpn};
 
@@ -110,7 +110,8 @@ impl<T: AsRef<[u8]>> BthView<T> {
         self.b()[field::RESV8A] & field::RESV6A
     }
     pub fn dest_qp(&self) -> Qpn {
-        Qpn::new(get_u24(self.b(), field::DEST_QP))
+        // One 32-bit load: the byte before DestQP (FECN/BECN/Resv6a) falls to the 24-bit mask.
+        Qpn::new(get_u32(self.b(), field::DEST_QP - 1))
     }
     pub fn ack_req(&self) -> bool {
         self.b()[field::ACK] & field::ACK_REQ != 0
@@ -119,7 +120,8 @@ impl<T: AsRef<[u8]>> BthView<T> {
         self.b()[field::ACK] & field::RESV7
     }
     pub fn psn(&self) -> Psn {
-        Psn::new(get_u24(self.b(), field::PSN))
+        // As `dest_qp`: the AckReq/Resv7 byte falls to the 24-bit mask.
+        Psn::new(get_u32(self.b(), field::PSN - 1))
     }
 }
 
@@ -208,41 +210,75 @@ impl Bth {
     /// parser checks TVer, PadCnt and the opcode against the rest of the packet.
     #[inline]
     pub fn parse(buf: &[u8]) -> Result<Bth> {
-        let v = BthView::new_checked(buf)?;
-        Ok(Bth {
+        match buf.first_chunk::<LEN>() {
+            Some(b) => Ok(Bth::from_bytes(b)),
+            None => Err(Error::truncated(Header::Bth, LEN, buf.len())),
+        }
+    }
+
+    /// The BTH held by exactly these 12 bytes.
+    #[inline(always)]
+    pub fn from_bytes(b: &[u8; LEN]) -> Bth {
+        let v = BthView::new_unchecked(b);
+        // Bytes 4-11 in one load: FECN/BECN/Resv6a, DestQP, AckReq/Resv7, PSN.
+        let [_, _, _, _, w @ ..] = b;
+        let w = u64::from_be_bytes(*w);
+        let byte4 = (w >> 56) as u8;
+        let byte8 = (w >> 24) as u8;
+        Bth {
             opcode: v.opcode(),
             solicited: v.solicited(),
             mig_req: v.mig_req(),
             pad_cnt: v.pad_cnt(),
             tver: v.tver(),
             pkey: v.pkey(),
-            fecn: v.fecn(),
-            becn: v.becn(),
-            resv6a: v.resv6a(),
-            dest_qp: v.dest_qp(),
-            ack_req: v.ack_req(),
-            resv7: v.resv7(),
-            psn: v.psn(),
-        })
+            fecn: byte4 & field::FECN != 0,
+            becn: byte4 & field::BECN != 0,
+            resv6a: byte4 & field::RESV6A,
+            dest_qp: Qpn::new((w >> 32) as u32),
+            ack_req: byte8 & field::ACK_REQ != 0,
+            resv7: byte8 & field::RESV7,
+            psn: Psn::new(w as u32),
+        }
+    }
+
+    /// The 12 wire bytes of this BTH (as [`Bth::emit`] writes them: fields wider than their
+    /// wire field keep their low bits).
+    #[inline(always)]
+    pub fn to_bytes(&self) -> [u8; LEN] {
+        let flag = |on: bool, mask: u8| if on { mask } else { 0 };
+        let flags = flag(self.solicited, field::SE)
+            | flag(self.mig_req, field::MIG)
+            | ((self.pad_cnt << field::PAD_SHIFT) & field::PAD_MASK)
+            | (self.tver & field::TVER_MASK);
+        let ecn = flag(self.fecn, field::FECN)
+            | flag(self.becn, field::BECN)
+            | (self.resv6a & field::RESV6A);
+        let ack = flag(self.ack_req, field::ACK_REQ) | (self.resv7 & field::RESV7);
+        // Three big-endian words: OpCode|flags|P_Key, byte 4|DestQP, byte 8|PSN.
+        let words = [
+            (u32::from(self.opcode.0) << 24) | (u32::from(flags) << 16) | u32::from(self.pkey),
+            (u32::from(ecn) << 24) | (self.dest_qp.value() & 0x00FF_FFFF),
+            (u32::from(ack) << 24) | (self.psn.value() & 0x00FF_FFFF),
+        ];
+        let mut b = [0u8; LEN];
+        for (dst, w) in b.chunks_exact_mut(4).zip(words) {
+            dst.copy_from_slice(&w.to_be_bytes());
+        }
+        b
     }
 
     /// Writes the BTH to the start of `buf`; returns the bytes written.
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let mut v = BthView::new_checked(buf)?;
-        v.set_opcode(self.opcode);
-        v.set_solicited(self.solicited);
-        v.set_mig_req(self.mig_req);
-        v.set_pad_cnt(self.pad_cnt);
-        v.set_tver(self.tver);
-        v.set_pkey(self.pkey);
-        v.set_fecn(self.fecn);
-        v.set_becn(self.becn);
-        v.set_resv6a(self.resv6a);
-        v.set_dest_qp(self.dest_qp);
-        v.set_ack_req(self.ack_req);
-        v.set_resv7(self.resv7);
-        v.set_psn(self.psn);
-        Ok(LEN)
+        let have = buf.len();
+        match buf.first_chunk_mut::<LEN>() {
+            Some(b) => {
+                *b = self.to_bytes();
+                Ok(LEN)
+            }
+            None => Err(Error::truncated(Header::Bth, LEN, have)),
+        }
     }
 }
 
@@ -293,5 +329,61 @@ mod tests {
             })
         );
         assert!(Bth::default().emit(&mut [0u8; 4]).is_err());
+    }
+
+    /// The word-wise `to_bytes` / `from_bytes` agree with the field-by-field view accessors,
+    /// including out-of-range values that the setters truncate.
+    #[test]
+    fn bytes_agree_with_the_view() {
+        use proptest::prelude::*;
+        let fields = (
+            any::<[u8; 4]>(),
+            any::<[bool; 5]>(),
+            any::<u16>(),
+            any::<[u32; 2]>(),
+        );
+        proptest!(|((b, f, pkey, n) in fields)| {
+            let h = Bth {
+                opcode: Opcode(b[0]),
+                solicited: f[0],
+                mig_req: f[1],
+                pad_cnt: b[1],
+                tver: b[2],
+                pkey,
+                fecn: f[2],
+                becn: f[3],
+                resv6a: b[3],
+                dest_qp: Qpn::new(n[0]),
+                ack_req: f[4],
+                resv7: b[1] ^ b[2],
+                psn: Psn::new(n[1]),
+            };
+            let mut via_setters = [0x5au8; LEN];
+            let mut v = BthView::new_unchecked(&mut via_setters[..]);
+            v.set_opcode(h.opcode);
+            v.set_solicited(h.solicited);
+            v.set_mig_req(h.mig_req);
+            v.set_pad_cnt(h.pad_cnt);
+            v.set_tver(h.tver);
+            v.set_pkey(h.pkey);
+            v.set_fecn(h.fecn);
+            v.set_becn(h.becn);
+            v.set_resv6a(h.resv6a);
+            v.set_dest_qp(h.dest_qp);
+            v.set_ack_req(h.ack_req);
+            v.set_resv7(h.resv7);
+            v.set_psn(h.psn);
+            prop_assert_eq!(h.to_bytes(), via_setters);
+            let v = BthView::new_unchecked(&via_setters[..]);
+            let back = Bth::from_bytes(&via_setters);
+            prop_assert_eq!(
+                (back.opcode, back.solicited, back.mig_req, back.pad_cnt, back.tver, back.pkey),
+                (v.opcode(), v.solicited(), v.mig_req(), v.pad_cnt(), v.tver(), v.pkey())
+            );
+            prop_assert_eq!(
+                (back.fecn, back.becn, back.resv6a, back.dest_qp, back.ack_req, back.resv7, back.psn),
+                (v.fecn(), v.becn(), v.resv6a(), v.dest_qp(), v.ack_req(), v.resv7(), v.psn())
+            );
+        });
     }
 }

@@ -190,6 +190,18 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetView<T> {
     }
 }
 
+/// What [`Ethernet::check`] found at the start of a frame.
+pub(crate) struct CheckedEthernet<'a> {
+    /// The first 14 bytes of the header.
+    pub header: &'a [u8; LEN],
+    /// The 802.1Q tag, if any.
+    pub vlan: Option<VlanTag>,
+    /// The payload EtherType (after the tag, if any).
+    pub ether_type: u16,
+    /// The bytes after the header.
+    pub payload: &'a [u8],
+}
+
 /// A parsed Ethernet header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Ethernet {
@@ -211,37 +223,106 @@ impl Ethernet {
         }
     }
 
+    /// The checks of [`Ethernet::parse`], splitting the frame at the end of the header.
+    #[inline(always)]
+    pub(crate) fn check(buf: &[u8]) -> Result<CheckedEthernet<'_>> {
+        let Some((h, rest)) = buf.split_first_chunk::<LEN>() else {
+            return Err(Error::truncated(Header::Ethernet, LEN, buf.len()));
+        };
+        let type_or_tpid = get_u16(h, field::TYPE_OR_TPID);
+        if type_or_tpid != ETHERTYPE_VLAN {
+            return Ok(CheckedEthernet {
+                header: h,
+                vlan: None,
+                ether_type: type_or_tpid,
+                payload: rest,
+            });
+        }
+        let Some((tag, rest)) = rest.split_first_chunk::<{ VLAN_LEN - LEN }>() else {
+            return Err(Error::truncated(Header::Vlan, VLAN_LEN, buf.len()));
+        };
+        Ok(CheckedEthernet {
+            header: h,
+            vlan: Some(VlanTag::from_tci(u16::from_be_bytes([tag[0], tag[1]]))),
+            ether_type: u16::from_be_bytes([tag[2], tag[3]]),
+            payload: rest,
+        })
+    }
+
+    /// The header [`Ethernet::check`] accepted: `header` holds its first 14 bytes, `vlan` the
+    /// 802.1Q tag if it has one, `ether_type` the EtherType `check` returned.
+    #[inline(always)]
+    pub(crate) fn from_checked(
+        header: &[u8; LEN],
+        vlan: Option<VlanTag>,
+        ether_type: u16,
+    ) -> Ethernet {
+        let [dst @ .., _, _, _, _, _, _, _, _] = header;
+        let [_, _, _, _, _, _, src @ .., _, _] = header;
+        Ethernet {
+            dst: *dst,
+            src: *src,
+            ether_type,
+            vlan,
+        }
+    }
+
     /// Parses the Ethernet header at the start of `buf`.
+    #[inline]
     pub fn parse(buf: &[u8]) -> Result<Ethernet> {
-        let v = EthernetView::new_checked(buf)?;
+        let Some(h) = buf.first_chunk::<LEN>() else {
+            return Err(Error::truncated(Header::Ethernet, LEN, buf.len()));
+        };
+        let mut dst = [0u8; 6];
+        let mut src = [0u8; 6];
+        dst.copy_from_slice(&h[field::DST]);
+        src.copy_from_slice(&h[field::SRC]);
+        let type_or_tpid = get_u16(h, field::TYPE_OR_TPID);
+        if type_or_tpid != ETHERTYPE_VLAN {
+            return Ok(Ethernet {
+                dst,
+                src,
+                ether_type: type_or_tpid,
+                vlan: None,
+            });
+        }
+        let Some(h) = buf.first_chunk::<VLAN_LEN>() else {
+            return Err(Error::truncated(Header::Vlan, VLAN_LEN, buf.len()));
+        };
         Ok(Ethernet {
-            dst: v.dst(),
-            src: v.src(),
-            ether_type: v.ether_type(),
-            vlan: v.vlan(),
+            dst,
+            src,
+            ether_type: get_u16(h, field::INNER_TYPE),
+            vlan: Some(VlanTag::from_tci(get_u16(h, field::TCI))),
         })
     }
 
     /// Writes the header to the start of `buf`; returns the bytes written (14 or 18).
+    #[inline(always)]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let len = self.header_len();
-        let header = if self.vlan.is_some() {
-            Header::Vlan
-        } else {
-            Header::Ethernet
-        };
-        check_len(header, buf, len)?;
-        buf[field::DST].copy_from_slice(&self.dst);
-        buf[field::SRC].copy_from_slice(&self.src);
+        let have = buf.len();
         match self.vlan {
-            Some(tag) => {
-                set_u16(buf, field::TYPE_OR_TPID, ETHERTYPE_VLAN);
-                set_u16(buf, field::TCI, tag.tci());
-                set_u16(buf, field::INNER_TYPE, self.ether_type);
+            None => {
+                let Some(h) = buf.first_chunk_mut::<LEN>() else {
+                    return Err(Error::truncated(Header::Ethernet, LEN, have));
+                };
+                h[field::DST].copy_from_slice(&self.dst);
+                h[field::SRC].copy_from_slice(&self.src);
+                set_u16(h, field::TYPE_OR_TPID, self.ether_type);
+                Ok(LEN)
             }
-            None => set_u16(buf, field::TYPE_OR_TPID, self.ether_type),
+            Some(tag) => {
+                let Some(h) = buf.first_chunk_mut::<VLAN_LEN>() else {
+                    return Err(Error::truncated(Header::Vlan, VLAN_LEN, have));
+                };
+                h[field::DST].copy_from_slice(&self.dst);
+                h[field::SRC].copy_from_slice(&self.src);
+                set_u16(h, field::TYPE_OR_TPID, ETHERTYPE_VLAN);
+                set_u16(h, field::TCI, tag.tci());
+                set_u16(h, field::INNER_TYPE, self.ether_type);
+                Ok(VLAN_LEN)
+            }
         }
-        Ok(len)
     }
 }
 
@@ -356,5 +437,27 @@ mod tests {
         };
         assert!(e.emit(&mut [0u8; 17]).is_err());
         assert!(Ethernet::default().emit(&mut [0u8; 13]).is_err());
+    }
+
+    /// The split-up checks of the packet parser agree with `Ethernet::parse`.
+    #[test]
+    fn check_and_from_checked_agree_with_parse() {
+        let mut tagged = [0u8; 20];
+        tagged[..12].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+        tagged[12..18].copy_from_slice(&[0x81, 0x00, 0xb1, 0x23, 0x86, 0xdd]);
+        for frame in [
+            &UNTAGGED[..],
+            &UNTAGGED[..13],
+            &tagged[..],
+            &tagged[..17],
+            &tagged[..18],
+        ] {
+            let split = Ethernet::check(frame).map(|c| {
+                let len = if c.vlan.is_some() { 18 } else { 14 };
+                assert_eq!(c.payload.len(), frame.len() - len);
+                Ethernet::from_checked(c.header, c.vlan, c.ether_type)
+            });
+            assert_eq!(split, Ethernet::parse(frame));
+        }
     }
 }

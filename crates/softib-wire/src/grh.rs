@@ -20,7 +20,7 @@
 //! For the ICRC, TClass, FlowLabel and HopLmt are replaced by all ones ([`icrc_masked`]).
 
 use crate::bytes::{get_u16, get_u32, set_u16, set_u32};
-use crate::error::{check_len, Header, Result};
+use crate::error::{check_len, Error, Header, Result};
 
 /// Length of the GRH in bytes.
 pub const LEN: usize = 40;
@@ -62,6 +62,7 @@ pub fn icrc_masked(bytes: &[u8; LEN]) -> [u8; LEN] {
     out
 }
 
+#[inline]
 fn gid_at(b: &[u8], at: usize) -> [u8; 16] {
     let mut g = [0u8; 16];
     g.copy_from_slice(&b[at..at + 16]);
@@ -196,9 +197,19 @@ impl Grh {
 
     /// Parses the GRH at the start of `buf`. Field values are not judged here; the packet
     /// parser checks IPVer, PayLen and NxtHdr against the rest of the packet.
+    #[inline]
     pub fn parse(buf: &[u8]) -> Result<Grh> {
-        let v = GrhView::new_checked(buf)?;
-        Ok(Grh {
+        match buf.first_chunk::<LEN>() {
+            Some(h) => Ok(Grh::from_bytes(h)),
+            None => Err(Error::truncated(Header::Grh, LEN, buf.len())),
+        }
+    }
+
+    /// The GRH held by these 40 bytes.
+    #[inline(always)]
+    pub fn from_bytes(h: &[u8; LEN]) -> Grh {
+        let v = GrhView::new_unchecked(h);
+        Grh {
             ip_ver: v.ip_ver(),
             tclass: v.tclass(),
             flow_label: v.flow_label(),
@@ -207,22 +218,38 @@ impl Grh {
             hop_lmt: v.hop_lmt(),
             sgid: v.sgid(),
             dgid: v.dgid(),
-        })
+        }
+    }
+
+    /// The 40 bytes [`Grh::emit`] writes (fields wider than the wire field keep their low
+    /// bits).
+    #[inline(always)]
+    pub fn to_bytes(&self) -> [u8; LEN] {
+        let word0 = ((u32::from(self.ip_ver) << field::IP_VER_SHIFT) & field::IP_VER_MASK)
+            | ((u32::from(self.tclass) << field::TCLASS_SHIFT) & field::TCLASS_MASK)
+            | (self.flow_label & field::FLOW_LABEL_MASK);
+        let mut h = [0u8; LEN];
+        set_u32(&mut h, field::WORD0, word0);
+        set_u16(&mut h, field::PAY_LEN, self.pay_len);
+        h[field::NXT_HDR] = self.nxt_hdr;
+        h[field::HOP_LMT] = self.hop_lmt;
+        h[field::SGID..field::SGID + 16].copy_from_slice(&self.sgid);
+        h[field::DGID..field::DGID + 16].copy_from_slice(&self.dgid);
+        h
     }
 
     /// Writes the GRH to the start of `buf`; returns the bytes written. Fields wider than the
     /// wire field keep their low bits.
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let mut v = GrhView::new_checked(buf)?;
-        v.set_ip_ver(self.ip_ver);
-        v.set_tclass(self.tclass);
-        v.set_flow_label(self.flow_label);
-        v.set_pay_len(self.pay_len);
-        v.set_nxt_hdr(self.nxt_hdr);
-        v.set_hop_lmt(self.hop_lmt);
-        v.set_sgid(&self.sgid);
-        v.set_dgid(&self.dgid);
-        Ok(LEN)
+        let have = buf.len();
+        match buf.first_chunk_mut::<LEN>() {
+            Some(h) => {
+                *h = self.to_bytes();
+                Ok(LEN)
+            }
+            None => Err(Error::truncated(Header::Grh, LEN, have)),
+        }
     }
 }
 
@@ -372,5 +399,24 @@ mod tests {
                 ),
             }
         }
+    }
+
+    /// `to_bytes` keeps the low bits of over-wide fields, as the setters do.
+    #[test]
+    fn to_bytes_agrees_with_the_setters() {
+        proptest!(|(g in arb_grh(), ver in any::<u8>(), flow in any::<u32>())| {
+            let g = Grh { ip_ver: ver, flow_label: flow, ..g };
+            let mut via_setters = [0xa5u8; LEN];
+            let mut v = GrhView::new_unchecked(&mut via_setters[..]);
+            v.set_ip_ver(g.ip_ver);
+            v.set_tclass(g.tclass);
+            v.set_flow_label(g.flow_label);
+            v.set_pay_len(g.pay_len);
+            v.set_nxt_hdr(g.nxt_hdr);
+            v.set_hop_lmt(g.hop_lmt);
+            v.set_sgid(&g.sgid);
+            v.set_dgid(&g.dgid);
+            prop_assert_eq!(g.to_bytes(), via_setters);
+        });
     }
 }

@@ -250,9 +250,12 @@ impl Ipv4 {
     /// Parses the IPv4 header at the start of `buf`: Version must be 4, IHL at least 5, and the
     /// buffer must hold IHL*4 bytes. The checksum is not verified here (see
     /// [`Ipv4View::checksum_ok`]).
+    #[inline]
     pub fn parse(buf: &[u8]) -> Result<Ipv4> {
-        check_len(Header::Ipv4, buf, LEN)?;
-        let v = Ipv4View::new_unchecked(buf);
+        let Some(h) = buf.first_chunk::<LEN>() else {
+            return Err(Error::truncated(Header::Ipv4, LEN, buf.len()));
+        };
+        let v = Ipv4View::new_unchecked(h);
         if v.version() != 4 {
             return Err(Error::BadField {
                 field: Field::Ipv4Version,
@@ -265,8 +268,15 @@ impl Ipv4 {
                 value: v.ihl().into(),
             });
         }
-        v.check_len()?;
-        Ok(Ipv4 {
+        check_len(Header::Ipv4, buf, v.header_len())?;
+        Ok(Ipv4::from_bytes(h))
+    }
+
+    /// The fixed 20-byte header held by these bytes, fields as found (nothing judged).
+    #[inline(always)]
+    pub fn from_bytes(h: &[u8; LEN]) -> Ipv4 {
+        let v = Ipv4View::new_unchecked(h);
+        Ipv4 {
             version: v.version(),
             ihl: v.ihl(),
             dscp_ecn: v.dscp_ecn(),
@@ -279,28 +289,89 @@ impl Ipv4 {
             checksum: v.checksum(),
             src: v.src(),
             dst: v.dst(),
-        })
+        }
+    }
+
+    /// The 20 bytes [`Ipv4::emit`] writes: every field as given (fields wider than their wire
+    /// field keep their low bits), IHL and the checksum too.
+    #[inline(always)]
+    pub fn to_bytes(&self) -> [u8; LEN] {
+        let total_len = self.total_len.to_be_bytes();
+        let ident = self.ident.to_be_bytes();
+        let flags_frag = ((u16::from(self.flags & 0x7) << field::FLAGS_SHIFT)
+            | (self.frag_offset & field::FRAG_MASK))
+            .to_be_bytes();
+        let checksum = self.checksum.to_be_bytes();
+        [
+            (self.version << 4) | (self.ihl & 0x0F),
+            self.dscp_ecn,
+            total_len[0],
+            total_len[1],
+            ident[0],
+            ident[1],
+            flags_frag[0],
+            flags_frag[1],
+            self.ttl,
+            self.protocol,
+            checksum[0],
+            checksum[1],
+            self.src[0],
+            self.src[1],
+            self.src[2],
+            self.src[3],
+            self.dst[0],
+            self.dst[1],
+            self.dst[2],
+            self.dst[3],
+        ]
+    }
+
+    /// The 20 bytes of [`Ipv4::to_bytes`] with the header checksum computed (as
+    /// [`compute_checksum`] does) instead of taken from `checksum`; for headers without
+    /// options. The sum is taken over five big-endian 32-bit words and folded, which gives the
+    /// 16-bit ones' complement sum (RFC 1071).
+    #[inline(always)]
+    pub(crate) fn to_bytes_with_checksum(self) -> [u8; LEN] {
+        let mut w = [
+            (u32::from(self.version & 0x0F) << 28)
+                | (u32::from(self.ihl & 0x0F) << 24)
+                | (u32::from(self.dscp_ecn) << 16)
+                | u32::from(self.total_len),
+            (u32::from(self.ident) << 16)
+                | (u32::from(self.flags & 0x7) << field::FLAGS_SHIFT)
+                | u32::from(self.frag_offset & field::FRAG_MASK),
+            // The checksum field counts as zero.
+            (u32::from(self.ttl) << 24) | (u32::from(self.protocol) << 16),
+            u32::from_be_bytes(self.src),
+            u32::from_be_bytes(self.dst),
+        ];
+        let sum: u64 = w.iter().map(|&x| u64::from(x)).sum();
+        // Fold 64 -> 32 -> 16 bits with end-around carry (2^16 = 1 modulo 0xFFFF).
+        let sum = (sum & 0xFFFF_FFFF) + (sum >> 32);
+        let sum = (sum & 0xFFFF_FFFF) + (sum >> 32);
+        let sum = (sum & 0xFFFF) + (sum >> 16);
+        let sum = (sum & 0xFFFF) + (sum >> 16);
+        w[2] |= u32::from(!(sum as u16));
+        let mut b = [0u8; LEN];
+        for (dst, w) in b.chunks_exact_mut(4).zip(w) {
+            dst.copy_from_slice(&w.to_be_bytes());
+        }
+        b
     }
 
     /// Writes the 20-byte fixed header to the start of `buf`, every field as given (IHL and the
     /// checksum too); returns 20. When IHL > 5 the caller writes the IHL*4 - 20 option bytes
     /// after it (they are not part of this struct; [`Ipv4View::options`] reads them).
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        check_len(Header::Ipv4, buf, LEN)?;
-        let mut v = Ipv4View::new_unchecked(&mut buf[..LEN]);
-        v.set_version(self.version);
-        v.set_ihl(self.ihl);
-        v.set_dscp_ecn(self.dscp_ecn);
-        v.set_total_len(self.total_len);
-        v.set_ident(self.ident);
-        v.set_flags(self.flags);
-        v.set_frag_offset(self.frag_offset);
-        v.set_ttl(self.ttl);
-        v.set_protocol(self.protocol);
-        v.set_checksum(self.checksum);
-        v.set_src(self.src);
-        v.set_dst(self.dst);
-        Ok(LEN)
+        let have = buf.len();
+        match buf.first_chunk_mut::<LEN>() {
+            Some(h) => {
+                *h = self.to_bytes();
+                Ok(LEN)
+            }
+            None => Err(Error::truncated(Header::Ipv4, LEN, have)),
+        }
     }
 }
 
@@ -538,5 +609,55 @@ mod tests {
         want[10] = 0xff;
         want[11] = 0xff;
         assert_eq!(m, want);
+    }
+
+    /// `to_bytes` keeps the low bits of over-wide fields, as the setters do, and
+    /// `to_bytes_with_checksum` differs from it only by the computed checksum.
+    #[test]
+    fn to_bytes_agrees_with_the_setters_and_checksum() {
+        use proptest::prelude::*;
+        let fields = (
+            any::<[u8; 6]>(),
+            any::<[u16; 4]>(),
+            any::<[u8; 4]>(),
+            any::<[u8; 4]>(),
+        );
+        proptest!(|((b, w, src, dst) in fields)| {
+            let h = Ipv4 {
+                version: b[0],
+                ihl: b[1],
+                dscp_ecn: b[2],
+                total_len: w[0],
+                ident: w[1],
+                flags: b[3],
+                frag_offset: w[2],
+                ttl: b[4],
+                protocol: b[5],
+                checksum: w[3],
+                src,
+                dst,
+            };
+            let mut via_setters = [0x5au8; LEN];
+            let mut v = Ipv4View::new_unchecked(&mut via_setters[..]);
+            v.set_version(h.version);
+            v.set_ihl(h.ihl);
+            v.set_dscp_ecn(h.dscp_ecn);
+            v.set_total_len(h.total_len);
+            v.set_ident(h.ident);
+            v.set_flags(h.flags);
+            v.set_frag_offset(h.frag_offset);
+            v.set_ttl(h.ttl);
+            v.set_protocol(h.protocol);
+            v.set_checksum(h.checksum);
+            v.set_src(h.src);
+            v.set_dst(h.dst);
+            prop_assert_eq!(h.to_bytes(), via_setters);
+            let with = h.to_bytes_with_checksum();
+            let mut expect = h.to_bytes();
+            let c = compute_checksum(&expect);
+            expect[10..12].copy_from_slice(&c.to_be_bytes());
+            prop_assert_eq!(with, expect);
+            prop_assert!(h.ihl & 0x0F != 5 || Ipv4View::new_unchecked(&with[..]).checksum_ok());
+        });
     }
 }

@@ -10,13 +10,13 @@
 use crate::aeth::Aeth;
 use crate::atomic_ack_eth::AtomicAckEth;
 use crate::atomic_eth::AtomicEth;
-use crate::bth::{self, Bth};
+use crate::bth::{self, Bth, BthView};
 use crate::deth::Deth;
 use crate::error::{Error, Field, Header, Result};
 use crate::feth::Feth;
 use crate::ieth::Ieth;
 use crate::immdt::ImmDt;
-use crate::opcode::{ExtHeaders, OpcodeInfo};
+use crate::opcode::{ExtHeaders, OpcodeInfo, ROWS};
 use crate::rdeth::Rdeth;
 use crate::reth::Reth;
 use crate::xrceth::Xrceth;
@@ -76,121 +76,270 @@ macro_rules! for_each_ext_header {
     };
 }
 
+impl Bth {
+    /// The opcode table row of the opcode, or [`Error::UnknownOpcode`].
+    #[inline]
+    fn info_or_unknown(&self) -> Result<&'static OpcodeInfo> {
+        self.opcode
+            .info()
+            .ok_or(Error::UnknownOpcode(self.opcode.0))
+    }
+}
+
+/// What the per-packet paths need from the opcode table, for one opcode byte.
+#[derive(Clone, Copy)]
+pub(crate) struct OpcodeLayout {
+    /// The extension headers after the BTH.
+    pub headers: ExtHeaders,
+    /// BTH plus extension headers, in bytes (0: undefined opcode).
+    pub header_len: u8,
+    /// Defined in the opcode table.
+    pub defined: bool,
+    /// Carries a payload.
+    pub payload: bool,
+}
+
+/// [`OpcodeLayout`] of every opcode byte, computed at compile time from the opcode table, so
+/// that a packet costs one small load instead of an `Option<OpcodeInfo>` and a walk over the
+/// header list.
+static LAYOUT: [OpcodeLayout; 256] = {
+    let mut t = [OpcodeLayout {
+        headers: ExtHeaders::NONE,
+        header_len: 0,
+        defined: false,
+        payload: false,
+    }; 256];
+    let mut i = 0;
+    while i < ROWS.len() {
+        let len = ROWS[i].transport_header_len();
+        assert!(len <= u8::MAX as usize);
+        t[ROWS[i].opcode.0 as usize] = OpcodeLayout {
+            headers: ROWS[i].headers,
+            header_len: len as u8,
+            defined: true,
+            payload: ROWS[i].payload,
+        };
+        i += 1;
+    }
+    t
+};
+
+/// The layout of opcode byte `op`.
+#[inline(always)]
+pub(crate) fn layout(op: u8) -> &'static OpcodeLayout {
+    &LAYOUT[usize::from(op)]
+}
+
 impl TransportHeaders {
     /// Headers with only a BTH; fill in the extension headers the opcode needs.
+    #[inline]
     pub fn new(bth: Bth) -> Self {
         TransportHeaders {
             bth,
-            ..Default::default()
+            rdeth: None,
+            deth: None,
+            xrceth: None,
+            feth: None,
+            reth: None,
+            aeth: None,
+            atomic_eth: None,
+            atomic_ack_eth: None,
+            immdt: None,
+            ieth: None,
+            cnp_reserved: None,
         }
     }
 
     /// The opcode table row of `bth.opcode`.
+    #[inline]
     pub fn info(&self) -> Result<&'static OpcodeInfo> {
-        self.bth
-            .opcode
-            .info()
-            .ok_or(Error::UnknownOpcode(self.bth.opcode.0))
+        self.bth.info_or_unknown()
     }
 
     /// Parses the BTH and the extension headers at the start of `buf`; returns them and the
     /// number of bytes they take.
-    #[inline(always)]
+    #[inline]
     pub fn parse(buf: &[u8]) -> Result<(TransportHeaders, &'static OpcodeInfo, usize)> {
-        let bth = Bth::parse(buf)?;
-        if bth.tver != 0 {
-            return Err(Error::BadField {
-                field: Field::BthTVer,
-                value: bth.tver.into(),
-            });
+        let (b, l) = check_bth(buf)?;
+        let bth = Bth::from_bytes(b);
+        let info = bth.info_or_unknown()?;
+        if l.headers.is_empty() {
+            return Ok((TransportHeaders::new(bth), info, bth::LEN));
         }
-        let mut h = TransportHeaders::new(bth);
-        let info = h.info()?;
+        let h = Self::parse_ext(bth, l.headers, buf)?;
+        Ok((h, info, usize::from(l.header_len)))
+    }
+
+    /// The extension headers of `set` after the BTH in `buf`, parsed in wire order (so that a
+    /// short buffer names the first header it cuts).
+    #[inline]
+    pub(crate) fn parse_ext(bth: Bth, set: ExtHeaders, buf: &[u8]) -> Result<TransportHeaders> {
         let mut at = bth::LEN;
-        macro_rules! parse_one {
-            ($f:ident, $T:ident, $flag:expr, $kind:expr) => {
-                if info.headers.contains($flag) {
-                    let rest = buf.get(at..).unwrap_or(&[]);
-                    h.$f = Some($T::parse(rest)?);
+        macro_rules! ext {
+            ($T:ident, $flag:expr) => {
+                if set.contains($flag) {
+                    let x = $T::parse(buf.get(at..).unwrap_or(&[]))?;
                     at += $T::LEN;
+                    Some(x)
+                } else {
+                    None
                 }
             };
         }
-        for_each_ext_header!(parse_one);
-        if info.headers.contains(ExtHeaders::CNP_RESERVED) {
-            let rest = buf.get(at..).unwrap_or(&[]);
-            let block = rest.get(..CNP_RESERVED_LEN).ok_or(Error::Truncated {
-                header: Header::CnpReserved,
-                need: CNP_RESERVED_LEN,
-                have: rest.len(),
-            })?;
-            let mut r = [0u8; CNP_RESERVED_LEN];
-            r.copy_from_slice(block);
-            h.cnp_reserved = Some(r);
-            at += CNP_RESERVED_LEN;
-        }
-        Ok((h, info, at))
+        // Struct expression fields are evaluated in the order written: wire order.
+        Ok(TransportHeaders {
+            bth,
+            rdeth: ext!(Rdeth, ExtHeaders::RDETH),
+            deth: ext!(Deth, ExtHeaders::DETH),
+            xrceth: ext!(Xrceth, ExtHeaders::XRCETH),
+            feth: ext!(Feth, ExtHeaders::FETH),
+            reth: ext!(Reth, ExtHeaders::RETH),
+            aeth: ext!(Aeth, ExtHeaders::AETH),
+            atomic_eth: ext!(AtomicEth, ExtHeaders::ATOMIC_ETH),
+            atomic_ack_eth: ext!(AtomicAckEth, ExtHeaders::ATOMIC_ACK_ETH),
+            immdt: ext!(ImmDt, ExtHeaders::IMMDT),
+            ieth: ext!(Ieth, ExtHeaders::IETH),
+            cnp_reserved: if set.contains(ExtHeaders::CNP_RESERVED) {
+                let rest = buf.get(at..).unwrap_or(&[]);
+                match rest.first_chunk::<CNP_RESERVED_LEN>() {
+                    Some(r) => Some(*r),
+                    None => {
+                        return Err(Error::Truncated {
+                            header: Header::CnpReserved,
+                            need: CNP_RESERVED_LEN,
+                            have: rest.len(),
+                        })
+                    }
+                }
+            } else {
+                None
+            },
+        })
     }
 
-    /// Checks that exactly the extension headers of the opcode are present.
-    pub fn check_header_set(&self) -> Result<&'static OpcodeInfo> {
-        let info = self.info()?;
-        // Common case first: the present headers, as a set, equal the opcode's.
-        let mut present = 0u16;
+    /// The extension headers present, as a set.
+    #[inline(always)]
+    fn present(&self) -> ExtHeaders {
+        // Most packets carry none: one test of all the tags (`|`, not `||`, so that they are
+        // combined rather than branched on one by one).
+        let any = self.rdeth.is_some()
+            | self.deth.is_some()
+            | self.xrceth.is_some()
+            | self.feth.is_some()
+            | self.reth.is_some()
+            | self.aeth.is_some()
+            | self.atomic_eth.is_some()
+            | self.atomic_ack_eth.is_some()
+            | self.immdt.is_some()
+            | self.ieth.is_some()
+            | self.cnp_reserved.is_some();
+        if any {
+            self.present_each()
+        } else {
+            ExtHeaders::NONE
+        }
+    }
+
+    /// [`Self::present`], header by header.
+    #[inline(never)]
+    fn present_each(&self) -> ExtHeaders {
+        let mut present = ExtHeaders::NONE;
         macro_rules! present_bit {
             ($f:ident, $T:ident, $flag:expr, $kind:expr) => {
                 if self.$f.is_some() {
-                    present |= $flag.bits();
+                    present = present.union($flag);
                 }
             };
         }
         for_each_ext_header!(present_bit);
         if self.cnp_reserved.is_some() {
-            present |= ExtHeaders::CNP_RESERVED.bits();
+            present = present.union(ExtHeaders::CNP_RESERVED);
         }
-        if present == info.headers.bits() {
-            return Ok(info);
+        present
+    }
+
+    /// The layout of `bth.opcode`, or [`Error::UnknownOpcode`].
+    #[inline(always)]
+    pub(crate) fn layout(&self) -> Result<&'static OpcodeLayout> {
+        let op = self.bth.opcode.0;
+        let l = layout(op);
+        if l.defined {
+            Ok(l)
+        } else {
+            Err(Error::UnknownOpcode(op))
         }
-        // Name the first header, in wire order, that is wrongly present or missing.
+    }
+
+    /// Checks that exactly the extension headers of the opcode are present.
+    #[inline]
+    pub fn check_header_set(&self) -> Result<&'static OpcodeInfo> {
+        self.check_set()?;
+        self.info()
+    }
+
+    /// [`Self::check_header_set`], returning the opcode's layout.
+    #[inline(always)]
+    pub(crate) fn check_set(&self) -> Result<&'static OpcodeLayout> {
+        let l = self.layout()?;
+        // Common case first: the present headers, as a set, equal the opcode's.
+        if self.present() == l.headers {
+            Ok(l)
+        } else {
+            Err(self.header_set_error(l.headers))
+        }
+    }
+
+    /// The error naming the first header, in wire order, that is wrongly present or missing
+    /// (`set`: the opcode's headers).
+    #[cold]
+    #[inline(never)]
+    fn header_set_error(&self, set: ExtHeaders) -> Error {
         let op = self.bth.opcode.0;
         macro_rules! check_one {
             ($f:ident, $T:ident, $flag:expr, $kind:expr) => {
-                let want = info.headers.contains($flag);
+                let want = set.contains($flag);
                 if want != self.$f.is_some() {
-                    return Err(Error::HeaderSet {
+                    return Error::HeaderSet {
                         opcode: op,
                         header: $kind,
                         present: !want,
-                    });
+                    };
                 }
             };
         }
         for_each_ext_header!(check_one);
-        let want = info.headers.contains(ExtHeaders::CNP_RESERVED);
-        if want != self.cnp_reserved.is_some() {
-            return Err(Error::HeaderSet {
-                opcode: op,
-                header: Header::CnpReserved,
-                present: !want,
-            });
+        Error::HeaderSet {
+            opcode: op,
+            header: Header::CnpReserved,
+            present: !set.contains(ExtHeaders::CNP_RESERVED),
         }
-        Ok(info)
     }
 
     /// Length of the BTH plus extension headers, from the opcode table.
+    #[inline]
     pub fn header_len(&self) -> Result<usize> {
-        Ok(self.info()?.transport_header_len())
+        Ok(usize::from(self.layout()?.header_len))
     }
 
     /// Writes the BTH and extension headers; returns the bytes written.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        self.check_header_set()?;
-        self.emit_checked(buf)
+        let l = self.check_set()?;
+        self.emit_checked(l.headers, buf)
     }
 
-    /// [`Self::emit`] once [`Self::check_header_set`] has passed.
-    fn emit_checked(&self, buf: &mut [u8]) -> Result<usize> {
-        let mut at = self.bth.emit(buf)?;
+    /// [`Self::emit`] once [`Self::check_header_set`] has passed: `set` is the set of headers
+    /// present (the opcode's).
+    #[inline]
+    fn emit_checked(&self, set: ExtHeaders, buf: &mut [u8]) -> Result<usize> {
+        let at = self.bth.emit(buf)?;
+        if set.is_empty() {
+            return Ok(at);
+        }
+        self.emit_ext(at, buf)
+    }
+
+    /// Writes the extension headers present from `buf[at..]`; returns the end offset.
+    fn emit_ext(&self, mut at: usize, buf: &mut [u8]) -> Result<usize> {
         macro_rules! emit_one {
             ($f:ident, $T:ident, $flag:expr, $kind:expr) => {
                 if let Some(x) = &self.$f {
@@ -247,64 +396,65 @@ impl<'a> TransportPacket<'a> {
     /// Parses `buf`, which must hold exactly BTH … pad (no ICRC).
     #[inline(always)]
     pub fn parse(buf: &'a [u8]) -> Result<TransportPacket<'a>> {
-        let (headers, info, at) = TransportHeaders::parse(buf)?;
-        let rest = &buf[at..];
-        let pad_cnt = usize::from(headers.bth.pad_cnt);
-        if !info.payload {
-            if !rest.is_empty() {
-                return Err(Error::Length {
-                    field: Field::PayloadLength,
-                    claimed: 0,
-                    actual: rest.len(),
-                });
-            }
-            if pad_cnt != 0 {
-                return Err(Error::BadField {
-                    field: Field::BthPadCnt,
-                    value: pad_cnt as u64,
-                });
-            }
-            return Ok(TransportPacket {
-                headers,
-                payload: &[],
-                pad: &[],
-            });
-        }
-        if pad_cnt > rest.len() || rest.len() % 4 != 0 {
-            // PadCnt must bring the payload to a whole number of 4-byte words.
-            return Err(Error::BadField {
-                field: Field::BthPadCnt,
-                value: pad_cnt as u64,
-            });
-        }
-        let (payload, pad) = rest.split_at(rest.len() - pad_cnt);
-        if payload.len() > MAX_PAYLOAD {
-            return Err(Error::PayloadTooLong {
-                len: payload.len(),
-                max: MAX_PAYLOAD,
-            });
-        }
-        Ok(TransportPacket {
-            headers,
+        let c = Self::check(buf)?;
+        Self::from_checked(buf, c)
+    }
+
+    /// The checks of [`Self::parse`], in its order, with nothing copied out of `buf` yet (the
+    /// packet parsers validate a whole frame first and then fill in the result in one go).
+    #[inline(always)]
+    pub(crate) fn check(buf: &'a [u8]) -> Result<Checked<'a>> {
+        let (b, l) = check_bth(buf)?;
+        let Some(rest) = buf.get(usize::from(l.header_len)..) else {
+            // An extension header is cut short: name the first one, as parsing them does.
+            return Err(ext_truncation(b, l.headers, buf));
+        };
+        let (payload, pad) = split_payload(l.payload, BthView::new_unchecked(b).pad_cnt(), rest)?;
+        Ok(Checked {
+            bth: b,
+            headers: l.headers,
             payload,
             pad,
         })
     }
 
+    /// The packet [`Self::check`] approved in `buf`.
+    #[inline(always)]
+    pub(crate) fn from_checked(buf: &'a [u8], c: Checked<'a>) -> Result<TransportPacket<'a>> {
+        // One struct expression per case, so that each is written straight into the result.
+        if c.headers.is_empty() {
+            Ok(TransportPacket {
+                headers: TransportHeaders::new(Bth::from_bytes(c.bth)),
+                payload: c.payload,
+                pad: c.pad,
+            })
+        } else {
+            Ok(TransportPacket {
+                headers: TransportHeaders::parse_ext(Bth::from_bytes(c.bth), c.headers, buf)?,
+                payload: c.payload,
+                pad: c.pad,
+            })
+        }
+    }
+
     /// The opcode table row (always defined for a parsed packet).
+    #[inline]
     pub fn info(&self) -> Result<&'static OpcodeInfo> {
         self.headers.info()
     }
 
     /// Bytes this packet takes on the wire, ICRC excluded.
+    #[inline]
     pub fn wire_len(&self) -> Result<usize> {
         Ok(self.headers.header_len()? + self.payload.len() + self.pad.len())
     }
 
-    /// Writes headers, payload and pad; returns the bytes written.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let info = self.headers.check_header_set()?;
-        if !info.payload && (!self.payload.is_empty() || !self.pad.is_empty()) {
+    /// Checks the packet as [`Self::emit`] does before writing anything; returns the opcode's
+    /// layout.
+    #[inline(always)]
+    pub(crate) fn check_emit(&self) -> Result<&'static OpcodeLayout> {
+        let l = self.headers.check_set()?;
+        if !l.payload && (!self.payload.is_empty() || !self.pad.is_empty()) {
             return Err(Error::PayloadTooLong {
                 len: self.payload.len(),
                 max: 0,
@@ -319,7 +469,42 @@ impl<'a> TransportPacket<'a> {
                 value: self.headers.bth.pad_cnt.into(),
             });
         }
-        let total = info.transport_header_len() + self.payload.len() + self.pad.len();
+        Ok(l)
+    }
+
+    /// Writes headers, payload and pad once [`Self::check_emit`] has passed and `buf` is known
+    /// to hold them all; returns the bytes written.
+    #[inline]
+    fn emit_checked(&self, l: &OpcodeLayout, buf: &mut [u8]) -> Result<usize> {
+        let at = self.headers.bth.emit(buf)?;
+        self.emit_after_bth(l, at, buf)
+    }
+
+    /// Writes everything after the BTH (extension headers, payload, pad) from `buf[at..]` once
+    /// [`Self::check_emit`] has passed; returns the end offset.
+    #[inline(always)]
+    pub(crate) fn emit_after_bth(
+        &self,
+        l: &OpcodeLayout,
+        mut at: usize,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        if !l.headers.is_empty() {
+            at = self.headers.emit_ext(at, buf)?;
+        }
+        let end = at + self.payload.len();
+        buf[at..end].copy_from_slice(self.payload);
+        at = end;
+        for (d, s) in buf[at..at + self.pad.len()].iter_mut().zip(self.pad) {
+            *d = *s;
+        }
+        Ok(at + self.pad.len())
+    }
+
+    /// Writes headers, payload and pad; returns the bytes written.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let l = self.check_emit()?;
+        let total = usize::from(l.header_len) + self.payload.len() + self.pad.len();
         if buf.len() < total {
             return Err(Error::Truncated {
                 header: Header::Payload,
@@ -327,12 +512,89 @@ impl<'a> TransportPacket<'a> {
                 have: buf.len(),
             });
         }
-        let mut at = self.headers.emit_checked(buf)?;
-        buf[at..at + self.payload.len()].copy_from_slice(self.payload);
-        at += self.payload.len();
-        buf[at..at + self.pad.len()].copy_from_slice(self.pad);
-        Ok(at + self.pad.len())
+        self.emit_checked(l, buf)
     }
+}
+
+/// What [`TransportPacket::check`] established about a buffer.
+pub(crate) struct Checked<'a> {
+    /// The BTH bytes.
+    pub bth: &'a [u8; bth::LEN],
+    /// The extension headers of the BTH's opcode.
+    pub headers: ExtHeaders,
+    pub payload: &'a [u8],
+    pub pad: &'a [u8],
+}
+
+/// Checks the BTH at the start of `buf`: present, TVer 0, opcode defined.
+#[inline(always)]
+fn check_bth(buf: &[u8]) -> Result<(&[u8; bth::LEN], &'static OpcodeLayout)> {
+    let Some(b) = buf.first_chunk::<{ bth::LEN }>() else {
+        return Err(Error::truncated(Header::Bth, bth::LEN, buf.len()));
+    };
+    let v = BthView::new_unchecked(b);
+    if v.tver() != 0 {
+        return Err(Error::BadField {
+            field: Field::BthTVer,
+            value: v.tver().into(),
+        });
+    }
+    let op = v.opcode().0;
+    let l = layout(op);
+    if !l.defined {
+        return Err(Error::UnknownOpcode(op));
+    }
+    Ok((b, l))
+}
+
+/// The error for a buffer too short for the extension headers `set`: the truncation of the
+/// first header, in wire order, that does not fit.
+#[cold]
+#[inline(never)]
+fn ext_truncation(b: &[u8; bth::LEN], set: ExtHeaders, buf: &[u8]) -> Error {
+    match TransportHeaders::parse_ext(Bth::from_bytes(b), set, buf) {
+        Err(e) => e,
+        // Not reached: the headers are longer than `buf`, so one of them is cut.
+        Ok(_) => Error::truncated(Header::Payload, bth::LEN + set.len(), buf.len()),
+    }
+}
+
+/// Splits the bytes after the headers into payload and pad, checking them against the opcode
+/// (`has_payload`) and BTH:PadCnt.
+#[inline(always)]
+fn split_payload(has_payload: bool, pad_cnt: u8, rest: &[u8]) -> Result<(&[u8], &[u8])> {
+    let pad_cnt = usize::from(pad_cnt);
+    if !has_payload {
+        if !rest.is_empty() {
+            return Err(Error::Length {
+                field: Field::PayloadLength,
+                claimed: 0,
+                actual: rest.len(),
+            });
+        }
+        if pad_cnt != 0 {
+            return Err(Error::BadField {
+                field: Field::BthPadCnt,
+                value: pad_cnt as u64,
+            });
+        }
+        return Ok((&[], &[]));
+    }
+    // PadCnt must bring the payload to a whole number of 4-byte words.
+    if rest.len() % 4 != 0 || pad_cnt > rest.len() {
+        return Err(Error::BadField {
+            field: Field::BthPadCnt,
+            value: pad_cnt as u64,
+        });
+    }
+    let (payload, pad) = rest.split_at(rest.len() - pad_cnt);
+    if payload.len() > MAX_PAYLOAD {
+        return Err(Error::PayloadTooLong {
+            len: payload.len(),
+            max: MAX_PAYLOAD,
+        });
+    }
+    Ok((payload, pad))
 }
 
 #[cfg(test)]
@@ -487,5 +749,70 @@ mod tests {
                 max: MAX_PAYLOAD
             })
         );
+    }
+
+    /// The per-opcode layout table agrees with the opcode table for every opcode byte.
+    #[test]
+    fn layout_matches_the_opcode_table() {
+        for op in 0..=u8::MAX {
+            let l = layout(op);
+            match Opcode(op).info() {
+                Some(info) => {
+                    assert!(l.defined, "{}", info.name);
+                    assert_eq!(usize::from(l.header_len), info.transport_header_len());
+                    assert_eq!(l.headers, info.headers);
+                    assert_eq!(l.payload, info.payload);
+                }
+                None => assert!(!l.defined && l.header_len == 0, "{op:#04x}"),
+            }
+        }
+    }
+
+    /// `check_header_set` names the same header whether the fast set comparison or the
+    /// header-by-header walk runs: every single wrong header, on every opcode.
+    #[test]
+    fn header_set_errors_name_the_first_wrong_header() {
+        for info in ROWS {
+            let good = headers_for(info);
+            assert_eq!(good.check_header_set(), Ok(info));
+            let mut bad = good;
+            bad.cnp_reserved = match bad.cnp_reserved {
+                Some(_) => None,
+                None => Some([0; CNP_RESERVED_LEN]),
+            };
+            assert_eq!(
+                bad.check_header_set(),
+                Err(Error::HeaderSet {
+                    opcode: info.opcode.0,
+                    header: Header::CnpReserved,
+                    present: !info.headers.contains(ExtHeaders::CNP_RESERVED),
+                })
+            );
+            let mut bad = good;
+            bad.deth = match bad.deth {
+                Some(_) => None,
+                None => Some(Deth::default()),
+            };
+            assert_eq!(
+                bad.check_header_set(),
+                Err(Error::HeaderSet {
+                    opcode: info.opcode.0,
+                    header: Header::Deth,
+                    present: !info.headers.contains(ExtHeaders::DETH),
+                })
+            );
+            // Two wrong headers: the first in wire order is named.
+            bad.ieth = match bad.ieth {
+                Some(_) => None,
+                None => Some(Ieth::default()),
+            };
+            assert!(matches!(
+                bad.check_header_set(),
+                Err(Error::HeaderSet {
+                    header: Header::Deth,
+                    ..
+                })
+            ));
+        }
     }
 }
