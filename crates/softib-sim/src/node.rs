@@ -80,7 +80,8 @@ pub(crate) struct ReqApp {
     /// WRITEs completed and awaiting the driver's check: (qp, slot, op).
     pub(crate) checks: Vec<(usize, usize, u64)>,
     pub(crate) verify_failures: u64,
-    pub(crate) status_counts: std::collections::BTreeMap<&'static str, u64>,
+    /// Completions per status (success first, then errors in the order first seen).
+    pub(crate) status_counts: Vec<(WcStatus, u64)>,
     pub(crate) last_completion_ns: u64,
     pub(crate) bytes_completed: u64,
     wcs: Vec<WorkCompletion>,
@@ -267,7 +268,10 @@ impl ReqApp {
         let Some(qp) = self.qps.get_mut(q) else {
             return;
         };
-        *self.status_counts.entry(wc.status.name()).or_default() += 1;
+        match self.status_counts.iter_mut().find(|(s, _)| *s == wc.status) {
+            Some((_, n)) => *n += 1,
+            None => self.status_counts.push((wc.status, 1)),
+        }
         // RC completes in posting order, each work request exactly once.
         if op != qp.completed {
             self.verify_failures += 1;
@@ -405,7 +409,7 @@ impl ReqApp {
             let qp = &mut self.qps[q];
             qp.slots[slot] = Slot::Busy(op);
             qp.posted += 1;
-            if hca.query_qp(qpn).is_ok_and(|a| a.qp_state == QpState::Err) {
+            if hca.qp(qpn).is_some_and(|qp| qp.state() == QpState::Err) {
                 qp.stopped = true;
             }
         }

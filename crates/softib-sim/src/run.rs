@@ -390,7 +390,11 @@ fn report(
                 errors: q.errors,
             })
             .collect(),
-        per_status: req.status_counts.clone(),
+        per_status: req
+            .status_counts
+            .iter()
+            .map(|&(s, n)| (s.name(), n))
+            .collect(),
         fabric: fabric.totals(),
         requester,
         responder,
