@@ -478,12 +478,7 @@ impl Hca {
                 )
                 .with_byte_len(byte_len);
                 let cq = qp.send_cq;
-                if self.push_completion(cq, wc, false).is_err() {
-                    // CQ overrun: the QP enters ERR (the CQ error event is queued).
-                    let _ = self.set_qp_error(
-                        softib_wire::Qpn::new(qpn),
-                        crate::verbs::event::QpErrorCause::CompletionError,
-                    );
+                if !self.complete_or_error(softib_wire::Qpn::new(qpn), cq, wc, false) {
                     return;
                 }
             }

@@ -172,6 +172,22 @@ impl Hca {
         }
     }
 
+    /// Queues a completion of `qpn` on `cq`; on a CQ overrun the QP enters ERR (the CQ error
+    /// event is queued by the CQ). Returns false in that case.
+    pub(crate) fn complete_or_error(
+        &mut self,
+        qpn: softib_wire::Qpn,
+        cq: crate::verbs::CqHandle,
+        wc: crate::verbs::cq::WorkCompletion,
+        solicited: bool,
+    ) -> bool {
+        if self.push_completion(cq, wc, solicited).is_ok() {
+            return true;
+        }
+        let _ = self.set_qp_error(qpn, crate::verbs::event::QpErrorCause::CompletionError);
+        false
+    }
+
     /// Puts a QP on the transmit list (once).
     pub(crate) fn schedule_tx(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {

@@ -273,9 +273,7 @@ impl Hca {
                 self.invalidate_rkey(pd, ieth.rkey);
             }
             self.rc_ack_request(qpn, h.bth.psn, h.bth.ack_req);
-            if self.push_completion(recv_cq, wc, h.bth.solicited).is_err() {
-                let _ = self.set_qp_error(qpn_w, QpErrorCause::CompletionError);
-            }
+            let _ = self.complete_or_error(qpn_w, recv_cq, wc, h.bth.solicited);
         } else {
             qp.transport.resp.msg = InMessage::Send { wqe, offset: end };
             self.rc_ack_request(qpn, h.bth.psn, h.bth.ack_req);
@@ -368,9 +366,7 @@ impl Hca {
                 )
                 .with_byte_len(end as u32)
                 .with_imm(imm.imm);
-                if self.push_completion(recv_cq, wc, h.bth.solicited).is_err() {
-                    let _ = self.set_qp_error(qpn_w, QpErrorCause::CompletionError);
-                }
+                let _ = self.complete_or_error(qpn_w, recv_cq, wc, h.bth.solicited);
             }
         } else {
             qp.transport.resp.msg = InMessage::Write { slice, offset: end };
