@@ -23,6 +23,19 @@ fn have_tshark() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// True when tshark can run; otherwise says SKIPPED — and fails in CI, where it must exist.
+fn tshark_or_skip() -> bool {
+    if have_tshark() {
+        return true;
+    }
+    eprintln!("SKIPPED: tshark is not installed (scripts/install-deps.sh installs it)");
+    assert!(
+        std::env::var("CI").is_err(),
+        "tshark must be installed in CI"
+    );
+    false
+}
+
 const USER_DLT: &str = r#"uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0","""#;
 
 /// (frame number, opcode, malformed?) for every frame tshark decodes.
@@ -86,12 +99,7 @@ fn synth(dir: &Path, framing: &str) -> PathBuf {
 
 #[test]
 fn tshark_decodes_every_opcode_softib_writes() {
-    if !have_tshark() {
-        eprintln!("SKIPPED: tshark is not installed (scripts/install-deps.sh installs it)");
-        assert!(
-            std::env::var("CI").is_err(),
-            "tshark must be installed in CI"
-        );
+    if !tshark_or_skip() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("softib-tshark-{}", std::process::id()));
@@ -142,12 +150,7 @@ fn tshark_decodes_every_opcode_softib_writes() {
 /// captured packet passes softib's own ICRC check, for every operation under loss and reordering.
 #[test]
 fn tshark_decodes_simulator_captures() {
-    if !have_tshark() {
-        eprintln!("SKIPPED: tshark is not installed (scripts/install-deps.sh installs it)");
-        assert!(
-            std::env::var("CI").is_err(),
-            "tshark must be installed in CI"
-        );
+    if !tshark_or_skip() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("softib-tshark-sim-{}", std::process::id()));
