@@ -1532,6 +1532,148 @@ fn c9_105_duplicate_send_write_only_acknowledged() {
 }
 
 #[test]
+fn c9_106_error_answering_duplicate_send_or_write_dropped_silently() {
+    use softib_core::transport::rc::ResponderFault;
+    let mut p = pair();
+    p.recv_b(1, 0, 64);
+    p.recv_b(2, 1024, 64);
+    send_only(&mut p, P, true, b"hello");
+    assert_ack(&from_b(&mut p), ACK, P);
+    write_only(&mut p, psn(1), 8192, b"written");
+    assert_ack(&from_b(&mut p), ACK, psn(1));
+    assert_eq!(p.b.done(), vec![(1, WcStatus::Success)]);
+    // Without a fault, a duplicate SEND is acknowledged.
+    send_only(&mut p, P, true, b"hello");
+    assert_ack(&from_b(&mut p), ACK, psn(1));
+    // With one, the duplicate SEND draws neither ACK nor NAK, and nothing else changes.
+    p.b.hca
+        .inject_responder_fault(p.b.qpn, ResponderFault::DuplicateAckError)
+        .unwrap();
+    send_only(&mut p, P, true, b"hello");
+    assert!(from_b(&mut p).is_empty());
+    assert_eq!(b_state(&p), QpState::Rts);
+    assert_eq!(p.rq_psn_b(), psn(2));
+    assert!(p.b.done().is_empty());
+    // The same for a duplicate RDMA WRITE, which is not executed either.
+    p.b.hca.mr_write(p.b.mr.handle, 8192, b"xx").unwrap();
+    p.b.hca
+        .inject_responder_fault(p.b.qpn, ResponderFault::DuplicateAckError)
+        .unwrap();
+    write_only(&mut p, psn(1), 8192, b"written");
+    assert!(from_b(&mut p).is_empty());
+    assert_eq!(b_state(&p), QpState::Rts);
+    assert_eq!(p.b.mem(8192, 2), b"xx");
+    // The fault is one-shot: the retried duplicate is acknowledged, and new requests go on.
+    write_only(&mut p, psn(1), 8192, b"written");
+    assert_ack(&from_b(&mut p), ACK, psn(1));
+    send_only(&mut p, psn(2), true, b"next");
+    assert_ack(&from_b(&mut p), ACK, psn(2));
+    assert_eq!(p.b.done(), vec![(2, WcStatus::Success)]);
+    // A fault on an unknown QP is refused.
+    let other = softib_wire::Qpn::new(p.b.qpn.value() ^ 0x40);
+    assert!(p
+        .b
+        .hca
+        .inject_responder_fault(other, ResponderFault::DuplicateAckError)
+        .is_err());
+}
+
+#[test]
+fn o9_68_atomic_result_not_reproducible_duplicate_dropped_silently() {
+    use softib_core::transport::rc::ResponderFault;
+    let mut p = pair();
+    p.recv_b(1, 0, 64);
+    p.recv_b(2, 1024, 64);
+    p.b.hca
+        .mr_write(p.b.mr.handle, 64, &40u64.to_le_bytes())
+        .unwrap();
+    let (va, rkey) = (p.b.mr.addr + 64, p.b.mr.rkey);
+    send_only(&mut p, P, true, b"s");
+    assert_ack(&from_b(&mut p), ACK, P);
+    to_b(&mut p, fetch_add(psn(1), va, rkey, 2), &[]);
+    let out = from_b(&mut p);
+    assert_eq!(out[0].op_psn(), (Opcode::RC_ATOMIC_ACKNOWLEDGE, psn(1)));
+    p.b.hca
+        .inject_responder_fault(p.b.qpn, ResponderFault::AtomicReplayUnavailable)
+        .unwrap();
+    // The fault is not spent on a duplicate of another kind.
+    send_only(&mut p, P, true, b"s");
+    assert_ack(&from_b(&mut p), ACK, psn(1));
+    // The duplicate ATOMIC whose saved result cannot be reproduced: no ACK, no NAK, and the
+    // atomic is not executed again.
+    to_b(&mut p, fetch_add(psn(1), va, rkey, 2), &[]);
+    assert!(from_b(&mut p).is_empty());
+    assert_eq!(b_state(&p), QpState::Rts);
+    assert_eq!(p.rq_psn_b(), psn(2));
+    assert_eq!(p.b.mem(64, 8), 42u64.to_le_bytes());
+    // One-shot: the next retry gets the saved result, and new traffic goes on.
+    to_b(&mut p, fetch_add(psn(1), va, rkey, 2), &[]);
+    let out = from_b(&mut p);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].op_psn(), (Opcode::RC_ATOMIC_ACKNOWLEDGE, psn(1)));
+    assert_eq!(out[0].headers.atomic_ack_eth.unwrap().orig_remote_data, 40);
+    assert_eq!(p.b.mem(64, 8), 42u64.to_le_bytes());
+    send_only(&mut p, psn(2), true, b"next");
+    assert_ack(&from_b(&mut p), ACK, psn(2));
+    assert_eq!(p.b.done().len(), 2);
+}
+
+#[test]
+fn o9_68_requester_recovers_when_a_duplicate_atomic_is_dropped() {
+    use softib_core::transport::rc::ResponderFault;
+    let mut p = pair_with(ConnectOptions {
+        timeout: 8,
+        ..ConnectOptions::default()
+    });
+    p.b.hca
+        .mr_write(p.b.mr.handle, 64, &40u64.to_le_bytes())
+        .unwrap();
+    // The ATOMIC ACK is lost on the wire, and the first retry meets the fault.
+    let mut dropped = false;
+    p.filter = Box::new(move |d, f| {
+        let s = common::decode(f);
+        if d == Dir::BtoA && s.opcode() == Opcode::RC_ATOMIC_ACKNOWLEDGE && !dropped {
+            dropped = true;
+            return false;
+        }
+        true
+    });
+    p.b.hca
+        .inject_responder_fault(p.b.qpn, ResponderFault::AtomicReplayUnavailable)
+        .unwrap();
+    let (target, rkey) = (p.b.mr.addr + 64, p.b.mr.rkey);
+    let wr = softib_core::verbs::wr::SendWr::new(
+        1,
+        softib_core::verbs::wr::WrOpcode::AtomicFetchAdd {
+            remote_addr: target,
+            rkey,
+            add: 2,
+        },
+    )
+    .with_sge(p.sge_a(0, 8))
+    .signaled();
+    p.post_a(&[wr]);
+    p.run(10_000_000_000);
+    let trace: Vec<_> = p.log.iter().map(|(d, f)| (*d, common::decode(f))).collect();
+    let sent: Vec<_> = trace.iter().map(|(d, s)| (*d, s.op_psn())).collect();
+    assert_eq!(
+        sent,
+        vec![
+            (Dir::AtoB, (Opcode::RC_FETCH_ADD, P)),
+            (Dir::AtoB, (Opcode::RC_FETCH_ADD, P)),
+            (Dir::AtoB, (Opcode::RC_FETCH_ADD, P)),
+            (Dir::BtoA, (Opcode::RC_ATOMIC_ACKNOWLEDGE, P)),
+        ],
+        "the request (its ACK lost on the wire, not logged), the retry dropped silently, \
+         the retry answered"
+    );
+    assert_eq!(p.b.mem(64, 8), 42u64.to_le_bytes(), "executed once");
+    assert_eq!(p.a.mem(0, 8), 40u64.to_le_bytes());
+    assert_eq!(p.a.done(), vec![(1, WcStatus::Success)]);
+    assert_eq!(b_state(&p), QpState::Rts);
+}
+
+#[test]
 fn c9_107_duplicate_read_rereads_data_from_duplicate_psn() {
     let mut p = pair();
     p.b.hca
@@ -1602,18 +1744,103 @@ fn c9_109_duplicate_read_failing_midway_stops_without_nak() {
 }
 
 #[test]
-#[ignore = "softib does not yet pre-empt a response in progress: a duplicate is answered after every response already queued"]
 fn c9_110_earlier_duplicate_preempts_current_response() {
     let mut p = pair_with(deep());
+    p.recv_b(1, 16 * 1024, 64);
+    p.b.hca
+        .mr_write(p.b.mr.handle, 0, &pattern(8 * MTU, 5))
+        .unwrap();
     read(&mut p, P, 0, 100);
     assert_eq!(from_b(&mut p).len(), 1);
+    // A long READ at P+1 (response PSNs P+1 ..= P+8), then a SEND at P+9 asking for an ACK.
     read(&mut p, psn(1), 0, 8 * MTU as u32);
-    assert!(p.drain_one(Dir::BtoA).is_some());
-    assert!(p.drain_one(Dir::BtoA).is_some());
-    // A duplicate of the earlier READ arrives while the long response streams.
+    send_only(&mut p, psn(9), true, b"after");
+    assert_eq!(
+        p.drain_one(Dir::BtoA).unwrap().op_psn(),
+        (Opcode::RC_RDMA_READ_RESPONSE_FIRST, psn(1))
+    );
+    assert_eq!(
+        p.drain_one(Dir::BtoA).unwrap().op_psn(),
+        (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, psn(2))
+    );
+    // A duplicate of a later PSN does not interrupt the stream: it waits its turn.
+    send_only(&mut p, psn(9), true, b"after");
+    assert_eq!(
+        p.drain_one(Dir::BtoA).unwrap().op_psn(),
+        (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, psn(3))
+    );
+    // A duplicate of the earlier READ arrives while the long response streams: it is answered
+    // at once and the interrupted response stops there. The acknowledgement of the new SEND
+    // still goes out (the requester would not resend a request whose ACK it lost to
+    // pre-emption), as does the answer to the later duplicate SEND.
     read(&mut p, P, 0, 100);
-    let next = p.drain_one(Dir::BtoA).unwrap();
-    assert_eq!(next.op_psn(), (Opcode::RC_RDMA_READ_RESPONSE_ONLY, P));
+    let out = from_b(&mut p);
+    assert_eq!(
+        ops(&out),
+        vec![
+            (Opcode::RC_RDMA_READ_RESPONSE_ONLY, P, Some(ACK)),
+            (Opcode::RC_ACKNOWLEDGE, psn(9), Some(ACK)),
+            (Opcode::RC_ACKNOWLEDGE, psn(9), Some(ACK)),
+        ]
+    );
+    assert_eq!(out[0].payload, pattern(100, 5));
+    assert_eq!(p.b.done(), vec![(1, WcStatus::Success)]);
+    // The requester resends what stays unanswered: the READ resumed at its first missing
+    // response PSN, by the subset rule.
+    let off = 3 * MTU as u64;
+    read(&mut p, psn(4), off, 5 * MTU as u32);
+    let out = from_b(&mut p);
+    assert_eq!(
+        out.iter().map(|s| s.op_psn()).collect::<Vec<_>>(),
+        vec![
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, psn(4)),
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, psn(5)),
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, psn(6)),
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, psn(7)),
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, psn(8)),
+        ]
+    );
+    let joined: Vec<u8> = out.iter().flat_map(|s| s.payload.clone()).collect();
+    assert_eq!(joined, pattern(8 * MTU, 5)[3 * MTU..]);
+    assert_eq!(b_state(&p), QpState::Rts);
+    assert_eq!(p.rq_psn_b(), psn(10));
+}
+
+#[test]
+fn c9_110_duplicates_answered_in_psn_order_before_queued_responses() {
+    let mut p = pair_with(deep());
+    p.b.hca
+        .mr_write(p.b.mr.handle, 0, &pattern(2 * MTU, 9))
+        .unwrap();
+    p.b.hca
+        .mr_write(p.b.mr.handle, 64 * 1024 - 8, &7u64.to_le_bytes())
+        .unwrap();
+    let (va, rkey) = (p.b.mr.addr + 64 * 1024 - 8, p.b.mr.rkey);
+    read(&mut p, P, 0, 100);
+    to_b(&mut p, fetch_add(psn(1), va, rkey, 1), &[]);
+    assert_eq!(from_b(&mut p).len(), 2);
+    // A new two-packet READ is queued, not yet begun; duplicates of the earlier ATOMIC and
+    // READ arrive (latest first): they are answered in PSN order ahead of it, and the new
+    // READ's response, not begun, is sent whole after them.
+    read(&mut p, psn(2), 0, 2 * MTU as u32);
+    to_b(&mut p, fetch_add(psn(1), va, rkey, 1), &[]);
+    read(&mut p, P, 0, 100);
+    let out = from_b(&mut p);
+    assert_eq!(
+        out.iter().map(|s| s.op_psn()).collect::<Vec<_>>(),
+        vec![
+            (Opcode::RC_RDMA_READ_RESPONSE_ONLY, P),
+            (Opcode::RC_ATOMIC_ACKNOWLEDGE, psn(1)),
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, psn(2)),
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, psn(3)),
+        ]
+    );
+    assert_eq!(out[1].headers.atomic_ack_eth.unwrap().orig_remote_data, 7);
+    assert_eq!(
+        p.b.mem(64 * 1024 - 8, 8),
+        8u64.to_le_bytes(),
+        "executed once"
+    );
 }
 
 #[test]

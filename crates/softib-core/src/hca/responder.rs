@@ -3,6 +3,11 @@
 //! ATOMIC, duplicate handling, and the responses (ACK, NAK, RNR NAK, READ responses, atomic
 //! ACKs) in PSN order.
 //!
+//! Duplicates are answered in PSN order, earliest first: one that arrives while a READ
+//! response for a later PSN streams stops that response (C9-110).
+//! [`Hca::inject_responder_fault`] arms one-shot local errors for duplicate answers, to show
+//! the silent drops the IBA demands for them (C9-106, o9-68).
+//!
 //! NAKs of error classes that end the connection (invalid request, remote access error, remote
 //! operational error) are sent first and then move the QP to ERR, as Linux rxe does.
 //!
@@ -24,8 +29,9 @@ use softib_wire::{Operation, Position, Psn};
 
 use super::requester::{packets_for, DEFAULT_PKEY};
 use super::Hca;
+use crate::error::QpError;
 use crate::time::Instant;
-use crate::transport::rc::{InMessage, RdAtomicResource, Response};
+use crate::transport::rc::{InMessage, RdAtomicResource, ResponderFault, Response};
 use crate::verbs::cq::WorkCompletion;
 use crate::verbs::event::QpErrorCause;
 use crate::verbs::mr::MrSlice;
@@ -546,8 +552,9 @@ impl Hca {
         }
     }
 
-    /// Duplicate request (PSN behind ePSN): never re-executed, answered per 9.7.5.1.4; errors
-    /// while answering are silent (C9-115).
+    /// Duplicate request (PSN behind ePSN): never re-executed, answered per 9.7.5.1.4 in PSN
+    /// order (C9-110, see [`Hca::rc_queue_duplicate_answer`]); errors while answering are
+    /// silent (C9-106, C9-108, o9-67, o9-68, C9-115).
     fn rc_duplicate(&mut self, qpn: u32, t: &TransportPacket<'_>) {
         let Ok(info) = t.info() else {
             return;
@@ -555,20 +562,22 @@ impl Hca {
         let psn = t.headers.bth.psn;
         let qp = &self.qps[&qpn];
         let pd = qp.pd;
-        match info.operation {
+        let answer = match info.operation {
             Operation::Send | Operation::RdmaWrite => {
-                // ACK with the PSN of the most recent completed new request.
-                let last = qp.transport.expected_psn.sub(1);
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 let r = &mut qp.transport.resp;
-                let (msn, base) = (r.msn, r.credits.consumed);
-                // Credits ride on duplicate ACKs too (the requester takes them, C9-144).
-                r.responses.push_back(Response::Ack {
-                    psn: last,
+                if r.faults.take(ResponderFault::DuplicateAckError) {
+                    // An error while answering a duplicate SEND / WRITE: dropped (C9-106).
+                    return;
+                }
+                // ACK with the PSN of the most recent completed new request; credits ride on
+                // duplicate ACKs too (the requester takes them, C9-144).
+                Response::Ack {
+                    psn: qp.transport.expected_psn.sub(1),
                     syndrome: SYNDROME_ACK,
-                    msn,
-                    base,
-                });
+                    msn: r.msn,
+                    base: r.credits.consumed,
+                }
             }
             Operation::RdmaReadRequest => {
                 let Some(reth) = t.headers.reth else {
@@ -597,23 +606,21 @@ impl Hca {
                 if found.is_none() {
                     return;
                 }
-                // Errors while answering a duplicate are silent (C9-115).
+                // Errors while answering a duplicate are silent (C9-108, C9-115).
                 let Ok(slice) = self.rc_check_reth(pd, &reth, AccessFlags::REMOTE_READ) else {
                     return;
                 };
-                let qp = self.qps.get_mut(&qpn).expect("checked");
-                let r = &mut qp.transport.resp;
-                let (msn, base) = (r.msn, r.credits.consumed);
-                r.responses.push_back(Response::Read {
+                let r = &self.qps[&qpn].transport.resp;
+                Response::Read {
                     first_psn: psn,
                     next_psn: psn,
                     slice,
                     len: reth.dma_len,
                     sent: 0,
-                    msn,
-                    base,
+                    msn: r.msn,
+                    base: r.credits.consumed,
                     fresh: false,
-                });
+                }
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 // Replay the saved result, never re-execute (o9-66); unknown PSN: drop (o9-67).
@@ -626,18 +633,74 @@ impl Hca {
                 };
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 let r = &mut qp.transport.resp;
-                let (msn, base) = (r.msn, r.credits.consumed);
-                r.responses.push_back(Response::Atomic {
+                if r.faults.take(ResponderFault::AtomicReplayUnavailable) {
+                    // The saved result cannot be reproduced: dropped (o9-68).
+                    return;
+                }
+                Response::Atomic {
                     psn,
                     orig,
-                    msn,
-                    base,
+                    msn: r.msn,
+                    base: r.credits.consumed,
                     fresh: false,
-                });
+                }
             }
             _ => return,
-        }
+        };
+        self.rc_queue_duplicate_answer(qpn, psn, answer);
         self.schedule_tx(qpn);
+    }
+
+    /// Queues `answer`, the response to a valid duplicate request at `dup_psn`, so that
+    /// responses go out in PSN order, earliest first (C9-110, C9-104):
+    ///
+    /// * a READ response part-way through its packets (the response being answered) whose
+    ///   next packet is logically after `dup_psn` is stopped: its remaining packets are
+    ///   dropped and not resumed. The requester resends whatever stays unacknowledged — it
+    ///   resends from its oldest unacknowledged PSN, and softib's requester resumes a READ
+    ///   from its first missing response PSN, which the subset rule answers (C9-107);
+    /// * `answer` goes in front of every queued response whose PSN is logically after its
+    ///   own (a duplicate READ / ATOMIC is answered at the duplicate's PSN, a duplicate SEND /
+    ///   WRITE at the latest completed request's, C9-105). Responses not yet begun are kept:
+    ///   the acknowledgements of new requests, and NAKs with their state, go out as before.
+    fn rc_queue_duplicate_answer(&mut self, qpn: u32, dup_psn: Psn, answer: Response) {
+        let qp = self.qps.get_mut(&qpn).expect("checked");
+        let queue = &mut qp.transport.resp.responses;
+        if let Some(Response::Read {
+            first_psn,
+            next_psn,
+            ..
+        }) = queue.front()
+        {
+            if next_psn != first_psn && next_psn.distance(dup_psn) > 0 {
+                queue.pop_front();
+            }
+        }
+        let at = response_psn(&answer);
+        let i = queue
+            .iter()
+            .position(|r| response_psn(r).distance(at) > 0)
+            .unwrap_or(queue.len());
+        queue.insert(i, answer);
+    }
+
+    /// Arms a one-shot responder fault on RC QP `qpn` (see [`ResponderFault`]): the next
+    /// duplicate request the fault applies to meets a local error while it is answered, and
+    /// the responder reacts as the IBA demands — it drops the duplicate silently, sends
+    /// neither ACK nor NAK, and stays in its state (C9-106, o9-68). Meant for tests and for
+    /// studies that use softib as a fault-injecting reference; a fault armed on a QP of
+    /// another service is never consumed, and one armed on a QP that is reset is forgotten.
+    pub fn inject_responder_fault(
+        &mut self,
+        qpn: softib_wire::Qpn,
+        fault: ResponderFault,
+    ) -> Result<(), QpError> {
+        let qp = self
+            .qps
+            .get_mut(&qpn.value())
+            .ok_or(QpError::NoSuchQp(qpn))?;
+        qp.transport.resp.faults.arm(fault);
+        Ok(())
     }
 
     /// Builds the next response packet of the QP into `out`.
@@ -906,6 +969,14 @@ impl Hca {
 
 fn invalid() -> Refusal {
     Refusal::Fatal(NAK_INVALID_REQUEST, QpErrorCause::InvalidRequest)
+}
+
+/// The PSN of the packet a queued response sends next.
+fn response_psn(r: &Response) -> Psn {
+    match *r {
+        Response::Ack { psn, .. } | Response::Nak { psn, .. } | Response::Atomic { psn, .. } => psn,
+        Response::Read { next_psn, .. } => next_psn,
+    }
 }
 
 /// Keeps a READ / ATOMIC for duplicates, at most `depth` of them (oldest dropped).

@@ -209,6 +209,56 @@ pub struct Responder {
     pub responses: VecDeque<Response>,
     /// End-to-end credits this receive queue generates (IBA 9.7.7.2.3).
     pub credits: RecvCredits,
+    /// One-shot faults armed with `Hca::inject_responder_fault`.
+    pub faults: ArmedFaults,
+}
+
+/// A local error the RC responder can be told to meet, so that the behaviour the IBA demands
+/// for it can be observed: softib never meets these errors on its own (its saved atomic
+/// results and duplicate acknowledgements cannot fail), but a hardware responder can, and a
+/// reference implementation used to inject faults needs to show the required reaction.
+///
+/// A fault is armed on one QP with `Hca::inject_responder_fault` and is one-shot: the next
+/// duplicate request it applies to meets it and consumes it; other requests are unaffected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResponderFault {
+    /// An error while answering the next duplicate SEND or RDMA WRITE: the duplicate is
+    /// dropped silently, with no ACK and no NAK (C9-106).
+    DuplicateAckError,
+    /// The saved original data of an atomic cannot be read back for the next duplicate
+    /// ATOMIC that has a saved result: the duplicate is dropped silently (o9-68). The result
+    /// itself is kept, so a later retry of the same atomic is answered.
+    AtomicReplayUnavailable,
+}
+
+/// The responder faults armed on a QP (each at most once; arming one twice is the same as
+/// once).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArmedFaults {
+    /// [`ResponderFault::DuplicateAckError`] is armed.
+    pub duplicate_ack_error: bool,
+    /// [`ResponderFault::AtomicReplayUnavailable`] is armed.
+    pub atomic_replay_unavailable: bool,
+}
+
+impl ArmedFaults {
+    /// Arms `fault`.
+    pub fn arm(&mut self, fault: ResponderFault) {
+        match fault {
+            ResponderFault::DuplicateAckError => self.duplicate_ack_error = true,
+            ResponderFault::AtomicReplayUnavailable => self.atomic_replay_unavailable = true,
+        }
+    }
+
+    /// Consumes `fault`: true when it was armed (it is disarmed now).
+    pub fn take(&mut self, fault: ResponderFault) -> bool {
+        let armed = match fault {
+            ResponderFault::DuplicateAckError => &mut self.duplicate_ack_error,
+            ResponderFault::AtomicReplayUnavailable => &mut self.atomic_replay_unavailable,
+        };
+        std::mem::take(armed)
+    }
 }
 
 /// End-to-end credit bookkeeping of a receive queue that is not attached to an SRQ
