@@ -40,14 +40,17 @@ pub(crate) fn fill(buf: &mut [u8], id: u64) {
 pub(crate) fn check(buf: &[u8], id: u64) -> bool {
     let mut chunks = buf.chunks_exact(8);
     let mut i = 0;
+    // Whole words are compared as integers (no byte-slice comparison per word).
     for c in &mut chunks {
-        if c != word(id, i).to_le_bytes() {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        if u64::from_le_bytes(w) != word(id, i) {
             return false;
         }
         i += 1;
     }
     let rest = chunks.remainder();
-    rest == &word(id, i).to_le_bytes()[..rest.len()]
+    rest.is_empty() || rest == &word(id, i).to_le_bytes()[..rest.len()]
 }
 
 #[cfg(test)]

@@ -459,24 +459,29 @@ impl Hca {
             if !w.tx.done {
                 break;
             }
-            let w = qp.sq.pop_front().expect("front exists");
-            qp.transport.req.cur = qp.transport.req.cur.saturating_sub(1);
-            let c = &mut qp.transport.req.credits;
-            c.retired_ssn = w.tx.ssn;
-            c.retired_rwqe = w.tx.rwqe_through;
-            retired = true;
-            if w.signaled {
+            // What the completion needs is read in place: the WQE is large, and moving it
+            // out of the queue costs a copy.
+            let (ssn, rwqe_through, signaled) = (w.tx.ssn, w.tx.rwqe_through, w.signaled);
+            let wc = signaled.then(|| {
                 let byte_len = match w.opcode {
                     WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. } => 8,
                     _ => w.length,
                 };
-                let wc = WorkCompletion::new(
+                WorkCompletion::new(
                     w.wr_id,
                     WcStatus::Success,
                     w.opcode.wc_opcode(),
                     softib_wire::Qpn::new(qpn),
                 )
-                .with_byte_len(byte_len);
+                .with_byte_len(byte_len)
+            });
+            qp.sq.pop_front();
+            qp.transport.req.cur = qp.transport.req.cur.saturating_sub(1);
+            let c = &mut qp.transport.req.credits;
+            c.retired_ssn = ssn;
+            c.retired_rwqe = rwqe_through;
+            retired = true;
+            if let Some(wc) = wc {
                 let cq = qp.send_cq;
                 if !self.complete_or_error(softib_wire::Qpn::new(qpn), cq, wc, false) {
                     return;
@@ -485,7 +490,7 @@ impl Hca {
         }
         if retired {
             if let Some(qp) = self.qps.get_mut(&qpn) {
-                let outstanding = qp.sq.iter().any(|w| w.tx.started && !w.tx.done);
+                let outstanding = super::requester::oldest_unacked(&qp.sq).is_some();
                 if !outstanding {
                     qp.transport.req.timer = None;
                 } else if qp.transport.req.timer.is_none() {

@@ -78,7 +78,10 @@ impl Hca {
     /// parse, carry a bad ICRC, name no QP, carry a foreign P_Key or do not match the QP's
     /// connection are dropped and counted; nothing a frame holds can make this panic.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
-        let p = match RocePacket::parse(frame) {
+        // Matched by reference: the parsed packet is large, and moving it out of the
+        // `Result` costs a copy per frame.
+        let parsed = RocePacket::parse(frame);
+        let p = match &parsed {
             Ok(p) => p,
             Err(softib_wire::Error::UnknownOpcode(op)) if op >> 5 == 0 => {
                 // A reserved RC opcode: the responder answers it (C9-84).
@@ -113,7 +116,7 @@ impl Hca {
             self.counters.bad_pkey += 1;
             return;
         }
-        if !self.connection_matches(qp, &p) {
+        if !self.connection_matches(qp, p) {
             self.counters.bad_address += 1;
             return;
         }
@@ -174,6 +177,7 @@ impl Hca {
 
     /// Queues a completion of `qpn` on `cq`; on a CQ overrun the QP enters ERR (the CQ error
     /// event is queued by the CQ). Returns false in that case.
+    #[inline]
     pub(crate) fn complete_or_error(
         &mut self,
         qpn: softib_wire::Qpn,
@@ -189,6 +193,7 @@ impl Hca {
     }
 
     /// Puts a QP on the transmit list (once).
+    #[inline]
     pub(crate) fn schedule_tx(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
             if !qp.transport.tx_queued {
@@ -199,6 +204,7 @@ impl Hca {
     }
 
     /// Re-registers the QP's earliest deadline in the timer set.
+    #[inline]
     pub(crate) fn rearm_timer(&mut self, qpn: u32) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;

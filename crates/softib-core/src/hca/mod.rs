@@ -48,7 +48,7 @@ use crate::verbs::srq::{Srq, SrqAttr, SrqAttrMask, SrqInitAttr};
 use crate::verbs::types::AccessFlags;
 use crate::verbs::wr::{RecvWqe, RecvWr};
 use crate::verbs::{AhHandle, CqHandle, MrHandle, PdHandle, SrqHandle};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 /// A protection domain: only a count of the objects that use it.
 #[derive(Debug, Clone, Default)]
@@ -59,6 +59,67 @@ pub(crate) struct Pd {
 /// A completion the CQ refused because it overran (the CQ is in error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CqOverrunError;
+
+/// QPs by QPN value: a vector sorted by QPN, so a lookup is a binary search over a few
+/// contiguous keys (the data path looks a QP up several times per packet) and iteration
+/// order is deterministic.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct QpMap {
+    keys: Vec<u32>,
+    qps: Vec<Qp>,
+}
+
+impl QpMap {
+    fn position(&self, qpn: u32) -> Result<usize, usize> {
+        match self.keys.as_slice() {
+            [k] if *k == qpn => Ok(0),
+            keys => keys.binary_search(&qpn),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub(crate) fn contains_key(&self, qpn: &u32) -> bool {
+        self.position(*qpn).is_ok()
+    }
+
+    pub(crate) fn get(&self, qpn: &u32) -> Option<&Qp> {
+        let i = self.position(*qpn).ok()?;
+        self.qps.get(i)
+    }
+
+    pub(crate) fn get_mut(&mut self, qpn: &u32) -> Option<&mut Qp> {
+        let i = self.position(*qpn).ok()?;
+        self.qps.get_mut(i)
+    }
+
+    /// Inserts or replaces the QP numbered `qpn`.
+    pub(crate) fn insert(&mut self, qpn: u32, qp: Qp) {
+        match self.position(qpn) {
+            Ok(i) => self.qps[i] = qp,
+            Err(i) => {
+                self.keys.insert(i, qpn);
+                self.qps.insert(i, qp);
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, qpn: &u32) -> Option<Qp> {
+        let i = self.position(*qpn).ok()?;
+        self.keys.remove(i);
+        Some(self.qps.remove(i))
+    }
+}
+
+impl std::ops::Index<&u32> for QpMap {
+    type Output = Qp;
+
+    fn index(&self, qpn: &u32) -> &Qp {
+        self.get(qpn).expect("no QP with this QPN")
+    }
+}
 
 /// An InfiniBand host channel adapter: device attributes, ports and every verbs object.
 ///
@@ -73,8 +134,8 @@ pub struct Hca {
     pub(crate) cqs: Table<Cq>,
     pub(crate) srqs: Table<Srq>,
     pub(crate) ahs: Table<Ah>,
-    /// QPs by QPN value; a BTreeMap so iteration is deterministic.
-    pub(crate) qps: BTreeMap<u32, Qp>,
+    /// QPs by QPN value.
+    pub(crate) qps: QpMap,
     pub(crate) next_qpn: u32,
     pub(crate) async_events: VecDeque<AsyncEvent>,
     pub(crate) completion_events: VecDeque<CqHandle>,
@@ -105,7 +166,7 @@ impl Hca {
             cqs: Table::default(),
             srqs: Table::default(),
             ahs: Table::default(),
-            qps: BTreeMap::new(),
+            qps: QpMap::default(),
             next_qpn: qp::MIN_QPN,
             async_events: VecDeque::new(),
             counters: Default::default(),
@@ -225,6 +286,7 @@ impl Hca {
     }
 
     /// The bytes of a memory region.
+    #[inline]
     pub fn mr_bytes(&self, mr: MrHandle) -> Result<&[u8], MrAccessError> {
         self.mrs
             .get(mr)
@@ -233,6 +295,7 @@ impl Hca {
     }
 
     /// The bytes of a memory region, writable.
+    #[inline]
     pub fn mr_bytes_mut(&mut self, mr: MrHandle) -> Result<&mut [u8], MrAccessError> {
         self.mrs
             .get_mut(mr)
@@ -285,6 +348,7 @@ impl Hca {
     /// WR executes: key valid, region in `pd`, `needed` rights granted (`LOCAL_WRITE` when the
     /// HCA writes local memory, nothing for reads), and `[addr, addr + len)` inside the region
     /// (overflow-safe). A zero-length access is valid with any key.
+    #[inline]
     pub fn check_local(
         &self,
         pd: PdHandle,
@@ -298,6 +362,7 @@ impl Hca {
 
     /// Protection check of a remote access through an R_Key (`needed` is `REMOTE_READ`,
     /// `REMOTE_WRITE` or `REMOTE_ATOMIC`). A zero-length access is valid with any key.
+    #[inline]
     pub fn check_remote(
         &self,
         pd: PdHandle,
@@ -310,11 +375,13 @@ impl Hca {
     }
 
     /// The bytes a successful check granted (`None` if the region was deregistered since).
+    #[inline]
     pub fn mr_slice(&self, s: &MrSlice) -> Option<&[u8]> {
         self.mrs.slice(s)
     }
 
     /// The bytes a successful check granted, writable.
+    #[inline]
     pub fn mr_slice_mut(&mut self, s: &MrSlice) -> Option<&mut [u8]> {
         self.mrs.slice_mut(s)
     }
@@ -376,6 +443,7 @@ impl Hca {
     }
 
     /// Like [`Hca::poll_cq`] but fills `out` and returns how many entries were written.
+    #[inline]
     pub fn poll_cq_into(
         &mut self,
         cq: CqHandle,
@@ -422,6 +490,7 @@ impl Hca {
     /// Queues a completion on `cq`, firing its notification if armed. On overrun the
     /// completion is lost, the CQ enters error and (the first time) a `CqError` async event
     /// is queued.
+    #[inline]
     pub(crate) fn push_completion(
         &mut self,
         cq: CqHandle,

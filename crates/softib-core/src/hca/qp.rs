@@ -480,9 +480,9 @@ impl Hca {
                     max_send_wr,
                 });
             }
-            let wqe = self.validate_send_wr(qp, 0, wr)?;
+            let wqe = self.validate_send_wr(qp, 0, wr);
             if let Some(qp) = self.qps.get_mut(&qpn.value()) {
-                qp.sq.push_back(wqe);
+                qp.sq.push_back(wqe?);
             }
             self.schedule_tx(qpn.value());
             return Ok(());
@@ -687,7 +687,9 @@ impl Hca {
                 );
             }
         } else if let Some(qp) = self.qps.get_mut(&qpn.value()) {
-            qp.rq.extend(wrs.iter().map(RecvWqe::from));
+            for wr in wrs {
+                qp.rq.push_back(RecvWqe::from(wr));
+            }
             // One end-to-end credit per receive WQE (C9-155, C9-157.2.1); the requester may be
             // waiting for them.
             let c = &mut qp.transport.resp.credits;

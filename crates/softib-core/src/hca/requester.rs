@@ -42,9 +42,17 @@ pub const ACK_REQ_MESSAGES_EVERY: u32 = 16;
 /// P_Key sent in every BTH (the default partition, full member).
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
+/// Pad bytes (BTH:PadCnt of them) of outgoing packets.
+static ZERO_PAD: [u8; 3] = [0; 3];
+
 /// Packets a message of `len` bytes takes at path MTU `mtu` (at least one).
+#[inline]
 pub(crate) fn packets_for(len: u32, mtu: u32) -> u32 {
-    len.div_ceil(mtu).max(1)
+    // Most messages fit one packet: no division for them.
+    if len <= mtu {
+        return 1;
+    }
+    len.div_ceil(mtu)
 }
 
 /// True for the operations whose request consumes a receive WQE at the responder, and so an
@@ -92,6 +100,7 @@ impl Hca {
 
     /// Whether `sq[cur]` may (continue to) be transmitted: a limited WQE waiting for its
     /// acknowledgement, fences, READ/ATOMIC depth, PSN window.
+    #[inline]
     fn rc_can_start(&self, qpn: u32) -> bool {
         let Some(qp) = self.qps.get(&qpn) else {
             return false;
@@ -125,11 +134,7 @@ impl Hca {
         }
         let mtu = qp.attr.path_mtu.bytes();
         let npsn = wqe_npsn(w, mtu);
-        let oldest = qp
-            .sq
-            .iter()
-            .find(|w| w.tx.started && !w.tx.done)
-            .map(|w| w.tx.first_psn);
+        let oldest = oldest_unacked(&qp.sq);
         let outstanding = match oldest {
             // Unsigned modulo 2^24: a window of exactly 2^23 PSNs must not fold to -2^23.
             Some(p) => qp.transport.next_psn.sub(p.value()).value(),
@@ -167,11 +172,7 @@ impl Hca {
         let cur = qp.transport.req.cur;
         let next_psn = qp.transport.next_psn;
         let last_posted = cur + 1 == qp.sq.len();
-        let oldest_unacked = qp
-            .sq
-            .iter()
-            .find(|w| w.tx.started && !w.tx.done)
-            .map(|w| w.tx.first_psn);
+        let oldest_unacked = oldest_unacked(&qp.sq);
         let next_npsn = qp
             .sq
             .get(cur + 1)
@@ -205,8 +206,14 @@ impl Hca {
         }
         let psn = qp.transport.req.cur_psn;
         let idx = psn.distance(w.tx.first_psn).max(0) as u32;
-        let (plan, headers, last) = request_packet(w, idx, psn, mtu, qp.attr.path_mtu.bytes());
-        let mut headers = headers;
+        // The packet is assembled in place (its headers are large; no copies of them).
+        let mut t = TransportPacket {
+            headers: TransportHeaders::new(Bth::default()),
+            payload: &[],
+            pad: &[],
+        };
+        let headers = &mut t.headers;
+        let (plan, last) = request_packet(w, idx, psn, mtu, qp.attr.path_mtu.bytes(), headers);
         headers.bth.dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
         headers.bth.pkey = DEFAULT_PKEY;
         let r = &mut qp.transport.req;
@@ -292,7 +299,10 @@ impl Hca {
             self.rc_local_error(qpn, cur, WcStatus::LocProtErr);
             return false;
         }
-        let t = TransportPacket::new(headers, &scratch);
+        let pad = softib_wire::transport::pad_for(scratch.len());
+        t.headers.bth.pad_cnt = pad as u8;
+        t.payload = &scratch;
+        t.pad = &ZERO_PAD[..pad];
         let built = self.build_frame(qpn, &t, out);
         self.scratch = scratch;
         built
@@ -466,7 +476,21 @@ fn qpn_of(q: u32) -> softib_wire::Qpn {
     softib_wire::Qpn::new(q)
 }
 
+/// First PSN of the oldest started, unacknowledged WQE of a send queue. Retired WQEs leave
+/// the queue, so this is almost always its head.
+#[inline]
+pub(crate) fn oldest_unacked(sq: &std::collections::VecDeque<SendWqe>) -> Option<Psn> {
+    match sq.front() {
+        Some(w) if w.tx.started && !w.tx.done => Some(w.tx.first_psn),
+        _ => sq
+            .iter()
+            .find(|w| w.tx.started && !w.tx.done)
+            .map(|w| w.tx.first_psn),
+    }
+}
+
 /// PSNs a WQE consumes at path MTU `mtu`.
+#[inline]
 pub(crate) fn wqe_npsn(w: &SendWqe, mtu: u32) -> u32 {
     match w.opcode {
         WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. } => 1,
@@ -484,22 +508,23 @@ fn rewind_point(w: &SendWqe) -> Psn {
     }
 }
 
-/// Headers and payload plan of request packet `idx` of `w` (PSN `psn`); the bool is true for
-/// the last packet of the message.
+/// Writes the headers of request packet `idx` of `w` (PSN `psn`) into `h`; returns its payload
+/// plan and whether it is the last packet of the message.
 fn request_packet(
     w: &SendWqe,
     idx: u32,
     psn: Psn,
     mtu: u32,
     _path_mtu: u32,
-) -> (PayloadPlan, TransportHeaders, bool) {
+    h: &mut TransportHeaders,
+) -> (PayloadPlan, bool) {
     let n = w.tx.npsn;
     let first = idx == 0;
     let last = idx + 1 >= n;
     let offset = idx * mtu;
     let len = w.length.saturating_sub(offset).min(mtu);
     let solicited = w.flags.contains(SendFlags::SOLICITED);
-    let mut h = TransportHeaders::new(Bth {
+    *h = TransportHeaders::new(Bth {
         psn,
         ..Bth::default()
     });
@@ -578,7 +603,7 @@ fn request_packet(
             });
             h.bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
             h.bth.ack_req = true;
-            return (PayloadPlan::None, h, true);
+            return (PayloadPlan::None, true);
         }
         WrOpcode::AtomicCmpSwp {
             remote_addr,
@@ -594,7 +619,7 @@ fn request_packet(
             });
             h.bth.opcode = Opcode::RC_COMPARE_SWAP;
             h.bth.ack_req = true;
-            return (PayloadPlan::None, h, true);
+            return (PayloadPlan::None, true);
         }
         WrOpcode::AtomicFetchAdd {
             remote_addr,
@@ -609,10 +634,10 @@ fn request_packet(
             });
             h.bth.opcode = Opcode::RC_FETCH_ADD;
             h.bth.ack_req = true;
-            return (PayloadPlan::None, h, true);
+            return (PayloadPlan::None, true);
         }
     };
     h.bth.opcode = opcode;
     h.bth.solicited = solicited && last;
-    (plan, h, last)
+    (plan, last)
 }

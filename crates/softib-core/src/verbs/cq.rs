@@ -147,6 +147,7 @@ impl Cq {
 
     /// Queues a completion. `Ok(true)` when it fires the armed notification (the caller queues
     /// a completion event).
+    #[inline]
     pub(crate) fn push(&mut self, wc: WorkCompletion, solicited: bool) -> Result<bool, CqOverrun> {
         if self.overrun {
             return Err(CqOverrun {
@@ -171,6 +172,7 @@ impl Cq {
         Ok(fire)
     }
 
+    #[inline]
     pub(crate) fn pop(&mut self) -> Option<WorkCompletion> {
         self.entries.pop_front()
     }

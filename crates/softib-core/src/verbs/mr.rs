@@ -243,10 +243,12 @@ impl MrTable {
         self.table.remove(mr.0).map(|m| m.pd)
     }
 
+    #[inline]
     pub(crate) fn get(&self, mr: MrHandle) -> Option<&Mr> {
         self.table.get(mr.0)
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, mr: MrHandle) -> Option<&mut Mr> {
         self.table.get_mut(mr.0)
     }
@@ -263,11 +265,13 @@ impl MrTable {
         })
     }
 
+    #[inline]
     fn lookup(&self, key: u32) -> Option<(Key, &Mr)> {
         let index = (key >> 8).checked_sub(1)?;
         self.table.get_by_index(index)
     }
 
+    #[inline]
     fn check(
         &self,
         pd: PdHandle,
@@ -323,6 +327,7 @@ impl MrTable {
     /// Checks a local access through an L_Key. `needed` is empty for reads of local memory
     /// (gathering a send) and [`AccessFlags::LOCAL_WRITE`] when the HCA writes local memory
     /// (receive scatter, RDMA READ response, atomic result).
+    #[inline]
     pub(crate) fn check_local(
         &self,
         pd: PdHandle,
@@ -336,6 +341,7 @@ impl MrTable {
 
     /// Checks a remote access through an R_Key. `needed` is `REMOTE_READ`, `REMOTE_WRITE` or
     /// `REMOTE_ATOMIC`.
+    #[inline]
     pub(crate) fn check_remote(
         &self,
         pd: PdHandle,
@@ -361,6 +367,7 @@ impl MrTable {
         }
     }
 
+    #[inline]
     pub(crate) fn slice(&self, s: &MrSlice) -> Option<&[u8]> {
         match s.mr {
             None => Some(&[]),
@@ -371,6 +378,7 @@ impl MrTable {
         }
     }
 
+    #[inline]
     pub(crate) fn slice_mut(&mut self, s: &MrSlice) -> Option<&mut [u8]> {
         match s.mr {
             None => Some(&mut []),
