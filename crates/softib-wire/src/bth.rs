@@ -16,7 +16,8 @@
 //! panics. Reserved bits are kept so that re-emitting a parsed header is byte-identical.
 
 use crate::bytes::{get_u16, get_u32, set_bit, set_u16, set_u24};
-use crate::error::{check_len, Error, Header, Result};
+use crate::error::{Error, Header, Result};
+use crate::field_macros::header_view;
 use crate::opcode::Opcode;
 use crate::psn::{Psn, Qpn};
 
@@ -47,39 +48,12 @@ mod field {
 /// Byte offset of the ICRC-masked byte (FECN, BECN, Resv6a) inside the BTH.
 pub const ICRC_MASKED_BYTE: usize = field::RESV8A;
 
-/// Zero-copy view of a BTH at the start of `buffer`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BthView<T: AsRef<[u8]>> {
-    buffer: T,
+header_view! {
+    /// Zero-copy view of a BTH at the start of `buffer`.
+    pub struct BthView(Header::Bth, "BTH", LEN);
 }
 
 impl<T: AsRef<[u8]>> BthView<T> {
-    /// Wraps `buffer` without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        BthView { buffer }
-    }
-
-    /// Wraps `buffer` after checking it holds a whole BTH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let v = Self::new_unchecked(buffer);
-        v.check_len()?;
-        Ok(v)
-    }
-
-    /// Checks that the buffer holds a whole BTH.
-    pub fn check_len(&self) -> Result<()> {
-        check_len(Header::Bth, self.buffer.as_ref(), LEN)
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     pub fn opcode(&self) -> Opcode {
         Opcode(self.b()[field::OPCODE])
     }
@@ -126,10 +100,6 @@ impl<T: AsRef<[u8]>> BthView<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> BthView<T> {
-    fn bm(&mut self) -> &mut [u8] {
-        self.buffer.as_mut()
-    }
-
     pub fn set_opcode(&mut self, op: Opcode) {
         self.bm()[field::OPCODE] = op.0;
     }

@@ -20,7 +20,8 @@
 //! For the ICRC, TClass, FlowLabel and HopLmt are replaced by all ones ([`icrc_masked`]).
 
 use crate::bytes::{get_u16, get_u32, set_u16, set_u32};
-use crate::error::{check_len, Error, Header, Result};
+use crate::error::{Error, Header, Result};
+use crate::field_macros::header_view;
 
 /// Length of the GRH in bytes.
 pub const LEN: usize = 40;
@@ -69,39 +70,12 @@ fn gid_at(b: &[u8], at: usize) -> [u8; 16] {
     g
 }
 
-/// Zero-copy view of a GRH at the start of `buffer`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GrhView<T: AsRef<[u8]>> {
-    buffer: T,
+header_view! {
+    /// Zero-copy view of a GRH at the start of `buffer`.
+    pub struct GrhView(Header::Grh, "GRH", LEN);
 }
 
 impl<T: AsRef<[u8]>> GrhView<T> {
-    /// Wraps `buffer` without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        GrhView { buffer }
-    }
-
-    /// Wraps `buffer` after checking it holds a whole GRH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let v = Self::new_unchecked(buffer);
-        v.check_len()?;
-        Ok(v)
-    }
-
-    /// Checks that the buffer holds a whole GRH.
-    pub fn check_len(&self) -> Result<()> {
-        check_len(Header::Grh, self.buffer.as_ref(), LEN)
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     fn word0(&self) -> u32 {
         get_u32(self.b(), field::WORD0)
     }
@@ -137,10 +111,6 @@ impl<T: AsRef<[u8]>> GrhView<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> GrhView<T> {
-    fn bm(&mut self) -> &mut [u8] {
-        self.buffer.as_mut()
-    }
-
     fn set_word0(&mut self, mask: u32, bits: u32) {
         let w = get_u32(self.b(), field::WORD0);
         set_u32(self.bm(), field::WORD0, (w & !mask) | (bits & mask));

@@ -10,7 +10,8 @@
 //! Field values are not judged here: the RoCEv2 packet parser checks the port and the length.
 
 use crate::bytes::{get_u16, set_u16};
-use crate::error::{check_len, Error, Header, Result};
+use crate::error::{Error, Header, Result};
+use crate::field_macros::header_view;
 
 /// Length of the UDP header.
 pub const LEN: usize = 8;
@@ -24,39 +25,12 @@ mod field {
     pub const CHECKSUM: usize = 6;
 }
 
-/// Zero-copy view of a UDP header at the start of `buffer`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UdpView<T: AsRef<[u8]>> {
-    buffer: T,
+header_view! {
+    /// Zero-copy view of a UDP header at the start of `buffer`.
+    pub struct UdpView(Header::Udp, "UDP header", LEN);
 }
 
 impl<T: AsRef<[u8]>> UdpView<T> {
-    /// Wraps `buffer` without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        UdpView { buffer }
-    }
-
-    /// Wraps `buffer` after checking it holds a whole UDP header.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let v = Self::new_unchecked(buffer);
-        v.check_len()?;
-        Ok(v)
-    }
-
-    /// Checks that the buffer holds a whole UDP header.
-    pub fn check_len(&self) -> Result<()> {
-        check_len(Header::Udp, self.buffer.as_ref(), LEN)
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
     pub fn src_port(&self) -> u16 {
         get_u16(self.b(), field::SRC_PORT)
     }
@@ -73,10 +47,6 @@ impl<T: AsRef<[u8]>> UdpView<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpView<T> {
-    fn bm(&mut self) -> &mut [u8] {
-        self.buffer.as_mut()
-    }
-
     pub fn set_src_port(&mut self, v: u16) {
         set_u16(self.bm(), field::SRC_PORT, v);
     }
