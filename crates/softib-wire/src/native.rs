@@ -330,9 +330,25 @@ pub fn build(
 /// Builds a raw datagram (LNH 1 with an IPv6 header, or LNH 0 with an RWH). The payload must
 /// be a whole number of 4-byte words (o9-145); raw packets have no pad count to fix it up.
 pub fn build_raw(lrh: &Lrh, body: &NativeBody<'_>, buf: &mut [u8]) -> Result<usize> {
-    let (lnh, hdr_len, payload) = match body {
-        NativeBody::RawIpv6 { payload, .. } => (Lnh::Ipv6, grh::LEN, *payload),
-        NativeBody::RawEthertype { payload, .. } => (Lnh::Raw, rwh::LEN, *payload),
+    /// The header that follows the LRH, checked before anything is written.
+    enum RawHeader {
+        Ipv6(Grh),
+        Rwh(Rwh),
+    }
+    let (lnh, header, payload) = match body {
+        NativeBody::RawIpv6 { ipv6, payload } => {
+            if ipv6.nxt_hdr == grh::NXT_HDR_IBA {
+                return Err(Error::BadField {
+                    field: Field::Ipv6NextHeader,
+                    value: ipv6.nxt_hdr.into(),
+                });
+            }
+            let mut g = *ipv6;
+            g.ip_ver = 6;
+            g.pay_len = payload.len() as u16;
+            (Lnh::Ipv6, RawHeader::Ipv6(g), *payload)
+        }
+        NativeBody::RawEthertype { rwh, payload } => (Lnh::Raw, RawHeader::Rwh(*rwh), *payload),
         NativeBody::Iba { .. } => {
             return Err(Error::BadField {
                 field: Field::LrhLnh,
@@ -347,28 +363,20 @@ pub fn build_raw(lrh: &Lrh, body: &NativeBody<'_>, buf: &mut [u8]) -> Result<usi
             actual: payload.len(),
         });
     }
+    let hdr_len = match header {
+        RawHeader::Ipv6(_) => grh::LEN,
+        RawHeader::Rwh(_) => rwh::LEN,
+    };
     let covered = lrh::LEN + hdr_len + payload.len();
     let mut l = *lrh;
     l.lnh = lnh;
     l.pkt_len = pkt_words(covered)?;
     window(buf, 0, covered + VCRC_LEN)?;
     let mut at = l.emit(buf)?;
-    match body {
-        NativeBody::RawIpv6 { ipv6, .. } => {
-            if ipv6.nxt_hdr == grh::NXT_HDR_IBA {
-                return Err(Error::BadField {
-                    field: Field::Ipv6NextHeader,
-                    value: ipv6.nxt_hdr.into(),
-                });
-            }
-            let mut g = *ipv6;
-            g.ip_ver = 6;
-            g.pay_len = payload.len() as u16;
-            at += g.emit(&mut buf[at..])?;
-        }
-        NativeBody::RawEthertype { rwh, .. } => at += rwh.emit(&mut buf[at..])?,
-        NativeBody::Iba { .. } => unreachable!("rejected above"),
-    }
+    at += match &header {
+        RawHeader::Ipv6(g) => g.emit(&mut buf[at..])?,
+        RawHeader::Rwh(r) => r.emit(&mut buf[at..])?,
+    };
     buf[at..at + payload.len()].copy_from_slice(payload);
     at += payload.len();
     let v = vcrc::compute(&buf[..at]);
