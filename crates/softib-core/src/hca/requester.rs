@@ -213,7 +213,7 @@ impl Hca {
             pad: &[],
         };
         let headers = &mut t.headers;
-        let (plan, last) = request_packet(w, idx, psn, mtu, qp.attr.path_mtu.bytes(), headers);
+        let (plan, last) = request_packet(w, idx, psn, mtu, headers);
         headers.bth.dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
         headers.bth.pkey = DEFAULT_PKEY;
         let r = &mut qp.transport.req;
@@ -296,7 +296,7 @@ impl Hca {
         };
         if !ok {
             self.scratch = scratch;
-            self.rc_local_error(qpn, cur, WcStatus::LocProtErr);
+            self.rc_complete_error(qpn, cur, WcStatus::LocProtErr);
             return false;
         }
         let pad = softib_wire::transport::pad_for(scratch.len());
@@ -439,12 +439,6 @@ impl Hca {
         }
     }
 
-    /// A local error while executing `sq[i]` (protection, length): the WQE completes with
-    /// `status` and the QP enters ERR.
-    pub(crate) fn rc_local_error(&mut self, qpn: u32, i: usize, status: WcStatus) {
-        self.rc_complete_error(qpn, i, status);
-    }
-
     /// Completes `sq[i]` in error (after completing the successful ones before it, which
     /// the caller has done) and moves the QP to ERR, flushing the rest.
     pub(crate) fn rc_complete_error(&mut self, qpn: u32, i: usize, status: WcStatus) {
@@ -515,7 +509,6 @@ fn request_packet(
     idx: u32,
     psn: Psn,
     mtu: u32,
-    _path_mtu: u32,
     h: &mut TransportHeaders,
 ) -> (PayloadPlan, bool) {
     let n = w.tx.npsn;
