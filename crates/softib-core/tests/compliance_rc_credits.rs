@@ -11,9 +11,8 @@ mod common;
 
 use common::{hdr, Dir, Pair, Seen};
 use softib_core::setup::{connect, ConnectOptions, EndpointInfo};
-use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
-use softib_core::verbs::srq::SrqInitAttr;
-use softib_core::verbs::types::{QpState, QpType, WcStatus};
+use softib_core::verbs::qp::{QpAttr, QpAttrMask};
+use softib_core::verbs::types::{QpState, WcStatus};
 use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, WrOpcode};
 use softib_wire::aeth::Aeth;
 use softib_wire::atomic_eth::AtomicEth;
@@ -206,58 +205,11 @@ fn srq_qp(
     softib_core::verbs::SrqHandle,
     impl Fn(&mut Pair, TransportHeaders, &[u8]),
 ) {
-    let srq =
-        p.b.hca
-            .create_srq(
-                p.b.pd,
-                &SrqInitAttr {
-                    max_wr: 64,
-                    max_sge: 1,
-                    srq_limit: 0,
-                },
-            )
-            .unwrap();
-    let wrs: Vec<RecvWr> = (0..srq_recvs)
-        .map(|i| {
-            RecvWr::new(
-                100 + i,
-                vec![Sge {
-                    addr: p.b.mr.addr + 1024 * i,
-                    length: 64,
-                    lkey: p.b.mr.lkey,
-                }],
-            )
-        })
-        .collect();
-    p.b.hca.post_srq_recv(srq, &wrs).unwrap();
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_send_sge: 1,
-        ..QpCap::default()
-    };
-    let mut init = QpInitAttr::new(QpType::Rc, p.b.cq, cap);
-    init.srq = Some(srq);
-    let (pd, a) = (p.b.pd, p.a.qpn);
-    let q2 = p.b.hca.create_qp(pd, &init).unwrap();
-    let remote = EndpointInfo {
-        qpn: a,
-        psn: Psn::new(epsn),
-        gid: softib_core::gid_of_ipv4(common::IP_A),
-        lid: 0,
-    };
-    let o = ConnectOptions {
-        sgid_index: 1,
-        ..ConnectOptions::default()
-    };
-    connect(&mut p.b.hca, q2, Psn::new(1), &remote, &o).unwrap();
-    let inject = move |p: &mut Pair, h: TransportHeaders, payload: &[u8]| {
-        let mut f = p.frame(Dir::AtoB, h, payload);
-        common::patch_transport(&mut f, |t| {
-            t[5..8].copy_from_slice(&q2.value().to_be_bytes()[1..])
-        });
-        p.inject_frame(Dir::AtoB, &f);
-    };
-    (srq, inject)
+    let (srq, q2) = p.b_srq_qp(srq_recvs, epsn);
+    (
+        srq,
+        move |p: &mut Pair, h: TransportHeaders, payload: &[u8]| p.inject_to_b_qp(q2, h, payload),
+    )
 }
 
 #[test]

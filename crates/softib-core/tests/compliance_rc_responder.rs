@@ -2315,62 +2315,10 @@ fn c9_158_2_1_ack_carries_table_52_credit_count() {
 
 #[test]
 fn o9_95_2_2_srq_attached_qp_sends_invalid_credit_code() {
-    use softib_core::setup::{connect, EndpointInfo};
-    use softib_core::verbs::qp::{QpCap, QpInitAttr};
-    use softib_core::verbs::srq::SrqInitAttr;
-    use softib_core::verbs::types::QpType;
     let mut p = pair();
-    let srq =
-        p.b.hca
-            .create_srq(
-                p.b.pd,
-                &SrqInitAttr {
-                    max_wr: 16,
-                    max_sge: 1,
-                    srq_limit: 0,
-                },
-            )
-            .unwrap();
-    let sges: Vec<RecvWr> = (0..8)
-        .map(|i| {
-            RecvWr::new(
-                i,
-                vec![Sge {
-                    addr: p.b.mr.addr + 1024 * i,
-                    length: 64,
-                    lkey: p.b.mr.lkey,
-                }],
-            )
-        })
-        .collect();
-    p.b.hca.post_srq_recv(srq, &sges).unwrap();
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_send_sge: 1,
-        ..QpCap::default()
-    };
-    let mut init = QpInitAttr::new(QpType::Rc, p.b.cq, cap);
-    init.srq = Some(srq);
-    let (pd, a) = (p.b.pd, p.a.qpn);
-    let q2 = p.b.hca.create_qp(pd, &init).unwrap();
-    let remote = EndpointInfo {
-        qpn: a,
-        psn: softib_wire::Psn::new(0x7000),
-        gid: softib_core::gid_of_ipv4(common::IP_A),
-        lid: 0,
-    };
-    let o = ConnectOptions {
-        sgid_index: 1,
-        ..ConnectOptions::default()
-    };
-    connect(&mut p.b.hca, q2, softib_wire::Psn::new(1), &remote, &o).unwrap();
-    let to_q2 = |p: &mut Pair, h: TransportHeaders, payload: &[u8]| {
-        let mut f = p.frame(Dir::AtoB, h, payload);
-        common::patch_transport(&mut f, |t| {
-            t[5..8].copy_from_slice(&q2.value().to_be_bytes()[1..])
-        });
-        p.inject_frame(Dir::AtoB, &f);
-    };
+    let (_srq, q2) = p.b_srq_qp(8, 0x7000);
+    let to_q2 =
+        |p: &mut Pair, h: TransportHeaders, payload: &[u8]| p.inject_to_b_qp(q2, h, payload);
     let mut syndromes = Vec::new();
     for i in 0..3 {
         to_q2(&mut p, req(Opcode::RC_SEND_ONLY, 0x7000 + i, true), b"srq");

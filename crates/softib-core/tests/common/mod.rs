@@ -9,10 +9,11 @@ use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::device::GidEntry;
 use softib_core::verbs::mr::MrInfo;
 use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
+use softib_core::verbs::srq::SrqInitAttr;
 use softib_core::verbs::types::WcStatus;
 use softib_core::verbs::types::{AccessFlags, GidType, Mtu, QpState, QpType};
 use softib_core::verbs::wr::{RecvWr, SendWr, Sge};
-use softib_core::verbs::{CqHandle, PdHandle};
+use softib_core::verbs::{CqHandle, PdHandle, SrqHandle};
 use softib_core::{gid_of_ipv4, mac_for_gid, udp_source_port, Hca, HcaConfig, MAX_FRAME};
 use softib_wire::aeth::AethSyndrome;
 use softib_wire::bth::Bth;
@@ -352,6 +353,59 @@ impl Pair {
     pub fn inject_frame(&mut self, dir: Dir, frame: &[u8]) {
         let now = self.now;
         self.receiver(dir).hca.handle_frame(now, frame);
+    }
+
+    /// Creates on B a shared receive queue holding `recvs` 64-byte receive WQEs (1 KiB apart in
+    /// B's region, wr_id 100 + i) and a second RC QP attached to it, connected to A's QP and
+    /// expecting PSN `epsn` from it. Inject into that QP with [`Pair::inject_to_b_qp`].
+    pub fn b_srq_qp(&mut self, recvs: u64, epsn: u32) -> (SrqHandle, Qpn) {
+        let b = &mut self.b;
+        let attr = SrqInitAttr {
+            max_wr: 64,
+            max_sge: 1,
+            srq_limit: 0,
+        };
+        let srq = b.hca.create_srq(b.pd, &attr).unwrap();
+        let wrs: Vec<RecvWr> = (0..recvs)
+            .map(|i| {
+                let sge = Sge {
+                    addr: b.mr.addr + 1024 * i,
+                    length: 64,
+                    lkey: b.mr.lkey,
+                };
+                RecvWr::new(100 + i, vec![sge])
+            })
+            .collect();
+        b.hca.post_srq_recv(srq, &wrs).unwrap();
+        let cap = QpCap {
+            max_send_wr: 16,
+            max_send_sge: 1,
+            ..QpCap::default()
+        };
+        let mut init = QpInitAttr::new(QpType::Rc, b.cq, cap);
+        init.srq = Some(srq);
+        let qpn = b.hca.create_qp(b.pd, &init).unwrap();
+        let remote = EndpointInfo {
+            qpn: self.a.qpn,
+            psn: Psn::new(epsn),
+            gid: gid_of_ipv4(IP_A),
+            lid: 0,
+        };
+        let o = ConnectOptions {
+            sgid_index: 1,
+            ..ConnectOptions::default()
+        };
+        connect(&mut b.hca, qpn, Psn::new(1), &remote, &o).unwrap();
+        (srq, qpn)
+    }
+
+    /// Builds a packet as A would and hands it to B's QP `qpn` (not B's main QP).
+    pub fn inject_to_b_qp(&mut self, qpn: Qpn, headers: TransportHeaders, payload: &[u8]) {
+        let mut f = self.frame(Dir::AtoB, headers, payload);
+        patch_transport(&mut f, |t| {
+            t[5..8].copy_from_slice(&qpn.value().to_be_bytes()[1..])
+        });
+        self.inject_frame(Dir::AtoB, &f);
     }
 
     /// Builds a packet as the sender of `dir` would and hands it to the receiver.
