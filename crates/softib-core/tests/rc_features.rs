@@ -243,3 +243,51 @@ fn unsignaled_requests_complete_silently_unless_they_fail() {
         vec![(3, WcStatus::RemAccessErr)]
     );
 }
+
+#[test]
+fn send_packets_straddling_sges_and_within_one_sge_arrive_intact() {
+    // MTU 1024 (the pair's default); SGEs of 1500, 100 and 3000 bytes: packet 0 lies in the
+    // first SGE (sent straight from the region), packets 1 and 2 straddle SGEs (gathered),
+    // packets 3 and 4 lie in the last SGE.
+    let mut p = pair();
+    let data: Vec<u8> = (0..4600u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    let (s1, s2, s3) = (1500usize, 100usize, 3000usize);
+    let offs = [0usize, 10_000, 20_000];
+    for (&off, chunk) in offs.iter().zip([
+        &data[..s1],
+        &data[s1..s1 + s2],
+        &data[s1 + s2..s1 + s2 + s3],
+    ]) {
+        p.a.hca.mr_write(p.a.mr.handle, off, chunk).unwrap();
+    }
+    let sges = vec![
+        p.sge_a(offs[0] as u64, s1 as u32),
+        p.sge_a(offs[1] as u64, s2 as u32),
+        p.sge_a(offs[2] as u64, s3 as u32),
+    ];
+    recv(&mut p, 9, 0, 8192);
+    p.post_a(&[SendWr::new(1, WrOpcode::Send).with_sg_list(sges).signaled()]);
+    p.run(1_000_000_000);
+    assert_eq!(a_packets(&p).len(), 5);
+    assert_eq!(p.a.done(), vec![(1, WcStatus::Success)]);
+    let wc = p.b.wcs();
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].byte_len),
+        (9, WcStatus::Success, 4600)
+    );
+    assert_eq!(p.b.mem(0, 4600), data);
+}
+
+#[test]
+fn send_from_an_unregistered_lkey_completes_with_a_local_protection_error() {
+    let mut p = pair();
+    recv(&mut p, 9, 0, 64);
+    let mut sge = p.sge_a(0, 32);
+    sge.lkey ^= 0x100;
+    p.post_a(&[SendWr::new(1, WrOpcode::Send)
+        .with_sg_list(vec![sge])
+        .signaled()]);
+    p.run(1_000_000_000);
+    assert!(a_packets(&p).is_empty(), "nothing reaches the wire");
+    assert_eq!(p.a.done(), vec![(1, WcStatus::LocProtErr)]);
+}

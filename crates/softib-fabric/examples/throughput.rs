@@ -53,6 +53,6 @@ fn main() {
         f.now() as f64 / 1e9,
         events as f64 / secs / 1e6,
         t.delivered_frames as f64 / secs / 1e6,
-        f.trace_hash(),
+        f.trace_hash().expect("trace hash on"),
     );
 }

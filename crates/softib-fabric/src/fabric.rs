@@ -261,7 +261,8 @@ struct Net {
     switch_latency_ns: u64,
     in_flight: usize,
     events: u64,
-    trace: TraceHash,
+    /// The trace digest, unless switched off by [`Fabric::without_trace_hash`].
+    trace: Option<TraceHash>,
     totals: Totals,
     pcap: Option<PcapSink>,
     dirty: Vec<u32>,
@@ -724,7 +725,7 @@ impl<E: Endpoint> Fabric<E> {
                 switch_latency_ns: 0,
                 in_flight: 0,
                 events: 0,
-                trace: TraceHash::default(),
+                trace: Some(TraceHash::default()),
                 totals: Totals::default(),
                 pcap: None,
                 dirty: Vec::new(),
@@ -963,9 +964,18 @@ impl<E: Endpoint> Fabric<E> {
     }
 
     /// The digest of every delivery so far (time, node, bytes); equal for two runs exactly when
-    /// they delivered the same frames at the same times (see [`crate::hash`]).
-    pub fn trace_hash(&self) -> u64 {
-        self.net.trace.value()
+    /// they delivered the same frames at the same times (see [`crate::hash`]). `None` once
+    /// [`Fabric::without_trace_hash`] switched it off.
+    pub fn trace_hash(&self) -> Option<u64> {
+        self.net.trace.map(|t| t.value())
+    }
+
+    /// Stops computing the trace digest. The digest reads every byte of every delivered frame
+    /// (about a tenth of the wall time of a bulk-data simulation); a run that never asks for
+    /// [`Fabric::trace_hash`] can skip it. Nothing else changes: the run is as deterministic
+    /// as before, only no longer fingerprinted.
+    pub fn without_trace_hash(&mut self) {
+        self.net.trace = None;
     }
 
     /// The time of the next event, if any.
@@ -1202,7 +1212,9 @@ impl<E: Endpoint> Fabric<E> {
                 let b = frame.bytes();
                 net.totals.delivered_frames += 1;
                 net.totals.delivered_bytes += n as u64;
-                net.trace.record(now, dst, b);
+                if let Some(t) = net.trace.as_mut() {
+                    t.record(now, dst, b);
+                }
                 if let Some(p) = net.pcap.as_mut() {
                     p.record(now, b);
                 }

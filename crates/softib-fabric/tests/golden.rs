@@ -56,13 +56,16 @@ impl Digest {
     }
     /// Everything the fabric reports about itself.
     fn fabric<E: Endpoint>(&mut self, f: &Fabric<E>) {
-        self.word(f.trace_hash());
+        self.word(f.trace_hash().expect("trace hash on"));
         self.word(f.events_processed());
         self.word(f.now());
         self.word(f.frames_in_flight() as u64);
         // Kept for the record: the headline numbers, readable in a failure message.
-        self.1
-            .extend([f.trace_hash(), f.events_processed(), f.now()]);
+        self.1.extend([
+            f.trace_hash().expect("trace hash on"),
+            f.events_processed(),
+            f.now(),
+        ]);
         let t = f.totals();
         for w in [
             t.transmitted_frames,

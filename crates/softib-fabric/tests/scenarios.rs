@@ -487,7 +487,7 @@ fn chaos(seed: u64) -> (u64, Vec<u64>) {
     assert_eq!(f.drive_bounded(1_000_000), RunOutcome::Idle);
     let t = f.totals();
     (
-        f.trace_hash(),
+        f.trace_hash().expect("trace hash on"),
         vec![
             t.delivered_frames,
             t.links.dropped_loss,
@@ -637,4 +637,37 @@ fn icrc_still_checks_out_on_clean_links() {
     let mut buf = Vec::new();
     write_ud_send(&a(), &b(), 0, &[0; 1_000], &mut buf);
     assert!(RocePacket::parse_verified(&buf).is_ok());
+}
+
+#[test]
+fn switching_the_trace_hash_off_changes_nothing_else() {
+    let lossy = LinkConfig {
+        faults: Faults {
+            loss: 0.1,
+            ..Faults::none()
+        },
+        ..LinkConfig::default()
+    };
+    let run = |hash: bool| {
+        let mut f = one_way(
+            7,
+            UdSender::new(a(), b(), 200, 64),
+            lossy.clone(),
+            LinkConfig::ideal(),
+        );
+        if !hash {
+            f.without_trace_hash();
+        }
+        f.kick(tx_id(&f));
+        f.run_until_idle(u64::MAX);
+        (f.trace_hash(), psns(&f), f.events_processed(), f.now())
+    };
+    let (with, without) = (run(true), run(false));
+    assert!(with.0.is_some());
+    assert_eq!(without.0, None);
+    assert_eq!(
+        (&with.1, with.2, with.3),
+        (&without.1, without.2, without.3)
+    );
+    assert!(with.1.len() < 200, "the loss applied");
 }

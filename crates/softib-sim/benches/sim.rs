@@ -81,7 +81,10 @@ fn main() {
         size: 1 << 20,
         ops: write_ops,
         depth: 4,
-        window_psns: 512,
+        // 128 packets of 4 KiB (512 KiB) in flight: far above the path's bandwidth-delay
+        // product (about 6 packets at 100 Gb/s and 1 us per link), and small enough that a
+        // frame is still in the L2 cache when it is received.
+        window_psns: 128,
         timeout: 10,
         mtu: Mtu::Mtu4096,
         ..SimConfig::default()

@@ -295,12 +295,13 @@ impl Hca {
         port.gids.get(usize::from(grh.sgid_index)).map(|e| e.gid)
     }
 
-    /// Ethernet, IP and UDP addressing for a packet of `qp` (connected services).
-    pub(crate) fn frame_addrs(&mut self, qpn: u32) -> Option<FrameAddrs> {
+    /// Ethernet, IP and UDP addressing for the next packet of `qp` (connected services), and
+    /// the IPv4 identification it uses, which the caller stores in `ip_ident` once it sends.
+    pub(crate) fn next_frame_addrs(&self, qpn: u32) -> Option<(FrameAddrs, u16)> {
         let qp = self.qps.get(&qpn)?;
         let grh = qp.attr.ah_attr.grh?;
         let local = self.local_gid(qp)?;
-        self.ip_ident = self.ip_ident.wrapping_add(1);
+        let ident = self.ip_ident.wrapping_add(1);
         let eth = Ethernet {
             dst: mac_for_gid(&grh.dgid),
             src: mac_for_gid(&local),
@@ -309,7 +310,7 @@ impl Hca {
         let ip = match (ipv4_of(&local), ipv4_of(&grh.dgid)) {
             (Some(src), Some(dst)) => IpHeader::V4(Ipv4 {
                 dscp_ecn: grh.traffic_class,
-                ident: self.ip_ident,
+                ident,
                 flags: 0b010,
                 ttl: grh.hop_limit,
                 src,
@@ -325,11 +326,12 @@ impl Hca {
                 ..Grh::default()
             }),
         };
-        Some(FrameAddrs {
+        let addrs = FrameAddrs {
             eth,
             ip,
             sport: udp_source_port(qpn),
-        })
+        };
+        Some((addrs, ident))
     }
 
     /// Builds the frame of `t` for `qpn` into `out`; false if the QP has no usable address.
@@ -339,29 +341,34 @@ impl Hca {
         t: &TransportPacket<'_>,
         out: &mut Vec<u8>,
     ) -> bool {
-        let Some(a) = self.frame_addrs(qpn) else {
+        let Some((addrs, ident)) = self.next_frame_addrs(qpn) else {
             return false;
         };
-        let Ok(tlen) = t.wire_len() else {
-            return false;
-        };
-        let ip_len = match a.ip {
-            IpHeader::V4(_) => softib_wire::ipv4::LEN,
-            IpHeader::V6(_) => softib_wire::grh::LEN,
-        };
-        let len = (a.eth.header_len() + ip_len + softib_wire::udp::LEN + tlen + roce::ICRC_LEN)
-            .max(softib_wire::ethernet::MIN_FRAME_LEN);
-        // `out` arrives empty: only the frame's own bytes are written (no 4 KiB memset).
-        out.resize(len, 0);
-        match roce::build(&a.eth, &a.ip, a.sport, t, out) {
-            Ok(n) => {
-                out.truncate(n);
-                true
-            }
-            Err(_) => {
-                out.clear();
-                false
-            }
+        self.ip_ident = ident;
+        write_frame(&addrs, t, out)
+    }
+}
+
+/// Writes the RoCEv2 frame of `t` with addresses `a` into `out`; false if it cannot be built.
+pub(crate) fn write_frame(a: &FrameAddrs, t: &TransportPacket<'_>, out: &mut Vec<u8>) -> bool {
+    let Ok(tlen) = t.wire_len() else {
+        return false;
+    };
+    let ip_len = match a.ip {
+        IpHeader::V4(_) => softib_wire::ipv4::LEN,
+        IpHeader::V6(_) => softib_wire::grh::LEN,
+    };
+    let len = (a.eth.header_len() + ip_len + softib_wire::udp::LEN + tlen + roce::ICRC_LEN)
+        .max(softib_wire::ethernet::MIN_FRAME_LEN);
+    out.resize(len, 0);
+    match roce::build(&a.eth, &a.ip, a.sport, t, out) {
+        Ok(n) => {
+            out.truncate(n);
+            true
+        }
+        Err(_) => {
+            out.clear();
+            false
         }
     }
 }

@@ -25,6 +25,7 @@ use softib_wire::reth::Reth;
 use softib_wire::transport::{TransportHeaders, TransportPacket};
 use softib_wire::Psn;
 
+use super::datapath::write_frame;
 use super::Hca;
 use crate::time::{transport_timer, Instant};
 use crate::verbs::cq::WorkCompletion;
@@ -282,8 +283,34 @@ impl Hca {
         if r.timer.is_none() {
             r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
         }
-        // Payload.
+        // Payload. When it lies in one place (inline data, or within one SGE) the frame is
+        // built straight from it; otherwise it is gathered into the scratch buffer first.
         let pd = qp.pd;
+        if let PayloadPlan::Message { offset, len } = plan {
+            let w = &self.qps[&qpn].sq[cur];
+            match self.contiguous_payload(pd, &w.payload, offset, len) {
+                Some(Ok(bytes)) => {
+                    let Some((addrs, ident)) = self.next_frame_addrs(qpn) else {
+                        return false;
+                    };
+                    let pad = softib_wire::transport::pad_for(bytes.len());
+                    t.headers.bth.pad_cnt = pad as u8;
+                    let direct = TransportPacket {
+                        headers: t.headers,
+                        payload: bytes,
+                        pad: &ZERO_PAD[..pad],
+                    };
+                    let built = write_frame(&addrs, &direct, out);
+                    self.ip_ident = ident;
+                    return built;
+                }
+                Some(Err(())) => {
+                    self.rc_complete_error(qpn, cur, WcStatus::LocProtErr);
+                    return false;
+                }
+                None => {}
+            }
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let ok = match plan {
@@ -306,6 +333,43 @@ impl Hca {
         let built = self.build_frame(qpn, &t, out);
         self.scratch = scratch;
         built
+    }
+
+    /// Bytes `[offset, offset + len)` of a WQE's message when they lie in one place: inline
+    /// data, or a single SGE (its L_Key checked). `Some(Err(()))` on a protection error, `None`
+    /// when the range spans SGEs and must be gathered.
+    pub(crate) fn contiguous_payload<'a>(
+        &'a self,
+        pd: crate::verbs::PdHandle,
+        payload: &'a WqePayload,
+        offset: u32,
+        len: u32,
+    ) -> Option<Result<&'a [u8], ()>> {
+        let (offset, len) = (u64::from(offset), u64::from(len));
+        if let WqePayload::Inline(v) = payload {
+            return Some(v.get(offset as usize..(offset + len) as usize).ok_or(()));
+        }
+        if len == 0 {
+            return Some(Ok(&[]));
+        }
+        let mut skip = offset;
+        for s in payload.sges() {
+            let sl = u64::from(s.length);
+            if skip >= sl {
+                skip -= sl;
+                continue;
+            }
+            if sl - skip < len {
+                return None;
+            }
+            let bytes = self
+                .check_local(pd, s.lkey, s.addr + skip, len, AccessFlags::empty())
+                .ok()
+                .and_then(|slice| self.mr_slice(&slice));
+            return Some(bytes.ok_or(()));
+        }
+        // The message is shorter than the range: a protection error, as `gather` reports.
+        Some(Err(()))
     }
 
     /// Copies bytes `[offset, offset + len)` of a WQE's message into `dst`, checking every
