@@ -43,8 +43,11 @@ fn check(c: &SimConfig) {
     }
 }
 
+/// C9-146 (an RC QP meets the reliable-service rules of 9.7) is an umbrella statement; its
+/// observable meaning is this matrix: every operation, under every fault, exactly once, in
+/// order and intact, or an error completion.
 #[test]
-fn every_op_under_every_fault() {
+fn c9_146_rc_every_op_under_every_fault() {
     let ops = [
         OpKind::Send,
         OpKind::Write,
