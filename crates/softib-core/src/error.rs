@@ -406,6 +406,13 @@ pub enum ModifyQpError {
         /// Table length.
         table_len: usize,
     },
+    /// `path_mig_state` asks for re-arming, but the QP has no alternate path (load one with
+    /// `IBV_QP_ALT_PATH`, in this call or before).
+    #[error("IBV_QP_PATH_MIG_STATE: {requested:?} needs an alternate path (IBV_QP_ALT_PATH)")]
+    NoAlternatePath {
+        /// The state asked for.
+        requested: crate::verbs::types::PathMigState,
+    },
     /// The address vector is unusable (`attr` is `AV` or `ALT_PATH`).
     #[error("{attr}: {source}")]
     InvalidAddressVector {

@@ -408,7 +408,8 @@ impl Hca {
             r.retries = 0;
         }
         r.last_retry_psn = Some(psn);
-        if r.retries >= qp.attr.retry_cnt {
+        // With an armed alternate path, exhaustion migrates and reloads the counter (o9-82).
+        if r.retries >= qp.attr.retry_cnt && !self.migrate_on_retry_exhaustion(qpn) {
             self.counters.retry_exceeded += 1;
             self.rc_retire(now, qpn);
             if let Some(i) = self.qps[&qpn].sq.iter().position(|w| !w.tx.done) {
@@ -416,6 +417,10 @@ impl Hca {
             }
             return;
         }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let r = &mut qp.transport.req;
         r.retries += 1;
         r.retry_from = Some(psn);
         r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));

@@ -117,8 +117,11 @@ impl Hca {
             return;
         }
         if !self.connection_matches(qp, p) {
-            self.counters.bad_address += 1;
-            return;
+            let (src, dst) = ip_gids(&p.ip);
+            if !self.migrate_on_request(qpn, src, dst, bth.mig_req) {
+                self.counters.bad_address += 1;
+                return;
+            }
         }
         self.counters.rcvd_pkts += 1;
         if info.operation.is_response() {

@@ -21,6 +21,7 @@
 //! `IBV_WC_WR_FLUSH_ERR` at once (send WRs likewise in SQE). Moving to RESET empties the queues
 //! without completions.
 
+mod apm;
 mod completer;
 mod datapath;
 mod qp;

@@ -7,7 +7,7 @@ use crate::verbs::ah;
 use crate::verbs::cq::WorkCompletion;
 use crate::verbs::event::{AsyncEvent, QpErrorCause};
 use crate::verbs::qp::{check_transition, Qp, QpAttr, QpAttrMask, QpInitAttr};
-use crate::verbs::types::{AccessFlags, QpState, QpType, WcOpcode};
+use crate::verbs::types::{AccessFlags, PathMigState, QpState, QpType, WcOpcode};
 use crate::verbs::wr::{
     RecvWqe, RecvWr, SendWqe, SendWr, UdWqeDest, WqePayload, WqeState, WrOpcode,
 };
@@ -177,7 +177,9 @@ impl Hca {
             .qps
             .get_mut(&qpn.value())
             .ok_or(ModifyQpError::NoSuchQp(qpn))?;
+        let mig_was = qp.attr.path_mig_state;
         qp.attr.apply(attr, mask);
+        qp.alt_path_loaded |= mask.contains(QpAttrMask::ALT_PATH);
         if mask.contains(QpAttrMask::SQ_PSN) {
             qp.transport.next_psn = attr.sq_psn;
         }
@@ -187,6 +189,7 @@ impl Hca {
             // PSN - 1 (IBA 9.7.7.2.2).
             qp.transport.resp.credits.ack_psn = attr.rq_psn.sub(1);
         }
+        let reset = next == QpState::Reset;
         match next {
             QpState::Reset => qp.reset(),
             QpState::Rts => qp.sq_draining = false,
@@ -200,6 +203,9 @@ impl Hca {
             // Receives posted in INIT are credits the requester may learn of now (C9-155).
             QpState::Rtr if cur == QpState::Init => self.rc_offer_credits(qpn.value(), true),
             _ => {}
+        }
+        if mask.contains(QpAttrMask::PATH_MIG_STATE) && !reset {
+            self.apply_path_mig_state(qpn.value(), attr.path_mig_state, mig_was);
         }
         self.rearm_timer(qpn.value());
         Ok(())
@@ -311,6 +317,20 @@ impl Hca {
                 });
             }
             self.check_av(&attr.alt_ah_attr, QpAttrMask::ALT_PATH, alt)?;
+        }
+        // Arming needs an alternate path, loaded now or before.
+        let rearm = matches!(
+            attr.path_mig_state,
+            PathMigState::Rearm | PathMigState::Armed
+        );
+        if has(QpAttrMask::PATH_MIG_STATE)
+            && rearm
+            && !has(QpAttrMask::ALT_PATH)
+            && !qp.alt_path_loaded
+        {
+            return Err(ModifyQpError::NoAlternatePath {
+                requested: attr.path_mig_state,
+            });
         }
         Ok(())
     }

@@ -217,6 +217,7 @@ impl Hca {
         let (plan, last) = request_packet(w, idx, psn, mtu, headers);
         headers.bth.dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
         headers.bth.pkey = DEFAULT_PKEY;
+        headers.bth.mig_req = super::apm::mig_req(&qp.attr);
         let r = &mut qp.transport.req;
         r.pkts_since_ack_req += 1;
         let resend = idx < w.tx.sent_once;
@@ -479,14 +480,19 @@ impl Hca {
         }
         r.last_retry_psn = Some(from);
         // retry_cnt 0..=7 retries; IBA gives no infinite value for the transport retry count
-        // (rxe also treats 7 as a count).
-        if r.retries >= qp.attr.retry_cnt {
+        // (rxe also treats 7 as a count). With an armed alternate path, exhaustion migrates
+        // and reloads the counter (o9-86).
+        if r.retries >= qp.attr.retry_cnt && !self.migrate_on_retry_exhaustion(qpn) {
             self.counters.retry_exceeded += 1;
-            if let Some(i) = qp.sq.iter().position(|w| !w.tx.done) {
+            if let Some(i) = self.qps[&qpn].sq.iter().position(|w| !w.tx.done) {
                 self.rc_complete_error(qpn, i, WcStatus::RetryExcErr);
             }
             return;
         }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let r = &mut qp.transport.req;
         r.retries += 1;
         r.retry_from = None;
         self.counters.retry_timeouts += 1;

@@ -710,6 +710,7 @@ impl Hca {
         };
         let mtu = qp.attr.path_mtu.bytes();
         let dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
+        let mig_req = super::apm::mig_req(&qp.attr);
         let generates_credits = qp.srq.is_none();
         let resp = &mut qp.transport.resp;
         let credits = resp.credits;
@@ -873,6 +874,7 @@ impl Hca {
             }
         }
         let psn = h.bth.psn;
+        h.bth.mig_req = mig_req;
         let t = TransportPacket::new(h, &scratch);
         let built = self.build_frame(qpn, &t, out);
         self.scratch = scratch;

@@ -53,4 +53,7 @@ pub struct Counters {
     pub retry_exceeded: u64,
     /// Requester: RNR retry counter exhausted.
     pub rnr_retry_exceeded: u64,
+    /// Migrations to the alternate path (retry exhaustion, a peer's migration request, or
+    /// software's request).
+    pub path_migrations: u64,
 }

@@ -58,10 +58,21 @@ pub struct Pair {
 
 pub const MR_LEN: usize = 1 << 20;
 
+/// The GID (index 2 of every side's port) of the alternate path of the side whose primary
+/// address is `ip` (10.0.0.n -> 10.0.1.n).
+pub fn alt_gid(ip: [u8; 4]) -> softib_core::verbs::types::Gid {
+    gid_of_ipv4([ip[0], ip[1], ip[2] + 1, ip[3]])
+}
+
 fn side(node: u32, ip: [u8; 4], mtu: Mtu) -> Side {
     let mut cfg = HcaConfig::new(node);
     cfg.ports[0].gids.push(GidEntry {
         gid: gid_of_ipv4(ip),
+        gid_type: GidType::RoceV2,
+    });
+    // GID 2: the address of an alternate path (`alt_gid`), for path migration tests.
+    cfg.ports[0].gids.push(GidEntry {
+        gid: alt_gid(ip),
         gid_type: GidType::RoceV2,
     });
     cfg.ports[0].active_mtu = mtu;

@@ -51,6 +51,8 @@ pub struct Qp {
     pub(crate) rq: VecDeque<RecvWqe>,
     /// In SQD: the drained notification is still owed.
     pub(crate) sq_draining: bool,
+    /// An alternate path has been loaded (`IBV_QP_ALT_PATH`), so the QP may be armed.
+    pub(crate) alt_path_loaded: bool,
     /// Transport state of the data path.
     pub(crate) transport: TransportState,
 }
@@ -73,6 +75,7 @@ impl Qp {
             sq: VecDeque::new(),
             rq: VecDeque::new(),
             sq_draining: false,
+            alt_path_loaded: false,
             transport: TransportState::default(),
         }
     }
@@ -149,6 +152,7 @@ impl Qp {
         self.sq.clear();
         self.rq.clear();
         self.sq_draining = false;
+        self.alt_path_loaded = false;
         self.transport = TransportState::default();
     }
 }
