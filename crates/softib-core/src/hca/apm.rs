@@ -62,12 +62,19 @@ impl Hca {
         if qp.attr.path_mig_state != PathMigState::Armed {
             return false;
         }
-        migrate(qp);
         qp.transport.req.retries = 0;
+        self.migrate_with_event(qpn);
+        true
+    }
+
+    /// Migrates `qpn` and reports `IBV_EVENT_PATH_MIG`.
+    fn migrate_with_event(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            migrate(qp);
+        }
         self.counters.path_migrations += 1;
         self.async_events
             .push_back(AsyncEvent::PathMigrated { qpn: Qpn::new(qpn) });
-        true
     }
 
     /// A packet for `qpn` from `src` to `dst` did not come on the QP's primary path. If the QP
@@ -94,16 +101,10 @@ impl Hca {
                     .and_then(|p| p.gids.get(usize::from(g.sgid_index)))
                     .is_some_and(|e| e.gid == dst)
         });
-        if !on_alternate {
-            return false;
+        if on_alternate {
+            self.migrate_with_event(qpn);
         }
-        if let Some(qp) = self.qps.get_mut(&qpn) {
-            migrate(qp);
-        }
-        self.counters.path_migrations += 1;
-        self.async_events
-            .push_back(AsyncEvent::PathMigrated { qpn: Qpn::new(qpn) });
-        true
+        on_alternate
     }
 
     /// `modify_qp` set `path_mig_state` (already checked): Rearm arms at once; Migrated on an
