@@ -12,6 +12,8 @@ use softib_sim::{OpKind, Service, SimConfig, SimReport};
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum ServiceArg {
     Rc,
+    /// Unreliable datagram (`--op send` only, `--size` 8..=MTU).
+    Ud,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -132,6 +134,7 @@ fn config(c: &Common, loss: f64) -> Result<SimConfig, String> {
     let cfg = SimConfig {
         service: match c.service {
             ServiceArg::Rc => Service::Rc,
+            ServiceArg::Ud => Service::Ud,
         },
         op: match c.op {
             OpArg::Send => OpKind::Send,

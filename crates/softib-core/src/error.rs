@@ -7,7 +7,7 @@
 
 use crate::verbs::ah::AhAttrError;
 use crate::verbs::qp::QpAttrMask;
-use crate::verbs::types::{AccessFlags, Mtu, QpState, QpType};
+use crate::verbs::types::{AccessFlags, Gid, Mtu, QpState, QpType};
 use crate::verbs::{AhHandle, CqHandle, MrHandle, PdHandle, SrqHandle};
 use softib_wire::Qpn;
 
@@ -329,6 +329,60 @@ pub enum CreateQpError {
     #[error("too many queue pairs (device limit {max})")]
     TooManyQps {
         /// `max_qp`.
+        max: u32,
+    },
+    /// The general services QP (QP1) is a UD QP; another type was requested for it.
+    #[error("QP1 (GSI) must be a UD QP, not {qp_type}")]
+    GsiNotUd {
+        /// The QP type requested.
+        qp_type: QpType,
+    },
+    /// QP1 already exists on this HCA.
+    #[error("QP1 (GSI) already exists")]
+    GsiExists,
+}
+
+/// `attach_mcast` / `detach_mcast` failed; no attachment changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum McastError {
+    /// No QP has this number.
+    #[error("no such QP {0}")]
+    NoSuchQp(Qpn),
+    /// Only UD QPs join multicast groups (`ibv_attach_mcast`: EINVAL).
+    #[error("QP {qpn} is a {qp_type} QP: only UD QPs attach to multicast groups")]
+    NotUd {
+        /// The QP.
+        qpn: Qpn,
+        /// Its type.
+        qp_type: QpType,
+    },
+    /// The GID is not a multicast GID (`ff00::/8`, or IPv4-mapped `224.0.0.0/4`).
+    #[error("GID {0} is not a multicast GID")]
+    NotMulticastGid(Gid),
+    /// On an InfiniBand port a multicast LID is 0xC000..=0xFFFE.
+    #[error("LID {0:#06x} is not a multicast LID (0xc000..=0xfffe)")]
+    NotMulticastLid(u16),
+    /// `detach_mcast` of a group the QP is not attached to.
+    #[error("QP {qpn} is not attached to multicast group {gid}")]
+    NotAttached {
+        /// The QP.
+        qpn: Qpn,
+        /// The group.
+        gid: Gid,
+    },
+    /// The group already has the device's `max_mcast_qp_attach` QPs.
+    #[error("multicast group {gid} already has {max} QPs attached (device limit)")]
+    GroupFull {
+        /// The group.
+        gid: Gid,
+        /// `max_mcast_qp_attach`.
+        max: u32,
+    },
+    /// The HCA already has the device's `max_mcast_grp` groups.
+    #[error("too many multicast groups (device limit {max})")]
+    TooManyGroups {
+        /// `max_mcast_grp`.
         max: u32,
     },
 }

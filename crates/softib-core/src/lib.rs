@@ -39,4 +39,5 @@ pub mod transport;
 pub mod verbs;
 
 pub use hca::{gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, Hca, MAX_FRAME};
+pub use hca::{is_multicast_gid, GRH_AREA, GSI_QKEY, GSI_QPN, MCAST_QPN};
 pub use verbs::device::HcaConfig;

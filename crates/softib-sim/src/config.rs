@@ -6,12 +6,16 @@ use softib_core::verbs::types::Mtu;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Service {
     Rc,
+    /// Unreliable datagram: SENDs only, one packet per message (size ≤ MTU), the receiver
+    /// verifies every datagram that arrives; lost ones are counted, not retried.
+    Ud,
 }
 
 impl Service {
     pub fn name(self) -> &'static str {
         match self {
             Service::Rc => "rc",
+            Service::Ud => "ud",
         }
     }
 }
@@ -152,6 +156,23 @@ impl SimConfig {
         }
         if self.timeout > 31 || self.retry_cnt > 7 {
             return Err("--timeout must be 0..=31 and --retry 0..=7".into());
+        }
+        if self.service == Service::Ud {
+            if self.op != OpKind::Send {
+                return Err(format!(
+                    "--service ud supports --op send only (UD has no {}), C9-206",
+                    self.op.name()
+                ));
+            }
+            // The first 8 bytes of a datagram name its operation (the receiver cannot rely on
+            // arrival order), and a UD message is one packet (C9-200).
+            if self.size < 8 || self.size > self.mtu.bytes() {
+                return Err(format!(
+                    "--service ud needs --size 8..={} (one packet of the MTU), got {}",
+                    self.mtu.bytes(),
+                    self.size
+                ));
+            }
         }
         Ok(())
     }

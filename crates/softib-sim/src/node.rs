@@ -6,7 +6,7 @@ use softib_core::time::Instant;
 use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::mr::MrInfo;
 use softib_core::verbs::types::{QpState, WcStatus};
-use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, WrOpcode};
+use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, UdDest, WrOpcode};
 use softib_core::verbs::CqHandle;
 use softib_core::Hca;
 use softib_fabric::Endpoint;
@@ -84,6 +84,8 @@ pub(crate) struct ReqApp {
     pub(crate) status_counts: Vec<(WcStatus, u64)>,
     pub(crate) last_completion_ns: u64,
     pub(crate) bytes_completed: u64,
+    /// UD: the destination of each QP's datagrams (empty for connected services).
+    pub(crate) ud_dests: Vec<UdDest>,
     wcs: Vec<WorkCompletion>,
     wr: SendWr,
 }
@@ -101,6 +103,9 @@ pub(crate) struct RespApp {
     pub(crate) received: Vec<u64>,
     pub(crate) verify_failures: u64,
     pub(crate) recv_errors: u64,
+    /// UD: per QP, how many copies of each operation arrived (saturating); `None` for
+    /// connected services, which deliver in order.
+    pub(crate) ud_seen: Option<Vec<Vec<u8>>>,
     wcs: Vec<WorkCompletion>,
     rwr: [RecvWr; 1],
 }
@@ -150,7 +155,13 @@ impl Endpoint for SimNode {
     }
 
     fn poll_transmit(&mut self, now_ns: u64, out: &mut Vec<u8>) -> bool {
-        let r = self.hca.poll_transmit(Instant::from_nanos(now_ns), out);
+        let mut r = self.hca.poll_transmit(Instant::from_nanos(now_ns), out);
+        if !r && matches!(&self.app, App::Requester(a) if !a.ud_dests.is_empty()) {
+            // UD sends complete when they go out and no frame comes back to wake the
+            // application: it polls (and posts more) once the send queue has drained.
+            self.progress(now_ns);
+            r = self.hca.poll_transmit(Instant::from_nanos(now_ns), out);
+        }
         if r && self.trace {
             if let Ok(p) = softib_wire::roce::RocePacket::parse(out) {
                 eprintln!(
@@ -215,6 +226,7 @@ impl ReqApp {
             status_counts: Default::default(),
             last_completion_ns: 0,
             bytes_completed: 0,
+            ud_dests: Vec::new(),
             wcs: Vec::with_capacity(64),
             wr: SendWr::new(0, WrOpcode::Send)
                 .with_sge(Sge {
@@ -401,6 +413,7 @@ impl ReqApp {
             wr.opcode = opcode;
             wr.sg_list.clear();
             wr.sg_list.push(local);
+            wr.ud = self.ud_dests.get(q).copied();
             if hca.post_send(qpn, std::slice::from_ref(wr)).is_err() {
                 let qp = &mut self.qps[q];
                 qp.stopped = true;
@@ -439,6 +452,7 @@ impl RespApp {
             received: vec![0; n],
             verify_failures: 0,
             recv_errors: 0,
+            ud_seen: None,
             wcs: Vec::with_capacity(64),
             rwr: [RecvWr::new(0, Vec::with_capacity(1))],
         }
@@ -459,9 +473,15 @@ impl RespApp {
     fn post_recv(&mut self, hca: &mut Hca, q: usize, k: u64) {
         let slot = (k % self.layout.slots as u64) as usize;
         let off = self.layout.offset(q, slot);
+        // A UD receive buffer also holds the 40-byte GRH area ahead of the payload.
+        let grh = if self.ud_seen.is_some() {
+            softib_core::GRH_AREA as u32
+        } else {
+            0
+        };
         let sge = Sge {
             addr: self.local.addr + off,
-            length: self.size.max(1),
+            length: self.size.max(1) + grh,
             lkey: self.local.lkey,
         };
         // One receive work request object is reused: no allocation per message.
@@ -489,6 +509,11 @@ impl RespApp {
                     self.recv_errors += 1;
                     continue;
                 }
+                if self.ud_seen.is_some() {
+                    self.ud_received(hca, q, k, wc);
+                    self.post_recv(hca, q, k + self.layout.slots as u64);
+                    continue;
+                }
                 // RC delivers in order: the k-th message received is operation k.
                 let op = self.received[q];
                 self.received[q] += 1;
@@ -508,5 +533,67 @@ impl RespApp {
             }
         }
         self.wcs = wcs;
+    }
+
+    /// Checks a datagram received into WQE `k` of QP `q`: its first 8 bytes name the
+    /// operation (the first word of that operation's pattern), the rest must match it. UD
+    /// delivers in any order, may lose datagrams and delivers a duplicated one twice.
+    fn ud_received(&mut self, hca: &Hca, q: usize, k: u64, wc: &WorkCompletion) {
+        let slot = (k % self.layout.slots as u64) as usize;
+        let off = self.layout.offset(q, slot) as usize + softib_core::GRH_AREA;
+        let size = self.size as usize;
+        let got = hca
+            .mr_bytes(self.local.handle)
+            .ok()
+            .and_then(|m| m.get(off..off + size));
+        let Some(got) = got.filter(|_| wc.byte_len as usize == size + softib_core::GRH_AREA) else {
+            self.verify_failures += 1;
+            return;
+        };
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&got[..8]);
+        let op = unmix(u64::from_le_bytes(first)) ^ self.seed ^ ((q as u64) << 48);
+        let Some(seen) = self
+            .ud_seen
+            .as_mut()
+            .and_then(|s| s.get_mut(q))
+            .and_then(|s| s.get_mut(op as usize))
+            .filter(|_| pattern::check(got, pattern::op_data(self.seed, q, op)))
+        else {
+            self.verify_failures += 1;
+            return;
+        };
+        *seen = seen.saturating_add(1);
+        self.received[q] += 1;
+    }
+}
+
+/// The inverse of the pattern's 64-bit mixer (`pattern::op_data` without the XOR).
+fn unmix(mut z: u64) -> u64 {
+    fn inverse(a: u64) -> u64 {
+        // Newton's iteration for the inverse of an odd number modulo 2^64.
+        let mut x = a;
+        for _ in 0..6 {
+            x = x.wrapping_mul(2u64.wrapping_sub(a.wrapping_mul(x)));
+        }
+        x
+    }
+    z ^= (z >> 31) ^ (z >> 62);
+    z = z.wrapping_mul(inverse(0x94D0_49BB_1331_11EB));
+    z ^= (z >> 27) ^ (z >> 54);
+    z = z.wrapping_mul(inverse(0xBF58_476D_1CE4_E5B9));
+    z ^ (z >> 30) ^ (z >> 60)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn unmix_inverts_the_pattern_mixer() {
+        for op in [0u64, 1, 77, 1 << 39, u64::MAX] {
+            for (seed, qp) in [(1u64, 0usize), (0xdead_beef, 3)] {
+                let id = crate::pattern::op_data(seed, qp, op);
+                assert_eq!(super::unmix(id) ^ seed ^ ((qp as u64) << 48), op);
+            }
+        }
     }
 }

@@ -6,15 +6,16 @@ use std::io::Write;
 use serde_json::{json, Value};
 use softib_core::setup::{connect, ConnectOptions, EndpointInfo};
 use softib_core::transport::Counters;
+use softib_core::verbs::ah::AhAttr;
 use softib_core::verbs::device::GidEntry;
 use softib_core::verbs::qp::{QpCap, QpInitAttr};
 use softib_core::verbs::types::{AccessFlags, GidType, Mtu, QpType};
-use softib_core::verbs::wr::RemoteAddr;
+use softib_core::verbs::wr::{RemoteAddr, UdDest};
 use softib_core::{gid_of_ipv4, mac_for_gid, Hca, HcaConfig};
 use softib_fabric::{Capture, Fabric, Faults, LinkConfig, RunOutcome, Totals};
 use softib_wire::Psn;
 
-use crate::config::{OpKind, SimConfig};
+use crate::config::{OpKind, Service, SimConfig};
 use crate::node::{App, Layout, ReqApp, RespApp, SimNode, Slot};
 use crate::pattern;
 
@@ -62,7 +63,17 @@ pub struct SimReport {
     pub events: u64,
     /// Why the run stopped short, if it did.
     pub stopped: Option<String>,
+    /// UD: datagrams the responder received intact, each operation counted once.
+    pub delivered: u64,
+    /// UD: further copies of datagrams already received (a duplicating fabric makes the
+    /// responder deliver a datagram again: UD has no duplicate detection). Each was intact.
+    pub duplicates: u64,
+    /// UD: datagrams sent (send completed) that never arrived.
+    pub lost: u64,
 }
+
+/// Q_Key of the simulator's UD QPs.
+const UD_QKEY: u32 = 0x0051_0000;
 
 /// The two nodes of a scenario.
 const NODE_A: [u8; 4] = [10, 0, 0, 1];
@@ -87,7 +98,12 @@ fn hca_for(node: u32, ip: [u8; 4], mtu: Mtu, window: u32) -> Hca {
 pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     cfg.validate()?;
     let slots = (cfg.depth as usize * 4).max(4);
-    let slot_len = (u64::from(cfg.size).max(8)).next_multiple_of(64);
+    let grh = if cfg.service == Service::Ud {
+        softib_core::GRH_AREA as u64
+    } else {
+        0
+    };
+    let slot_len = (u64::from(cfg.size).max(8) + grh).next_multiple_of(64);
     let region = slot_len * slots as u64 * u64::from(cfg.qps);
     if region > MAX_REGION {
         return Err(format!(
@@ -153,7 +169,29 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     let mut pairs = Vec::new();
     let per_qp = cfg.ops / u64::from(cfg.qps);
     let extra = cfg.ops % u64::from(cfg.qps);
+    let mut ud_dests = Vec::new();
     for i in 0..cfg.qps {
+        if cfg.service == Service::Ud {
+            let qa = a
+                .create_qp(pa, &QpInitAttr::new(QpType::Ud, ca, cap))
+                .map_err(|e| err(&e))?;
+            let qb = b
+                .create_qp(pb, &QpInitAttr::new(QpType::Ud, cb, cap))
+                .map_err(|e| err(&e))?;
+            let psn = (cfg.seed as u32).wrapping_mul(2654435761).wrapping_add(i);
+            ud_ready(&mut a, qa, UD_QKEY, psn).map_err(|e| err(&e))?;
+            ud_ready(&mut b, qb, UD_QKEY, 0).map_err(|e| err(&e))?;
+            let ah = a
+                .create_ah(pa, &AhAttr::global(1, gid_of_ipv4(NODE_B), 1))
+                .map_err(|e| err(&e))?;
+            ud_dests.push(UdDest {
+                ah,
+                remote_qpn: qb,
+                remote_qkey: UD_QKEY,
+            });
+            pairs.push((qa, qb, per_qp + u64::from(u64::from(i) < extra)));
+            continue;
+        }
         let qa = a
             .create_qp(pa, &QpInitAttr::new(QpType::Rc, ca, cap))
             .map_err(|e| err(&e))?;
@@ -178,7 +216,7 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         connect(&mut b, qb, psn_b, &ia, &opts).map_err(|e| err(&e))?;
         pairs.push((qa, qb, per_qp + u64::from(u64::from(i) < extra)));
     }
-    let req = ReqApp::new(
+    let mut req = ReqApp::new(
         cfg.op,
         cfg.size,
         cfg.depth,
@@ -192,6 +230,7 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         },
         pairs.iter().map(|&(qa, _, n)| (qa, n)).collect(),
     );
+    req.ud_dests = ud_dests;
     let mut resp = RespApp::new(
         cfg.op,
         cfg.size,
@@ -201,6 +240,9 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         mb,
         pairs.iter().map(|p| p.1).collect(),
     );
+    if cfg.service == Service::Ud {
+        resp.ud_seen = Some(pairs.iter().map(|p| vec![0u8; p.2 as usize]).collect());
+    }
     resp.post_initial(&mut b);
     let faults = Faults {
         loss: cfg.loss,
@@ -289,6 +331,12 @@ pub fn run(
             last_report = completed;
         }
         if done {
+            if cfg.service == Service::Ud {
+                // Datagrams still in flight when the last send completed.
+                while fabric.drive_bounded(CHUNK_EVENTS) != RunOutcome::Idle
+                    && fabric.now() <= cfg.max_sim_ns
+                {}
+            }
             break;
         }
         if freed {
@@ -376,14 +424,42 @@ fn report(
     let completed = req.completed();
     let errors: u64 = req.qps.iter().map(|q| q.errors).sum();
     let verify_failures = req.verify_failures + resp.verify_failures;
-    let sim_time_ns = req.last_completion_ns.max(1);
-    let bytes = req.bytes_completed;
+    let ud_run = resp.ud_seen.is_some();
+    // UD: a send completes when it leaves the HCA; the run lasts until the last datagram
+    // arrived, and only what arrived counts as goodput.
+    let sim_time_ns = if ud_run {
+        fabric.now().max(1)
+    } else {
+        req.last_completion_ns.max(1)
+    };
+    let bytes = if let Some(seen) = &resp.ud_seen {
+        let unique = seen.iter().flatten().filter(|&&n| n > 0).count() as u64;
+        unique * u64::from(cfg.size)
+    } else {
+        req.bytes_completed
+    };
+    let ud = resp.ud_seen.as_ref();
+    let delivered = ud.map_or(0, |s| s.iter().flatten().filter(|&&n| n > 0).count() as u64);
+    let duplicates = ud.map_or(0, |s| {
+        s.iter()
+            .flatten()
+            .map(|&n| u64::from(n.saturating_sub(1)))
+            .sum()
+    });
+    let lost = if ud.is_some() {
+        completed.saturating_sub(errors).saturating_sub(delivered)
+    } else {
+        0
+    };
+    // UD: every datagram that arrived is intact and every send completed; losses are
+    // reported (`lost`), not failures.
+    let all_received = ud.is_some() || resp.received.iter().sum::<u64>() == cfg.ops;
     let verified = stopped.is_none()
         && errors == 0
         && verify_failures == 0
         && resp.recv_errors == 0
         && completed == cfg.ops
-        && (cfg.op != OpKind::Send || resp.received.iter().sum::<u64>() == cfg.ops);
+        && (cfg.op != OpKind::Send || all_received);
     SimReport {
         config: cfg.clone(),
         posted,
@@ -418,7 +494,57 @@ fn report(
         responder,
         events: fabric.events_processed(),
         stopped,
+        delivered,
+        duplicates,
+        lost,
     }
+}
+
+/// RESET -> INIT (port 1, P_Key index 0, `qkey`) -> RTR -> RTS (first PSN `psn`) for a UD QP.
+fn ud_ready(
+    hca: &mut Hca,
+    qpn: softib_wire::Qpn,
+    qkey: u32,
+    psn: u32,
+) -> Result<(), softib_core::error::ModifyQpError> {
+    use softib_core::verbs::qp::{QpAttr, QpAttrMask as M};
+    use softib_core::verbs::types::QpState;
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qkey,
+        ..QpAttr::default()
+    };
+    hca.modify_qp(qpn, &init, M::STATE | M::PORT | M::PKEY_INDEX | M::QKEY)?;
+    hca.modify_qp(qpn, &QpAttr::to_state(QpState::Rtr), M::STATE)?;
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: Psn::new(psn),
+        ..QpAttr::default()
+    };
+    hca.modify_qp(qpn, &rts, M::STATE | M::SQ_PSN)
+}
+
+/// The silent-drop counters of `c` that are not zero, by name.
+pub fn nonzero_drops(c: &Counters) -> Vec<(&'static str, u64)> {
+    [
+        ("malformed", c.malformed),
+        ("icrc_err", c.icrc_err),
+        ("no_such_qp", c.no_such_qp),
+        ("wrong_service", c.wrong_service),
+        ("bad_pkey", c.bad_pkey),
+        ("bad_address", c.bad_address),
+        ("bad_state", c.bad_state),
+        ("qkey_violation", c.qkey_violation),
+        ("ud_bad_opcode", c.ud_bad_opcode),
+        ("ud_bad_length", c.ud_bad_length),
+        ("ud_no_recv_wqe", c.ud_no_recv_wqe),
+        ("mcast_no_member", c.mcast_no_member),
+        ("mcast_bad_dest", c.mcast_bad_dest),
+    ]
+    .into_iter()
+    .filter(|&(_, v)| v != 0)
+    .collect()
 }
 
 impl SimReport {
@@ -470,6 +596,15 @@ impl SimReport {
                 "duplicate_requests": self.responder.duplicate_request,
                 "out_of_sequence": self.responder.out_of_seq_dropped + self.responder.rcvd_seq_err,
                 "ignored_responses": self.requester.ignored_responses,
+            },
+            "ud": {
+                "delivered": self.delivered,
+                "duplicates": self.duplicates,
+                "lost": self.lost,
+            },
+            "drop_counters": {
+                "requester": nonzero_drops(&self.requester).into_iter().collect::<BTreeMap<_, _>>(),
+                "responder": nonzero_drops(&self.responder).into_iter().collect::<BTreeMap<_, _>>(),
             },
             "stopped": self.stopped,
         })
@@ -539,6 +674,22 @@ impl SimReport {
             self.responder.nak_sent,
             self.responder.rnr_nak_sent
         );
+        if c.service == Service::Ud {
+            let _ = writeln!(
+                s,
+                "  datagrams:   {} delivered intact, {} duplicates (delivered again: UD does not detect them), {} lost",
+                self.delivered, self.duplicates, self.lost
+            );
+        }
+        for (side, counters) in [("A", &self.requester), ("B", &self.responder)] {
+            let drops: Vec<String> = nonzero_drops(counters)
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            if !drops.is_empty() {
+                let _ = writeln!(s, "  drops ({side}):   {}", drops.join(" "));
+            }
+        }
         let statuses: Vec<String> = self
             .per_status
             .iter()

@@ -25,12 +25,18 @@ use crate::verbs::types::{Gid, QpState, QpType};
 /// Largest frame the HCA builds: 4096-byte payload plus every header.
 pub const MAX_FRAME: usize = 4096 + 14 + 40 + 8 + 64 + 4 + 64;
 
-/// The Ethernet address softib uses for a GID: `02:00:a:b:c:d` for the IPv4-mapped GID of
-/// a.b.c.d; for an IPv6 GID with a modified EUI-64 interface identifier (`..ff:fe..`) the MAC
-/// it was derived from; otherwise `02:` followed by the last five GID bytes.
+/// The Ethernet address softib uses for a GID: for a multicast GID the IP multicast MAC
+/// (`01:00:5e` + the low 23 bits of an IPv4-mapped group, RFC 1112; `33:33` + the last four
+/// bytes of an IPv6 group, RFC 2464); `02:00:a:b:c:d` for the IPv4-mapped GID of a.b.c.d; for
+/// an IPv6 GID with a modified EUI-64 interface identifier (`..ff:fe..`) the MAC it was
+/// derived from; otherwise `02:` followed by the last five GID bytes.
 pub fn mac_for_gid(gid: &Gid) -> [u8; 6] {
     let g = gid.0;
-    if let Some(v4) = ipv4_of(gid) {
+    if g[0] == 0xff {
+        [0x33, 0x33, g[12], g[13], g[14], g[15]]
+    } else if let Some(v4) = ipv4_of(gid).filter(|a| a[0] & 0xf0 == 0xe0) {
+        [0x01, 0x00, 0x5e, v4[1] & 0x7f, v4[2], v4[3]]
+    } else if let Some(v4) = ipv4_of(gid) {
         [0x02, 0x00, v4[0], v4[1], v4[2], v4[3]]
     } else if g[11] == 0xff && g[12] == 0xfe {
         [g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]]
@@ -76,7 +82,9 @@ impl Hca {
 
     /// Hands one received Ethernet frame to the HCA. Frames that are not RoCEv2, fail to
     /// parse, carry a bad ICRC, name no QP, carry a foreign P_Key or do not match the QP's
-    /// connection are dropped and counted; nothing a frame holds can make this panic.
+    /// connection are dropped and counted; nothing a frame holds can make this panic. Packets
+    /// for a UD QP or for the multicast QPN 0xFFFFFF go to the UD responder (`ud.rs`), which
+    /// runs and counts the checks of its service.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
         // Matched by reference: the parsed packet is large, and moving it out of the
         // `Result` costs a copy per frame.
@@ -86,6 +94,11 @@ impl Hca {
             Err(softib_wire::Error::UnknownOpcode(op)) if op >> 5 == 0 => {
                 // A reserved RC opcode: the responder answers it (C9-84).
                 self.handle_reserved_rc_opcode(now, frame);
+                return;
+            }
+            Err(softib_wire::Error::UnknownOpcode(op)) if op >> 5 == 3 => {
+                // A reserved UD opcode: silently dropped (C9-206), counted by reason.
+                self.handle_reserved_ud_opcode(frame);
                 return;
             }
             Err(_) => {
@@ -99,10 +112,18 @@ impl Hca {
         }
         let bth = p.transport.headers.bth;
         let qpn = bth.dest_qp.value();
+        if qpn == super::ud::MCAST_QPN {
+            self.ud_handle_mcast(now, p);
+            return;
+        }
         let Some(qp) = self.qps.get(&qpn) else {
             self.counters.no_such_qp += 1;
             return;
         };
+        if qp.qp_type == QpType::Ud {
+            self.ud_handle_packet(now, qpn, p);
+            return;
+        }
         let Ok(info) = p.transport.info() else {
             self.counters.malformed += 1;
             return;
@@ -142,8 +163,15 @@ impl Hca {
                 continue;
             }
             out.clear();
-            let sent = self.rc_next_packet(now, qpn, out);
-            if self.rc_has_tx_work(qpn, now) {
+            let ud = self.qps.get(&qpn).is_some_and(|q| q.qp_type == QpType::Ud);
+            let (sent, more) = if ud {
+                let sent = self.ud_next_packet(now, qpn, out);
+                (sent, self.ud_has_tx_work(qpn))
+            } else {
+                let sent = self.rc_next_packet(now, qpn, out);
+                (sent, self.rc_has_tx_work(qpn, now))
+            };
+            if more {
                 self.schedule_tx(qpn);
             }
             self.rearm_timer(qpn);
@@ -305,6 +333,18 @@ impl Hca {
         let grh = qp.attr.ah_attr.grh?;
         let local = self.local_gid(qp)?;
         let ident = self.ip_ident.wrapping_add(1);
+        Some((self.frame_addrs_for(qpn, &grh, local, ident), ident))
+    }
+
+    /// Ethernet, IP and UDP addressing for a packet of `qpn` from GID `local` along the GRH
+    /// fields of an address vector, with IPv4 identification `ident`.
+    pub(crate) fn frame_addrs_for(
+        &self,
+        qpn: u32,
+        grh: &crate::verbs::ah::GlobalRoute,
+        local: Gid,
+        ident: u16,
+    ) -> FrameAddrs {
         let eth = Ethernet {
             dst: mac_for_gid(&grh.dgid),
             src: mac_for_gid(&local),
@@ -329,12 +369,11 @@ impl Hca {
                 ..Grh::default()
             }),
         };
-        let addrs = FrameAddrs {
+        FrameAddrs {
             eth,
             ip,
             sport: udp_source_port(qpn),
-        };
-        Some((addrs, ident))
+        }
     }
 
     /// Builds the frame of `t` for `qpn` into `out`; false if the QP has no usable address.
@@ -377,7 +416,7 @@ pub(crate) fn write_frame(a: &FrameAddrs, t: &TransportPacket<'_>, out: &mut Vec
 }
 
 /// Source and destination GIDs of a RoCEv2 packet's IP header.
-fn ip_gids(ip: &IpHeader) -> (Gid, Gid) {
+pub(crate) fn ip_gids(ip: &IpHeader) -> (Gid, Gid) {
     match ip {
         IpHeader::V4(v4) => (gid_of_ipv4(v4.src), gid_of_ipv4(v4.dst)),
         IpHeader::V6(v6) => (Gid(v6.sgid), Gid(v6.dgid)),
@@ -386,7 +425,7 @@ fn ip_gids(ip: &IpHeader) -> (Gid, Gid) {
 
 /// The BTH and the source / destination GIDs of a RoCEv2 frame whose opcode the transport
 /// parser does not know, if the frame is otherwise well formed and its ICRC is right.
-fn reserved_opcode_frame(frame: &[u8]) -> Option<(Bth, Gid, Gid)> {
+pub(crate) fn reserved_opcode_frame(frame: &[u8]) -> Option<(Bth, Gid, Gid)> {
     let eth = Ethernet::parse(frame).ok()?;
     let l3 = frame.get(eth.header_len()..)?;
     let (ip, ip_len, total) = match eth.ether_type {

@@ -27,8 +27,10 @@ mod datapath;
 mod qp;
 mod requester;
 mod responder;
+mod ud;
 
 pub use datapath::{gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, MAX_FRAME};
+pub use ud::{is_multicast_gid, GRH_AREA, GSI_QKEY, GSI_QPN, MCAST_QPN};
 
 #[cfg(test)]
 mod tests;
@@ -152,6 +154,8 @@ pub struct Hca {
     pub(crate) scratch: Vec<u8>,
     /// Requester PSN window (1 ..= 2^23).
     pub(crate) max_unacked_psns: u32,
+    /// Multicast groups: the QPNs attached to each group GID, in attach order.
+    pub(crate) mcast: std::collections::BTreeMap<crate::verbs::types::Gid, Vec<u32>>,
 }
 
 impl Hca {
@@ -177,6 +181,7 @@ impl Hca {
             scratch: Vec::new(),
             max_unacked_psns: config.max_unacked_psns.clamp(1, 1 << 23),
             completion_events: VecDeque::new(),
+            mcast: Default::default(),
         }
     }
 

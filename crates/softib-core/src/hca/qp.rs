@@ -25,6 +25,31 @@ impl Hca {
     /// its own and its `max_recv_wr` / `max_recv_sge` read back as 0. The QPN is the next
     /// free number from 0x11 upward.
     pub fn create_qp(&mut self, pd: PdHandle, init: &QpInitAttr) -> Result<Qpn, CreateQpError> {
+        self.create_qp_numbered(pd, init, None)
+    }
+
+    /// Creates the general services QP, QP1 (GSI), in RESET: a UD QP that sends and expects
+    /// the well-known GSI Q_Key 0x80010000 whatever its own Q_Key (IBA 10.2.5, as rxe does),
+    /// and accepts packets of every P_Key in its port's table. On RoCE ports there is no
+    /// QP0 (no subnet manager); packets for QPN 0 are dropped as for any absent QP.
+    pub fn create_gsi_qp(&mut self, pd: PdHandle, init: &QpInitAttr) -> Result<Qpn, CreateQpError> {
+        if init.qp_type != QpType::Ud {
+            return Err(CreateQpError::GsiNotUd {
+                qp_type: init.qp_type,
+            });
+        }
+        if self.qps.contains_key(&super::ud::GSI_QPN) {
+            return Err(CreateQpError::GsiExists);
+        }
+        self.create_qp_numbered(pd, init, Some(Qpn::new(super::ud::GSI_QPN)))
+    }
+
+    fn create_qp_numbered(
+        &mut self,
+        pd: PdHandle,
+        init: &QpInitAttr,
+        fixed: Option<Qpn>,
+    ) -> Result<Qpn, CreateQpError> {
         if self.pds.get(pd.0).is_none() {
             return Err(CreateQpError::NoSuchPd(pd));
         }
@@ -64,7 +89,7 @@ impl Hca {
         if self.qps.len() >= d.max_qp as usize {
             return Err(CreateQpError::TooManyQps { max: d.max_qp });
         }
-        let qpn = self.alloc_qpn();
+        let qpn = fixed.unwrap_or_else(|| self.alloc_qpn());
         let mut init = *init;
         init.cap = cap;
         self.qps.insert(qpn.value(), Qp::new(qpn, pd, &init));
@@ -80,13 +105,14 @@ impl Hca {
         Ok(qpn)
     }
 
-    /// The next free QPN at or after the cursor, wrapping from 2^24 - 1 back to 0x11. The
-    /// caller has checked `max_qp`, which is far below 2^24, so a free number exists.
+    /// The next free QPN at or after the cursor, wrapping from 2^24 - 2 back to 0x11 (2^24 - 1
+    /// is the multicast QPN). The caller has checked `max_qp`, which is far below 2^24, so a
+    /// free number exists.
     fn alloc_qpn(&mut self) -> Qpn {
         loop {
             let n = self.next_qpn;
-            self.next_qpn = if n >= MASK24 { MIN_QPN } else { n + 1 };
-            if !self.qps.contains_key(&n) {
+            self.next_qpn = if n >= MASK24 - 1 { MIN_QPN } else { n + 1 };
+            if n < MASK24 && !self.qps.contains_key(&n) {
                 return Qpn::new(n);
             }
         }
@@ -99,6 +125,7 @@ impl Hca {
             return Err(QpError::NoSuchQp(qpn));
         }
         self.flush_qp(qpn);
+        self.mcast_detach_all(qpn.value());
         let qp = self
             .qps
             .remove(&qpn.value())

@@ -3,7 +3,8 @@
 //!
 //! The data path itself lives in `hca/` (`datapath.rs` frames packets and schedules
 //! transmission and timers; `requester.rs`, `completer.rs` and `responder.rs` implement the
-//! three roles of IBA 9.7 for RC). It runs on the `Hca` because every role touches memory
+//! three roles of IBA 9.7 for RC; `ud.rs` the unreliable datagram service of IBA 9.8.3). It
+//! runs on the `Hca` because every role touches memory
 //! regions, queues and completion queues that the HCA owns.
 
 pub mod rc;
@@ -56,4 +57,20 @@ pub struct Counters {
     /// Migrations to the alternate path (retry exhaustion, a peer's migration request, or
     /// software's request).
     pub path_migrations: u64,
+    /// UD: packets whose DETH:Q_Key differs from the receiving QP's Q_Key (rxe
+    /// `qkey_viol_cntr`; QP1 expects the GSI Q_Key 0x80010000).
+    pub qkey_violation: u64,
+    /// UD: packets with an opcode of the UD class other than SEND Only / SEND Only with
+    /// Immediate, reserved codes included (C9-206).
+    pub ud_bad_opcode: u64,
+    /// UD: payloads longer than the path MTU, or that do not fit the receive WQE together
+    /// with the 40-byte GRH area (C9-205). The receive WQE is not consumed.
+    pub ud_bad_length: u64,
+    /// UD: SENDs that found no receive WQE (C9-207: silently dropped, never an RNR NAK).
+    pub ud_no_recv_wqe: u64,
+    /// UD: multicast packets (DQPN 0xFFFFFF) for a group no local QP is attached to.
+    pub mcast_no_member: u64,
+    /// UD: packets whose destination QP and GID disagree about multicast (DQPN 0xFFFFFF to
+    /// a unicast GID, or a multicast GID with another DQPN).
+    pub mcast_bad_dest: u64,
 }

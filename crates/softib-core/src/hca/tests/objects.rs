@@ -50,9 +50,10 @@ fn qpns_start_at_0x11_and_wrap_below_2_pow_24() {
     f.hca.destroy_qp(a).unwrap();
     // Numbers are not reused right away.
     assert_eq!(f.qp(QpType::Rc), Qpn::new(0x13));
-    f.hca.next_qpn = 0xFF_FFFF;
-    assert_eq!(f.qp(QpType::Rc), Qpn::new(0xFF_FFFF));
-    // Wraps to 0x11 (free again), then skips 0x12 and 0x13 (in use).
+    f.hca.next_qpn = 0xFF_FFFE;
+    assert_eq!(f.qp(QpType::Rc), Qpn::new(0xFF_FFFE));
+    // 0xFFFFFF is the multicast QPN, never allocated: wraps to 0x11 (free again), then skips
+    // 0x12 and 0x13 (in use).
     assert_eq!(f.qp(QpType::Rc), Qpn::new(0x11));
     assert_eq!(f.qp(QpType::Rc), Qpn::new(0x14));
 }
