@@ -14,7 +14,7 @@ use softib_core::{gid_of_ipv4, mac_for_gid, Hca, HcaConfig};
 use softib_fabric::{Capture, Fabric, Faults, LinkConfig, RunOutcome, Totals};
 use softib_wire::Psn;
 
-use crate::config::{OpKind, SimConfig};
+use crate::config::{OpKind, Service, SimConfig};
 use crate::node::{App, Layout, ReqApp, RespApp, SimNode, Slot};
 use crate::pattern;
 
@@ -40,7 +40,8 @@ pub struct SimReport {
     pub completed: u64,
     /// Completions with a status other than success.
     pub errors: u64,
-    /// Every operation completed successfully and every byte checked out.
+    /// Every operation completed successfully and every byte checked out (UC: every message
+    /// that arrived was intact; the others are counted in `lost`).
     pub verified: bool,
     /// Operations whose data did not match.
     pub verify_failures: u64,
@@ -58,6 +59,12 @@ pub struct SimReport {
     pub requester: Counters,
     pub responder: Counters,
     pub events: u64,
+    /// UC: messages that never arrived whole (operations minus distinct messages received).
+    pub lost: u64,
+    /// UC: distinct messages received.
+    pub delivered: u64,
+    /// UC: messages received again after a duplicated copy arrived whole (C9-184 accepts it).
+    pub duplicate_deliveries: u64,
     /// Why the run stopped short, if it did.
     pub stopped: Option<String>,
 }
@@ -148,15 +155,20 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         max_dest_rd_atomic: depth_rd,
         ..ConnectOptions::default()
     };
+    let qp_type = match cfg.service {
+        Service::Rc => QpType::Rc,
+        Service::Uc => QpType::Uc,
+    };
+    let uc = cfg.service == Service::Uc;
     let mut pairs = Vec::new();
     let per_qp = cfg.ops / u64::from(cfg.qps);
     let extra = cfg.ops % u64::from(cfg.qps);
     for i in 0..cfg.qps {
         let qa = a
-            .create_qp(pa, &QpInitAttr::new(QpType::Rc, ca, cap))
+            .create_qp(pa, &QpInitAttr::new(qp_type, ca, cap))
             .map_err(|e| err(&e))?;
         let qb = b
-            .create_qp(pb, &QpInitAttr::new(QpType::Rc, cb, cap))
+            .create_qp(pb, &QpInitAttr::new(qp_type, cb, cap))
             .map_err(|e| err(&e))?;
         let psn_a = Psn::new((cfg.seed as u32).wrapping_mul(2654435761).wrapping_add(i));
         let psn_b = Psn::new((cfg.seed as u32).wrapping_mul(40503).wrapping_add(i * 7));
@@ -178,6 +190,7 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     }
     let req = ReqApp::new(
         cfg.op,
+        uc,
         cfg.size,
         cfg.depth,
         cfg.seed,
@@ -192,12 +205,13 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     );
     let mut resp = RespApp::new(
         cfg.op,
+        uc,
         cfg.size,
         cfg.seed,
         cb,
         layout,
         mb,
-        pairs.iter().map(|p| p.1).collect(),
+        pairs.iter().map(|p| (p.1, p.2)).collect(),
     );
     resp.post_initial(&mut b);
     let faults = Faults {
@@ -294,6 +308,17 @@ pub fn run(
             break;
         }
     }
+    if cfg.service == Service::Uc && stopped.is_none() {
+        // UC work completes when it leaves node A: let what is still on the wire arrive.
+        loop {
+            if fabric.drive_bounded(CHUNK_EVENTS) == RunOutcome::Idle {
+                match fabric.next_event_time() {
+                    Some(t) if t <= cfg.max_sim_ns => fabric.run_until(t),
+                    _ => break,
+                }
+            }
+        }
+    }
     fabric.finish_pcap().map_err(|e| e.to_string())?;
     Ok(report(
         cfg,
@@ -358,14 +383,27 @@ fn report(
     let completed = req.completed();
     let errors: u64 = req.qps.iter().map(|q| q.errors).sum();
     let verify_failures = req.verify_failures + resp.verify_failures;
-    let sim_time_ns = req.last_completion_ns.max(1);
-    let bytes = req.bytes_completed;
+    let uc = cfg.service == Service::Uc;
+    // UC: a send completes when it leaves; what counts is what arrived, and when.
+    let (sim_time_ns, bytes) = if uc {
+        (
+            resp.last_delivery_ns.max(1),
+            resp.unique * u64::from(cfg.size),
+        )
+    } else {
+        (req.last_completion_ns.max(1), req.bytes_completed)
+    };
     let verified = stopped.is_none()
         && errors == 0
         && verify_failures == 0
         && resp.recv_errors == 0
         && completed == cfg.ops
-        && (cfg.op != OpKind::Send || resp.received.iter().sum::<u64>() == cfg.ops);
+        && (uc || cfg.op != OpKind::Send || resp.received.iter().sum::<u64>() == cfg.ops);
+    let lost = if uc {
+        cfg.ops.saturating_sub(resp.unique)
+    } else {
+        0
+    };
     SimReport {
         config: cfg.clone(),
         posted,
@@ -399,13 +437,38 @@ fn report(
         requester,
         responder,
         events: fabric.events_processed(),
+        lost,
+        delivered: resp.unique,
+        duplicate_deliveries: resp.duplicates,
         stopped,
     }
 }
 
 impl SimReport {
-    /// The report as one JSON object (keys as `softib sim --json` promises).
+    /// The report as one JSON object (keys as `softib sim --json` promises). UC runs add
+    /// `lost`, `delivered`, `duplicate_deliveries` and `uc_drops` (the responder's drop
+    /// counters by reason).
     pub fn to_json(&self) -> Value {
+        let mut v = self.json_common();
+        if self.config.service == Service::Uc {
+            if let Some(o) = v.as_object_mut() {
+                o.insert("lost".into(), json!(self.lost));
+                o.insert("delivered".into(), json!(self.delivered));
+                o.insert(
+                    "duplicate_deliveries".into(),
+                    json!(self.duplicate_deliveries),
+                );
+                let drops: serde_json::Map<String, Value> = uc_drops(&self.responder)
+                    .into_iter()
+                    .map(|(k, n)| (k.to_string(), json!(n)))
+                    .collect();
+                o.insert("uc_drops".into(), Value::Object(drops));
+            }
+        }
+        v
+    }
+
+    fn json_common(&self) -> Value {
         let c = &self.config;
         let l = &self.fabric.links;
         json!({
@@ -497,11 +560,14 @@ impl SimReport {
             "  data:        {} bytes, goodput {:.3} Gb/s (simulated)",
             self.bytes, self.goodput_gbps
         );
-        let _ = writeln!(
-            s,
-            "  retransmitted packets: {} ({} retries after a NAK, {} after a timeout)",
-            self.retransmissions, self.retrans_by_nak, self.retrans_by_timeout
-        );
+        let uc = c.service == Service::Uc;
+        if !uc {
+            let _ = writeln!(
+                s,
+                "  retransmitted packets: {} ({} retries after a NAK, {} after a timeout)",
+                self.retransmissions, self.retrans_by_nak, self.retrans_by_timeout
+            );
+        }
         let _ = writeln!(
             s,
             "  frames:      {} sent, {} delivered, {} lost, {} duplicated, {} reordered, {} corrupted (dropped on ICRC: {})",
@@ -513,14 +579,45 @@ impl SimReport {
             l.corrupted,
             self.requester.icrc_err + self.responder.icrc_err
         );
-        let _ = writeln!(
-            s,
-            "  responder:   {} duplicate requests, {} sequence errors, {} NAKs, {} RNR NAKs",
-            self.responder.duplicate_request,
-            self.responder.rcvd_seq_err,
-            self.responder.nak_sent,
-            self.responder.rnr_nak_sent
-        );
+        if uc {
+            let _ = writeln!(
+                s,
+                "  messages:    {} delivered intact, {} lost, {} delivered again (duplicated whole)",
+                self.delivered, self.lost, self.duplicate_deliveries
+            );
+            let _ = writeln!(
+                s,
+                "               (each carries its operation index as immediate data; {})",
+                if c.op == OpKind::Write {
+                    "WRITE runs as RDMA WRITE with immediate"
+                } else {
+                    "SEND with immediate"
+                }
+            );
+            let drops: Vec<String> = uc_drops(&self.responder)
+                .into_iter()
+                .filter(|&(_, n)| n > 0)
+                .map(|(k, n)| format!("{k}={n}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  responder drops: {}",
+                if drops.is_empty() {
+                    "none".to_string()
+                } else {
+                    drops.join(" ")
+                }
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "  responder:   {} duplicate requests, {} sequence errors, {} NAKs, {} RNR NAKs",
+                self.responder.duplicate_request,
+                self.responder.rcvd_seq_err,
+                self.responder.nak_sent,
+                self.responder.rnr_nak_sent
+            );
+        }
         let statuses: Vec<String> = self
             .per_status
             .iter()
@@ -555,4 +652,24 @@ impl SimReport {
         );
         s
     }
+}
+
+/// The UC responder's drop counters by reason, with the frame-level ones that apply to any
+/// service (name, count).
+fn uc_drops(c: &Counters) -> Vec<(&'static str, u64)> {
+    vec![
+        ("icrc", c.icrc_err),
+        ("malformed", c.malformed),
+        ("bad_state", c.bad_state),
+        ("out_of_order", c.uc_out_of_order),
+        ("opcode_sequence", c.uc_opcode_seq_err),
+        ("op_not_supported", c.uc_op_not_supported),
+        ("length", c.uc_length_err),
+        ("recv_overflow", c.uc_recv_overflow),
+        ("no_recv_wqe", c.uc_no_recv_wqe),
+        ("rkey_violation", c.uc_rkey_violation),
+        ("local_error", c.uc_local_err),
+        ("messages_dropped", c.uc_msgs_dropped),
+        ("psn_gaps", c.uc_psn_gaps),
+    ]
 }
