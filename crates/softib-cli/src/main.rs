@@ -29,8 +29,8 @@ enum Command {
         #[command(subcommand)]
         command: pcap_cmd::PcapCommand,
     },
-    /// Run RC traffic between two simulated hosts on a deterministic, fault-injecting fabric
-    /// and verify every byte (`softib sim sweep` for goodput against loss).
+    /// Run RC or UC traffic between two simulated hosts on a deterministic, fault-injecting
+    /// fabric and verify every byte (`softib sim sweep` for goodput against loss).
     Sim(Box<sim_cmd::SimArgs>),
     /// Traceability report: which compliance statements are covered by tests.
     Compliance(compliance::ComplianceArgs),

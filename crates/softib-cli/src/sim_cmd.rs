@@ -11,7 +11,12 @@ use softib_sim::{OpKind, Service, SimConfig, SimReport};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum ServiceArg {
+    /// Reliable connected.
     Rc,
+    /// Unreliable connected (send and write only): every message carries its operation index
+    /// as immediate data (write runs as RDMA WRITE with immediate) so the receiver sees each
+    /// message; messages that do not arrive whole are reported as lost.
+    Uc,
     /// Unreliable datagram (`--op send` only, `--size` 8..=MTU).
     Ud,
 }
@@ -134,6 +139,7 @@ fn config(c: &Common, loss: f64) -> Result<SimConfig, String> {
     let cfg = SimConfig {
         service: match c.service {
             ServiceArg::Rc => Service::Rc,
+            ServiceArg::Uc => Service::Uc,
             ServiceArg::Ud => Service::Ud,
         },
         op: match c.op {
@@ -265,7 +271,8 @@ fn sweep(common: &Common, losses: &[f64], plot: Option<&PathBuf>) -> ExitCode {
         let base = reports.first().map(|r| r.goodput_gbps).unwrap_or(0.0);
         let c = &reports[0].config;
         println!(
-            "softib sim sweep: RC {} x {} of {} bytes, depth {}, MTU {}, seed {}",
+            "softib sim sweep: {} {} x {} of {} bytes, depth {}, MTU {}, seed {}",
+            c.service.name().to_uppercase(),
             c.op.name().to_uppercase(),
             c.ops,
             c.size,
@@ -297,7 +304,8 @@ fn sweep(common: &Common, losses: &[f64], plot: Option<&PathBuf>) -> ExitCode {
     if let Some(p) = plot {
         let c = &reports[0].config;
         let title = format!(
-            "softib RC {} {} B: goodput vs loss (seed {})",
+            "softib {} {} {} B: goodput vs loss (seed {})",
+            c.service.name().to_uppercase(),
             c.op.name().to_uppercase(),
             c.size,
             c.seed

@@ -6,7 +6,7 @@ use softib_wire::{Psn, Qpn};
 use crate::error::ModifyQpError;
 use crate::verbs::ah::AhAttr;
 use crate::verbs::qp::{QpAttr, QpAttrMask};
-use crate::verbs::types::{AccessFlags, Gid, Mtu, QpState};
+use crate::verbs::types::{AccessFlags, Gid, Mtu, QpState, QpType};
 use crate::Hca;
 
 /// What one side tells the other out of band.
@@ -58,8 +58,8 @@ impl Default for ConnectOptions {
     }
 }
 
-/// Moves a connected QP from RESET to RTS towards `remote`; `local_psn` is the first PSN of
-/// this side's requester.
+/// Moves a connected (RC or UC) QP from RESET to RTS towards `remote`; `local_psn` is the
+/// first PSN of this side's requester.
 pub fn connect(
     hca: &mut Hca,
     qpn: Qpn,
@@ -91,17 +91,19 @@ pub fn connect(
         min_rnr_timer: o.min_rnr_timer,
         ..QpAttr::default()
     };
-    hca.modify_qp(
-        qpn,
-        &rtr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )?;
+    // UC has no acknowledgements: no READ/ATOMIC resources, RNR timer or retry counts.
+    let reliable = hca.qp(qpn).is_some_and(|q| q.qp_type() != QpType::Uc);
+    let rtr_mask = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN;
+    let rtr_mask = if reliable {
+        rtr_mask | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER
+    } else {
+        rtr_mask
+    };
+    hca.modify_qp(qpn, &rtr, rtr_mask)?;
     let rts = QpAttr {
         qp_state: QpState::Rts,
         sq_psn: local_psn,
@@ -111,14 +113,15 @@ pub fn connect(
         max_rd_atomic: o.max_rd_atomic,
         ..QpAttr::default()
     };
-    hca.modify_qp(
-        qpn,
-        &rts,
+    let rts_mask = if reliable {
         QpAttrMask::STATE
             | QpAttrMask::SQ_PSN
             | QpAttrMask::TIMEOUT
             | QpAttrMask::RETRY_CNT
             | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
+            | QpAttrMask::MAX_QP_RD_ATOMIC
+    } else {
+        QpAttrMask::STATE | QpAttrMask::SQ_PSN
+    };
+    hca.modify_qp(qpn, &rts, rts_mask)
 }

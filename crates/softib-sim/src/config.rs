@@ -6,6 +6,10 @@ use softib_core::verbs::types::Mtu;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Service {
     Rc,
+    /// Unreliable connected: SEND and RDMA WRITE only, nothing retried. Every message carries
+    /// its operation index as immediate data (SEND with immediate, RDMA WRITE with immediate)
+    /// so that the receiver can tell which messages arrived; the rest are reported as lost.
+    Uc,
     /// Unreliable datagram: SENDs only, one packet per message (size ≤ MTU), the receiver
     /// verifies every datagram that arrives; lost ones are counted, not retried.
     Ud,
@@ -15,8 +19,15 @@ impl Service {
     pub fn name(self) -> &'static str {
         match self {
             Service::Rc => "rc",
+            Service::Uc => "uc",
             Service::Ud => "ud",
         }
+    }
+
+    /// UC and UD: nothing is retried; the report counts messages delivered, lost and
+    /// delivered again.
+    pub fn is_unreliable(self) -> bool {
+        matches!(self, Service::Uc | Service::Ud)
     }
 }
 
@@ -46,8 +57,8 @@ impl OpKind {
     }
 }
 
-/// A simulation scenario: node A runs `ops` operations towards node B over `qps` RC QP
-/// pairs through one switch; both links have the same latency, bandwidth and faults.
+/// A simulation scenario: node A runs `ops` operations towards node B over `qps` QP pairs
+/// of `service` through one switch; both links have the same latency, bandwidth and faults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
     pub service: Service,
@@ -153,6 +164,18 @@ impl SimConfig {
                 "--window must be 1..=2^23 (C9-61), got {}",
                 self.window_psns
             ));
+        }
+        if self.service == Service::Uc {
+            if !matches!(self.op, OpKind::Send | OpKind::Write) {
+                return Err(format!(
+                    "--service uc supports --op send and --op write only (UC has no {})",
+                    self.op.name().to_uppercase()
+                ));
+            }
+            // The immediate data carries the operation index of its QP.
+            if self.ops / u64::from(self.qps.max(1)) >= 1 << 32 {
+                return Err("--service uc runs at most 2^32 operations per QP".into());
+            }
         }
         if self.timeout > 31 || self.retry_cnt > 7 {
             return Err("--timeout must be 0..=31 and --retry 0..=7".into());

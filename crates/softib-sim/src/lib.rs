@@ -1,9 +1,10 @@
 //! softib-sim: softib scenarios on the deterministic fabric.
 //!
-//! Node A runs a stream of RC operations towards node B over one or more QP pairs through a
-//! simulated switch with configurable latency, bandwidth and faults. Every run verifies its own
+//! Node A runs a stream of RC or UC operations towards node B over one or more QP pairs through
+//! a simulated switch with configurable latency, bandwidth and faults. Every run verifies its own
 //! data: every SEND and WRITE payload is checked at the responder, every READ and atomic result
 //! at the requester, with per-operation patterns that expose loss, duplication and misplacement.
+//! UC delivers what it can: messages that do not arrive whole are reported as lost.
 //! The same configuration always gives the same report (apart from the wall time).
 
 #![forbid(unsafe_code)]

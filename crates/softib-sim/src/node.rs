@@ -66,6 +66,9 @@ impl Layout {
 /// The application of the requesting node.
 pub(crate) struct ReqApp {
     pub(crate) op: OpKind,
+    /// UC: every message carries its operation index as immediate data, a WQE completes when
+    /// its last packet is on the wire, and the responder checks the data.
+    pub(crate) uc: bool,
     pub(crate) size: u32,
     pub(crate) depth: u32,
     pub(crate) seed: u64,
@@ -93,6 +96,8 @@ pub(crate) struct ReqApp {
 /// The application of the responding node (posts and checks receive buffers for SEND).
 pub(crate) struct RespApp {
     pub(crate) op: OpKind,
+    /// UC: messages are identified by their immediate data and may be lost.
+    pub(crate) uc: bool,
     pub(crate) size: u32,
     pub(crate) seed: u64,
     pub(crate) cq: CqHandle,
@@ -106,6 +111,14 @@ pub(crate) struct RespApp {
     /// UD: per QP, how many copies of each operation arrived (saturating); `None` for
     /// connected services, which deliver in order.
     pub(crate) ud_seen: Option<Vec<Vec<u8>>>,
+    /// UC: per QP, a bit per operation index that arrived (one bit per message, 64 a word).
+    pub(crate) delivered: Vec<Vec<u64>>,
+    /// UC: distinct messages that arrived.
+    pub(crate) unique: u64,
+    /// UC: messages that arrived again (a duplicated whole message is accepted again, C9-184).
+    pub(crate) duplicates: u64,
+    /// UC: when the last new message arrived (goodput counts delivered messages).
+    pub(crate) last_delivery_ns: u64,
     wcs: Vec<WorkCompletion>,
     rwr: [RecvWr; 1],
 }
@@ -133,7 +146,7 @@ impl SimNode {
     pub(crate) fn progress(&mut self, now_ns: u64) {
         match &mut self.app {
             App::Requester(a) => a.progress(&mut self.hca, now_ns),
-            App::Responder(a) => a.progress(&mut self.hca),
+            App::Responder(a) => a.progress(&mut self.hca, now_ns),
         }
     }
 }
@@ -156,7 +169,16 @@ impl Endpoint for SimNode {
 
     fn poll_transmit(&mut self, now_ns: u64, out: &mut Vec<u8>) -> bool {
         let mut r = self.hca.poll_transmit(Instant::from_nanos(now_ns), out);
-        if !r && matches!(&self.app, App::Requester(a) if !a.ud_dests.is_empty()) {
+        let (uc, ud) = match &self.app {
+            App::Requester(a) => (a.uc, !a.ud_dests.is_empty()),
+            _ => (false, false),
+        };
+        // A UC send WQE completes when its last packet leaves (C9-180): the requesting
+        // application reaps it and posts more right away.
+        if r && uc {
+            self.progress(now_ns);
+        }
+        if !r && ud {
             // UD sends complete when they go out and no frame comes back to wake the
             // application: it polls (and posts more) once the send queue has drained.
             self.progress(now_ns);
@@ -189,6 +211,7 @@ impl ReqApp {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         op: OpKind,
+        uc: bool,
         size: u32,
         depth: u32,
         seed: u64,
@@ -213,6 +236,7 @@ impl ReqApp {
             .collect();
         ReqApp {
             op,
+            uc,
             size,
             depth,
             seed,
@@ -284,7 +308,7 @@ impl ReqApp {
             Some((_, n)) => *n += 1,
             None => self.status_counts.push((wc.status, 1)),
         }
-        // RC completes in posting order, each work request exactly once.
+        // RC and UC complete in posting order, each work request exactly once.
         if op != qp.completed {
             self.verify_failures += 1;
         }
@@ -301,6 +325,8 @@ impl ReqApp {
         let size = self.size as usize;
         let ok = match self.op {
             OpKind::Send => true,
+            // UC: the WRITE completed when it left; the responder checks what arrives.
+            OpKind::Write if self.uc => true,
             OpKind::Write => {
                 qp.slots[slot] = Slot::Check(op);
                 self.checks.push((q, slot, op));
@@ -379,10 +405,14 @@ impl ReqApp {
                             pattern::fill(buf, pattern::op_data(self.seed, q, op));
                         }
                     }
-                    if self.op == OpKind::Send {
-                        WrOpcode::Send
-                    } else {
-                        WrOpcode::RdmaWrite { remote }
+                    match (self.op, self.uc) {
+                        (OpKind::Send, false) => WrOpcode::Send,
+                        (OpKind::Send, true) => WrOpcode::SendWithImm(op as u32),
+                        (_, false) => WrOpcode::RdmaWrite { remote },
+                        (_, true) => WrOpcode::RdmaWriteWithImm {
+                            remote,
+                            imm: op as u32,
+                        },
                     }
                 }
                 OpKind::Read => {
@@ -433,16 +463,26 @@ impl RespApp {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         op: OpKind,
+        uc: bool,
         size: u32,
         seed: u64,
         cq: CqHandle,
         layout: Layout,
         local: MrInfo,
-        qpns: Vec<Qpn>,
+        qpns: Vec<(Qpn, u64)>,
     ) -> RespApp {
         let n = qpns.len();
+        let delivered = if uc {
+            qpns.iter()
+                .map(|&(_, target)| vec![0u64; target.div_ceil(64) as usize])
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let qpns = qpns.into_iter().map(|(q, _)| q).collect();
         RespApp {
             op,
+            uc,
             size,
             seed,
             cq,
@@ -453,14 +493,19 @@ impl RespApp {
             verify_failures: 0,
             recv_errors: 0,
             ud_seen: None,
+            delivered,
+            unique: 0,
+            duplicates: 0,
+            last_delivery_ns: 0,
             wcs: Vec::with_capacity(64),
             rwr: [RecvWr::new(0, Vec::with_capacity(1))],
         }
     }
 
-    /// Posts the initial receive WQEs (one per slot) for SEND traffic.
+    /// Posts the initial receive WQEs (one per slot) for SEND traffic and for UC WRITEs (with
+    /// immediate, so each consumes one).
     pub(crate) fn post_initial(&mut self, hca: &mut Hca) {
-        if self.op != OpKind::Send {
+        if self.op != OpKind::Send && !self.uc {
             return;
         }
         for q in 0..self.qpns.len() {
@@ -492,7 +537,7 @@ impl RespApp {
         let _ = hca.post_recv(self.qpns[q], &self.rwr);
     }
 
-    pub(crate) fn progress(&mut self, hca: &mut Hca) {
+    pub(crate) fn progress(&mut self, hca: &mut Hca, now_ns: u64) {
         let mut wcs = std::mem::take(&mut self.wcs);
         loop {
             wcs.resize(64, WorkCompletion::default());
@@ -514,6 +559,10 @@ impl RespApp {
                     self.post_recv(hca, q, k + self.layout.slots as u64);
                     continue;
                 }
+                if self.uc {
+                    self.uc_received(hca, wc, q, k, now_ns);
+                    continue;
+                }
                 // RC delivers in order: the k-th message received is operation k.
                 let op = self.received[q];
                 self.received[q] += 1;
@@ -533,6 +582,44 @@ impl RespApp {
             }
         }
         self.wcs = wcs;
+    }
+
+    /// A UC message arrived on QP `q` in receive WQE `k`: its immediate names the operation;
+    /// the SEND's receive buffer or the WRITE's target slot must hold exactly its data (UC
+    /// checks it as soon as it completes: the slot may be written again later).
+    fn uc_received(&mut self, hca: &mut Hca, wc: &WorkCompletion, q: usize, k: u64, now_ns: u64) {
+        let slots = self.layout.slots as u64;
+        let op = wc.imm_data.map(u64::from);
+        let size = self.size as usize;
+        let ok = op.is_some_and(|op| {
+            let slot = match self.op {
+                OpKind::Send => k % slots,
+                _ => op % slots,
+            } as usize;
+            let off = self.layout.offset(q, slot) as usize;
+            wc.byte_len == self.size
+                && hca
+                    .mr_bytes(self.local.handle)
+                    .ok()
+                    .and_then(|m| m.get(off..off + size))
+                    .is_some_and(|got| pattern::check(got, pattern::op_data(self.seed, q, op)))
+        });
+        match op.filter(|_| ok) {
+            Some(op) => {
+                let bits = &mut self.delivered[q];
+                match bits.get_mut((op / 64) as usize) {
+                    Some(w) if *w & (1 << (op % 64)) != 0 => self.duplicates += 1,
+                    Some(w) => {
+                        *w |= 1 << (op % 64);
+                        self.unique += 1;
+                        self.last_delivery_ns = now_ns;
+                    }
+                    None => self.verify_failures += 1,
+                }
+            }
+            None => self.verify_failures += 1,
+        }
+        self.post_recv(hca, q, k + slots);
     }
 
     /// Checks a datagram received into WQE `k` of QP `q`: its first 8 bytes name the

@@ -41,7 +41,8 @@ pub struct SimReport {
     pub completed: u64,
     /// Completions with a status other than success.
     pub errors: u64,
-    /// Every operation completed successfully and every byte checked out.
+    /// Every operation completed successfully and every byte checked out (UC: every message
+    /// that arrived was intact; the others are counted in `lost`).
     pub verified: bool,
     /// Operations whose data did not match.
     pub verify_failures: u64,
@@ -63,12 +64,13 @@ pub struct SimReport {
     pub events: u64,
     /// Why the run stopped short, if it did.
     pub stopped: Option<String>,
-    /// UD: datagrams the responder received intact, each operation counted once.
+    /// UC / UD: messages the responder received intact, each operation counted once.
     pub delivered: u64,
-    /// UD: further copies of datagrams already received (a duplicating fabric makes the
-    /// responder deliver a datagram again: UD has no duplicate detection). Each was intact.
+    /// UC / UD: further copies of messages already received. A duplicating fabric makes a UD
+    /// responder deliver a datagram again (UD has no duplicate detection), and a UC responder
+    /// accepts a duplicated whole message again (C9-184). Each copy was intact.
     pub duplicates: u64,
-    /// UD: datagrams sent (send completed) that never arrived.
+    /// UC / UD: messages sent that never arrived whole.
     pub lost: u64,
 }
 
@@ -166,6 +168,12 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         max_dest_rd_atomic: depth_rd,
         ..ConnectOptions::default()
     };
+    let qp_type = match cfg.service {
+        Service::Rc => QpType::Rc,
+        Service::Uc => QpType::Uc,
+        Service::Ud => QpType::Ud,
+    };
+    let uc = cfg.service == Service::Uc;
     let mut pairs = Vec::new();
     let per_qp = cfg.ops / u64::from(cfg.qps);
     let extra = cfg.ops % u64::from(cfg.qps);
@@ -193,10 +201,10 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
             continue;
         }
         let qa = a
-            .create_qp(pa, &QpInitAttr::new(QpType::Rc, ca, cap))
+            .create_qp(pa, &QpInitAttr::new(qp_type, ca, cap))
             .map_err(|e| err(&e))?;
         let qb = b
-            .create_qp(pb, &QpInitAttr::new(QpType::Rc, cb, cap))
+            .create_qp(pb, &QpInitAttr::new(qp_type, cb, cap))
             .map_err(|e| err(&e))?;
         let psn_a = Psn::new((cfg.seed as u32).wrapping_mul(2654435761).wrapping_add(i));
         let psn_b = Psn::new((cfg.seed as u32).wrapping_mul(40503).wrapping_add(i * 7));
@@ -218,6 +226,7 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     }
     let mut req = ReqApp::new(
         cfg.op,
+        uc,
         cfg.size,
         cfg.depth,
         cfg.seed,
@@ -233,12 +242,13 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     req.ud_dests = ud_dests;
     let mut resp = RespApp::new(
         cfg.op,
+        uc,
         cfg.size,
         cfg.seed,
         cb,
         layout,
         mb,
-        pairs.iter().map(|p| p.1).collect(),
+        pairs.iter().map(|p| (p.1, p.2)).collect(),
     );
     if cfg.service == Service::Ud {
         resp.ud_seen = Some(pairs.iter().map(|p| vec![0u8; p.2 as usize]).collect());
@@ -360,6 +370,17 @@ pub fn run(
             break;
         }
     }
+    if cfg.service == Service::Uc && stopped.is_none() {
+        // UC work completes when it leaves node A: let what is still on the wire arrive.
+        loop {
+            if fabric.drive_bounded(CHUNK_EVENTS) == RunOutcome::Idle {
+                match fabric.next_event_time() {
+                    Some(t) if t <= cfg.max_sim_ns => fabric.run_until(t),
+                    _ => break,
+                }
+            }
+        }
+    }
     fabric.finish_pcap().map_err(|e| e.to_string())?;
     Ok(report(
         cfg,
@@ -424,36 +445,44 @@ fn report(
     let completed = req.completed();
     let errors: u64 = req.qps.iter().map(|q| q.errors).sum();
     let verify_failures = req.verify_failures + resp.verify_failures;
-    let ud_run = resp.ud_seen.is_some();
-    // UD: a send completes when it leaves the HCA; the run lasts until the last datagram
-    // arrived, and only what arrived counts as goodput.
-    let sim_time_ns = if ud_run {
-        fabric.now().max(1)
-    } else {
-        req.last_completion_ns.max(1)
-    };
-    let bytes = if let Some(seen) = &resp.ud_seen {
-        let unique = seen.iter().flatten().filter(|&&n| n > 0).count() as u64;
-        unique * u64::from(cfg.size)
-    } else {
-        req.bytes_completed
-    };
     let ud = resp.ud_seen.as_ref();
-    let delivered = ud.map_or(0, |s| s.iter().flatten().filter(|&&n| n > 0).count() as u64);
-    let duplicates = ud.map_or(0, |s| {
-        s.iter()
-            .flatten()
-            .map(|&n| u64::from(n.saturating_sub(1)))
-            .sum()
-    });
+    let uc = cfg.service == Service::Uc;
+    // UC and UD: a send completes when it leaves the HCA; what counts is what arrived (each
+    // message once), and when: the run lasts until the last message arrived.
+    let (sim_time_ns, bytes) = if let Some(seen) = ud {
+        let unique = seen.iter().flatten().filter(|&&n| n > 0).count() as u64;
+        (fabric.now().max(1), unique * u64::from(cfg.size))
+    } else if uc {
+        (
+            resp.last_delivery_ns.max(1),
+            resp.unique * u64::from(cfg.size),
+        )
+    } else {
+        (req.last_completion_ns.max(1), req.bytes_completed)
+    };
+    let (delivered, duplicates) = if let Some(seen) = ud {
+        (
+            seen.iter().flatten().filter(|&&n| n > 0).count() as u64,
+            seen.iter()
+                .flatten()
+                .map(|&n| u64::from(n.saturating_sub(1)))
+                .sum(),
+        )
+    } else if uc {
+        (resp.unique, resp.duplicates)
+    } else {
+        (0, 0)
+    };
     let lost = if ud.is_some() {
         completed.saturating_sub(errors).saturating_sub(delivered)
+    } else if uc {
+        cfg.ops.saturating_sub(resp.unique)
     } else {
         0
     };
-    // UD: every datagram that arrived is intact and every send completed; losses are
+    // UC and UD: every message that arrived is intact and every send completed; losses are
     // reported (`lost`), not failures.
-    let all_received = ud.is_some() || resp.received.iter().sum::<u64>() == cfg.ops;
+    let all_received = ud.is_some() || uc || resp.received.iter().sum::<u64>() == cfg.ops;
     let verified = stopped.is_none()
         && errors == 0
         && verify_failures == 0
@@ -541,6 +570,16 @@ pub fn nonzero_drops(c: &Counters) -> Vec<(&'static str, u64)> {
         ("ud_no_recv_wqe", c.ud_no_recv_wqe),
         ("mcast_no_member", c.mcast_no_member),
         ("mcast_bad_dest", c.mcast_bad_dest),
+        ("uc_out_of_order", c.uc_out_of_order),
+        ("uc_opcode_seq_err", c.uc_opcode_seq_err),
+        ("uc_op_not_supported", c.uc_op_not_supported),
+        ("uc_length_err", c.uc_length_err),
+        ("uc_recv_overflow", c.uc_recv_overflow),
+        ("uc_no_recv_wqe", c.uc_no_recv_wqe),
+        ("uc_rkey_violation", c.uc_rkey_violation),
+        ("uc_local_err", c.uc_local_err),
+        ("uc_msgs_dropped", c.uc_msgs_dropped),
+        ("uc_psn_gaps", c.uc_psn_gaps),
     ]
     .into_iter()
     .filter(|&(_, v)| v != 0)
@@ -548,8 +587,22 @@ pub fn nonzero_drops(c: &Counters) -> Vec<(&'static str, u64)> {
 }
 
 impl SimReport {
-    /// The report as one JSON object (keys as `softib sim --json` promises).
+    /// The report as one JSON object (keys as `softib sim --json` promises). UC and UD runs
+    /// add `delivered`, `duplicates` and `lost` (messages); every run has `drop_counters`, the
+    /// non-zero silent-drop counters of each side by reason.
     pub fn to_json(&self) -> Value {
+        let mut v = self.json_common();
+        if self.config.service.is_unreliable() {
+            if let Some(o) = v.as_object_mut() {
+                o.insert("delivered".into(), json!(self.delivered));
+                o.insert("duplicates".into(), json!(self.duplicates));
+                o.insert("lost".into(), json!(self.lost));
+            }
+        }
+        v
+    }
+
+    fn json_common(&self) -> Value {
         let c = &self.config;
         let l = &self.fabric.links;
         json!({
@@ -596,11 +649,6 @@ impl SimReport {
                 "duplicate_requests": self.responder.duplicate_request,
                 "out_of_sequence": self.responder.out_of_seq_dropped + self.responder.rcvd_seq_err,
                 "ignored_responses": self.requester.ignored_responses,
-            },
-            "ud": {
-                "delivered": self.delivered,
-                "duplicates": self.duplicates,
-                "lost": self.lost,
             },
             "drop_counters": {
                 "requester": nonzero_drops(&self.requester).into_iter().collect::<BTreeMap<_, _>>(),
@@ -650,11 +698,13 @@ impl SimReport {
             "  data:        {} bytes, goodput {:.3} Gb/s (simulated)",
             self.bytes, self.goodput_gbps
         );
-        let _ = writeln!(
-            s,
-            "  retransmitted packets: {} ({} retries after a NAK, {} after a timeout)",
-            self.retransmissions, self.retrans_by_nak, self.retrans_by_timeout
-        );
+        if !c.service.is_unreliable() {
+            let _ = writeln!(
+                s,
+                "  retransmitted packets: {} ({} retries after a NAK, {} after a timeout)",
+                self.retransmissions, self.retrans_by_nak, self.retrans_by_timeout
+            );
+        }
         let _ = writeln!(
             s,
             "  frames:      {} sent, {} delivered, {} lost, {} duplicated, {} reordered, {} corrupted (dropped on ICRC: {})",
@@ -666,19 +716,38 @@ impl SimReport {
             l.corrupted,
             self.requester.icrc_err + self.responder.icrc_err
         );
-        let _ = writeln!(
-            s,
-            "  responder:   {} duplicate requests, {} sequence errors, {} NAKs, {} RNR NAKs",
-            self.responder.duplicate_request,
-            self.responder.rcvd_seq_err,
-            self.responder.nak_sent,
-            self.responder.rnr_nak_sent
-        );
-        if c.service == Service::Ud {
+        if c.service.is_unreliable() {
             let _ = writeln!(
                 s,
-                "  datagrams:   {} delivered intact, {} duplicates (delivered again: UD does not detect them), {} lost",
-                self.delivered, self.duplicates, self.lost
+                "  messages:    {} delivered intact, {} lost, {} delivered again ({})",
+                self.delivered,
+                self.lost,
+                self.duplicates,
+                if c.service == Service::Ud {
+                    "UD does not detect duplicates"
+                } else {
+                    "UC accepts a duplicated whole message again, C9-184"
+                }
+            );
+            if c.service == Service::Uc {
+                let _ = writeln!(
+                    s,
+                    "               (each carries its operation index as immediate data; {})",
+                    if c.op == OpKind::Write {
+                        "WRITE runs as RDMA WRITE with immediate"
+                    } else {
+                        "SEND with immediate"
+                    }
+                );
+            }
+        } else {
+            let _ = writeln!(
+                s,
+                "  responder:   {} duplicate requests, {} sequence errors, {} NAKs, {} RNR NAKs",
+                self.responder.duplicate_request,
+                self.responder.rcvd_seq_err,
+                self.responder.nak_sent,
+                self.responder.rnr_nak_sent
             );
         }
         for (side, counters) in [("A", &self.requester), ("B", &self.responder)] {

@@ -80,7 +80,8 @@ fn ud_mixed_faults_every_arrival_intact() {
         "{text}"
     );
     let j = r.to_json();
-    assert_eq!(j["ud"]["lost"], r.lost);
+    assert_eq!(j["lost"], r.lost);
+    assert_eq!(j["duplicates"], r.duplicates);
     assert_eq!(j["service"], "ud");
     // Same seed, same run.
     let again = run(&c, None, &mut |_, _| {}).unwrap();

@@ -128,7 +128,10 @@ impl Hca {
             self.counters.malformed += 1;
             return;
         };
-        let service_ok = matches!((qp.qp_type, info.service), (QpType::Rc, Service::Rc));
+        let service_ok = matches!(
+            (qp.qp_type, info.service),
+            (QpType::Rc, Service::Rc) | (QpType::Uc, Service::Uc)
+        );
         if !service_ok {
             self.counters.wrong_service += 1;
             return;
@@ -145,10 +148,11 @@ impl Hca {
             }
         }
         self.counters.rcvd_pkts += 1;
-        if info.operation.is_response() {
-            self.rc_handle_response(now, qpn, &p.transport);
-        } else {
-            self.rc_handle_request(now, qpn, &p.transport);
+        match info.service {
+            // UC has requests only (its opcodes are SEND and RDMA WRITE) and no timers.
+            Service::Uc => self.uc_handle_request(qpn, &p.transport),
+            _ if info.operation.is_response() => self.rc_handle_response(now, qpn, &p.transport),
+            _ => self.rc_handle_request(now, qpn, &p.transport),
         }
         self.rearm_timer(qpn);
     }
@@ -157,19 +161,27 @@ impl Hca {
     /// false when nothing is ready now.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> bool {
         while let Some(qpn) = self.tx_ready.pop_front() {
-            if let Some(qp) = self.qps.get_mut(&qpn) {
-                qp.transport.tx_queued = false;
-            } else {
-                continue;
-            }
+            let qp_type = match self.qps.get_mut(&qpn) {
+                Some(qp) => {
+                    qp.transport.tx_queued = false;
+                    qp.qp_type
+                }
+                None => continue,
+            };
             out.clear();
-            let ud = self.qps.get(&qpn).is_some_and(|q| q.qp_type == QpType::Ud);
-            let (sent, more) = if ud {
-                let sent = self.ud_next_packet(now, qpn, out);
-                (sent, self.ud_has_tx_work(qpn))
-            } else {
-                let sent = self.rc_next_packet(now, qpn, out);
-                (sent, self.rc_has_tx_work(qpn, now))
+            let (sent, more) = match qp_type {
+                QpType::Uc => {
+                    let sent = self.uc_next_packet(qpn, out);
+                    (sent, self.uc_has_tx_work(qpn))
+                }
+                QpType::Ud => {
+                    let sent = self.ud_next_packet(now, qpn, out);
+                    (sent, self.ud_has_tx_work(qpn))
+                }
+                _ => {
+                    let sent = self.rc_next_packet(now, qpn, out);
+                    (sent, self.rc_has_tx_work(qpn, now))
+                }
             };
             if more {
                 self.schedule_tx(qpn);

@@ -27,6 +27,7 @@ mod datapath;
 mod qp;
 mod requester;
 mod responder;
+mod uc;
 mod ud;
 
 pub use datapath::{gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, MAX_FRAME};

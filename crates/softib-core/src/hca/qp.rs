@@ -468,7 +468,13 @@ impl Hca {
         let Some(qp) = self.qps.get_mut(&qpn.value()) else {
             return;
         };
-        let rq = std::mem::take(&mut qp.rq);
+        let mut rq = std::mem::take(&mut qp.rq);
+        // A SEND in progress holds the oldest receive WQE it took: flushed first.
+        if let crate::transport::rc::InMessage::Send { wqe, .. } =
+            std::mem::take(&mut qp.transport.resp.msg)
+        {
+            rq.push_front(wqe);
+        }
         let cq = qp.recv_cq;
         for wqe in rq {
             // A CQ that overran has lost the completion; the CqError event reports it.

@@ -23,7 +23,7 @@ use softib_wire::opcode::Opcode;
 use softib_wire::psn::MASK24;
 use softib_wire::reth::Reth;
 use softib_wire::transport::{TransportHeaders, TransportPacket};
-use softib_wire::Psn;
+use softib_wire::{Psn, Service};
 
 use super::datapath::write_frame;
 use super::Hca;
@@ -44,7 +44,7 @@ pub const ACK_REQ_MESSAGES_EVERY: u32 = 16;
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
 /// Pad bytes (BTH:PadCnt of them) of outgoing packets.
-static ZERO_PAD: [u8; 3] = [0; 3];
+pub(crate) static ZERO_PAD: [u8; 3] = [0; 3];
 
 /// Packets a message of `len` bytes takes at path MTU `mtu` (at least one).
 #[inline]
@@ -69,7 +69,7 @@ pub(crate) fn consumes_rwqe(op: &WrOpcode) -> bool {
 }
 
 /// Where the payload of a request packet comes from.
-enum PayloadPlan {
+pub(crate) enum PayloadPlan {
     None,
     /// Bytes `[offset, offset + len)` of the WQE's message.
     Message {
@@ -214,7 +214,7 @@ impl Hca {
             pad: &[],
         };
         let headers = &mut t.headers;
-        let (plan, last) = request_packet(w, idx, psn, mtu, headers);
+        let (plan, last) = request_packet(w, idx, psn, mtu, headers, Service::Rc);
         headers.bth.dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
         headers.bth.pkey = DEFAULT_PKEY;
         headers.bth.mig_req = super::apm::mig_req(&qp.attr);
@@ -572,14 +572,28 @@ fn rewind_point(w: &SendWqe) -> Psn {
     }
 }
 
-/// Writes the headers of request packet `idx` of `w` (PSN `psn`) into `h`; returns its payload
-/// plan and whether it is the last packet of the message.
-fn request_packet(
+/// `op`, an RC SEND / RDMA WRITE opcode, in the opcode class of `service`: the low five bits of
+/// BTH:OpCode name the same operation and position for RC and UC (IBA Table 38), only bits
+/// 7:5 differ.
+#[inline(always)]
+fn in_class(op: Opcode, service: Service) -> Opcode {
+    match service {
+        Service::Uc => Opcode(op.0 | Opcode::UC_SEND_FIRST.0),
+        _ => op,
+    }
+}
+
+/// Writes the headers of request packet `idx` of `w` (PSN `psn`) into `h` for a connection of
+/// `service` (RC or UC: segmentation and headers are the same, only the opcode class differs);
+/// returns its payload plan and whether it is the last packet of the message. READ and ATOMIC
+/// WQEs (RC only) always get RC opcodes.
+pub(crate) fn request_packet(
     w: &SendWqe,
     idx: u32,
     psn: Psn,
     mtu: u32,
     h: &mut TransportHeaders,
+    service: Service,
 ) -> (PayloadPlan, bool) {
     let n = w.tx.npsn;
     let first = idx == 0;
@@ -700,7 +714,7 @@ fn request_packet(
             return (PayloadPlan::None, true);
         }
     };
-    h.bth.opcode = opcode;
+    h.bth.opcode = in_class(opcode, service);
     h.bth.solicited = solicited && last;
     (plan, last)
 }

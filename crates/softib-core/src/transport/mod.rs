@@ -3,9 +3,9 @@
 //!
 //! The data path itself lives in `hca/` (`datapath.rs` frames packets and schedules
 //! transmission and timers; `requester.rs`, `completer.rs` and `responder.rs` implement the
-//! three roles of IBA 9.7 for RC; `ud.rs` the unreliable datagram service of IBA 9.8.3). It
-//! runs on the `Hca` because every role touches memory
-//! regions, queues and completion queues that the HCA owns.
+//! three roles of IBA 9.7 for RC; `uc.rs` the requester and responder of IBA 9.8.2 for UC;
+//! `ud.rs` the unreliable datagram service of IBA 9.8.3). It runs on the `Hca` because every
+//! role touches memory regions, queues and completion queues that the HCA owns.
 
 pub mod rc;
 
@@ -73,4 +73,34 @@ pub struct Counters {
     /// UD: packets whose destination QP and GID disagree about multicast (DQPN 0xFFFFFF to
     /// a unicast GID, or a multicast GID with another DQPN).
     pub mcast_bad_dest: u64,
+    /// UC responder: MIDDLE / LAST packets dropped because their PSN was not the ePSN
+    /// (C9-183, C9-186).
+    pub uc_out_of_order: u64,
+    /// UC responder: MIDDLE / LAST packets dropped for an invalid opcode sequence: no message
+    /// in progress, or one of another operation (C9-187, C9-188).
+    pub uc_opcode_seq_err: u64,
+    /// UC responder: RDMA WRITE packets dropped because the QP does not allow remote writes
+    /// (C9-168, C9-190).
+    pub uc_op_not_supported: u64,
+    /// UC responder: packets dropped for an invalid payload length or PadCnt (C9-195..C9-199),
+    /// or RDMA WRITE packets that end outside or short of their RETH:DMALen.
+    pub uc_length_err: u64,
+    /// UC responder: SEND packets dropped because the message outgrew its receive buffer
+    /// (C9-194).
+    pub uc_recv_overflow: u64,
+    /// UC responder: SEND or RDMA WRITE with immediate packets dropped for want of a receive
+    /// WQE (C9-169; UC has no RNR NAK).
+    pub uc_no_recv_wqe: u64,
+    /// UC responder: RDMA WRITE packets dropped for an R_Key violation (C9-192.2.1).
+    pub uc_rkey_violation: u64,
+    /// UC responder: packets dropped on a local error placing their payload (a receive WQE
+    /// whose buffer does not pass its L_Key check).
+    pub uc_local_err: u64,
+    /// UC responder: messages dropped after the responder had accepted some of their packets,
+    /// or whose FIRST / ONLY packet it dropped. Messages lost without a trace (every packet
+    /// lost) are not counted here; `uc_psn_gaps` shows them.
+    pub uc_msgs_dropped: u64,
+    /// UC responder: request packets whose PSN was not the ePSN (o9-131): each is a sign that
+    /// one or more packets, and so messages, were lost (or arrived out of order).
+    pub uc_psn_gaps: u64,
 }

@@ -24,6 +24,8 @@ use softib_wire::roce::{self, IpHeader, RocePacket};
 use softib_wire::transport::{TransportHeaders, TransportPacket};
 use softib_wire::{Psn, Qpn};
 
+pub mod uc;
+
 /// Which way a frame travels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dir {
