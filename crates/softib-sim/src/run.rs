@@ -6,16 +6,17 @@ use std::io::Write;
 use serde_json::{json, Value};
 use softib_core::setup::{connect, ConnectOptions, EndpointInfo};
 use softib_core::transport::Counters;
+use softib_core::verbs::ah::AhAttr;
 use softib_core::verbs::device::GidEntry;
-use softib_core::verbs::qp::{QpCap, QpInitAttr};
-use softib_core::verbs::types::{AccessFlags, GidType, Mtu, QpType};
+use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
+use softib_core::verbs::types::{AccessFlags, Gid, GidType, Mtu, QpState, QpType};
 use softib_core::verbs::wr::RemoteAddr;
 use softib_core::{gid_of_ipv4, mac_for_gid, Hca, HcaConfig};
-use softib_fabric::{Capture, Fabric, Faults, LinkConfig, RunOutcome, Totals};
+use softib_fabric::{Capture, Fabric, Faults, LinkConfig, LinkLayer, RunOutcome, Totals};
 use softib_wire::Psn;
 
-use crate::config::{OpKind, SimConfig};
-use crate::node::{App, Layout, ReqApp, RespApp, SimNode, Slot};
+use crate::config::{OpKind, Service, SimConfig};
+use crate::node::{App, Layout, RawRx, RawTx, ReqApp, RespApp, SimNode, Slot};
 use crate::pattern;
 
 /// Largest memory the simulator registers per node.
@@ -57,6 +58,10 @@ pub struct SimReport {
     pub fabric: Totals,
     pub requester: Counters,
     pub responder: Counters,
+    /// Unreliable (raw) services: messages sent but never delivered.
+    pub lost: u64,
+    /// Unreliable (raw) services: messages delivered again (duplication fault), discarded.
+    pub duplicates: u64,
     pub events: u64,
     /// Why the run stopped short, if it did.
     pub stopped: Option<String>,
@@ -66,7 +71,19 @@ pub struct SimReport {
 const NODE_A: [u8; 4] = [10, 0, 0, 1];
 const NODE_B: [u8; 4] = [10, 0, 0, 2];
 
-fn hca_for(node: u32, ip: [u8; 4], mtu: Mtu, window: u32) -> Hca {
+/// LIDs of the two nodes on a native IB fabric.
+const LID_A: u16 = 1;
+const LID_B: u16 = 2;
+
+fn hca_for(node: u32, ip: [u8; 4], mtu: Mtu, window: u32, link: LinkLayer) -> Hca {
+    if link == LinkLayer::InfiniBand {
+        // Node ids 1 and 2 give LIDs 1 and 2.
+        let mut cfg = HcaConfig::infiniband(node);
+        cfg.ports[0].active_mtu = mtu;
+        cfg.device.max_qp_wr = cfg.device.max_qp_wr.max(1 << 16);
+        cfg.max_unacked_psns = window;
+        return Hca::new(cfg);
+    }
     let mut cfg = HcaConfig::new(node);
     let port = &mut cfg.ports[0];
     port.gids.push(GidEntry {
@@ -85,7 +102,9 @@ fn hca_for(node: u32, ip: [u8; 4], mtu: Mtu, window: u32) -> Hca {
 pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     cfg.validate()?;
     let slots = (cfg.depth as usize * 4).max(4);
-    let slot_len = (u64::from(cfg.size).max(8)).next_multiple_of(64);
+    // A raw message starts with its header (IPv6 header / RWH).
+    let slot_len =
+        (u64::from(cfg.size).max(8) + u64::from(cfg.service.raw_header_len())).next_multiple_of(64);
     let region = slot_len * slots as u64 * u64::from(cfg.qps);
     if region > MAX_REGION {
         return Err(format!(
@@ -94,8 +113,9 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         ));
     }
     let layout = Layout { slots, slot_len };
-    let mut a = hca_for(1, NODE_A, cfg.mtu, cfg.window_psns);
-    let mut b = hca_for(2, NODE_B, cfg.mtu, cfg.window_psns);
+    let mut a = hca_for(1, NODE_A, cfg.mtu, cfg.window_psns, cfg.link);
+    let mut b = hca_for(2, NODE_B, cfg.mtu, cfg.window_psns, cfg.link);
+    let native = cfg.link == LinkLayer::InfiniBand;
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
@@ -151,7 +171,30 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     let mut pairs = Vec::new();
     let per_qp = cfg.ops / u64::from(cfg.qps);
     let extra = cfg.ops % u64::from(cfg.qps);
+    let mut raw_tx = None;
+    if cfg.service.is_raw() {
+        // One raw QP per node (validated), addressed by LID.
+        let qp_type = match cfg.service {
+            Service::RawIpv6 => QpType::RawIpv6,
+            _ => QpType::RawEthertype,
+        };
+        let qa = raw_qp(&mut a, pa, ca, cap, qp_type).map_err(|e| err(&e))?;
+        let qb = raw_qp(&mut b, pb, cb, cap, qp_type).map_err(|e| err(&e))?;
+        let ah = a
+            .create_ah(pa, &AhAttr::local(1, LID_B))
+            .map_err(|e| err(&e))?;
+        let header = match cfg.service {
+            Service::RawIpv6 => raw_ipv6_header(&a, &b),
+            // RWH: reserved, then the IEEE local experimental EtherType 1.
+            _ => vec![0, 0, 0x88, 0xB5],
+        };
+        raw_tx = Some(RawTx { header, ah });
+        pairs.push((qa, qb, cfg.ops));
+    }
     for i in 0..cfg.qps {
+        if cfg.service.is_raw() {
+            break;
+        }
         let qa = a
             .create_qp(pa, &QpInitAttr::new(QpType::Rc, ca, cap))
             .map_err(|e| err(&e))?;
@@ -160,23 +203,32 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
             .map_err(|e| err(&e))?;
         let psn_a = Psn::new((cfg.seed as u32).wrapping_mul(2654435761).wrapping_add(i));
         let psn_b = Psn::new((cfg.seed as u32).wrapping_mul(40503).wrapping_add(i * 7));
+        // Native IB: LID-routed (no GID, so no GRH); RoCE: by IPv4-mapped GID.
         let ia = EndpointInfo {
             qpn: qa,
             psn: psn_a,
-            gid: gid_of_ipv4(NODE_A),
-            lid: 0,
+            gid: if native {
+                Gid::default()
+            } else {
+                gid_of_ipv4(NODE_A)
+            },
+            lid: if native { LID_A } else { 0 },
         };
         let ib = EndpointInfo {
             qpn: qb,
             psn: psn_b,
-            gid: gid_of_ipv4(NODE_B),
-            lid: 0,
+            gid: if native {
+                Gid::default()
+            } else {
+                gid_of_ipv4(NODE_B)
+            },
+            lid: if native { LID_B } else { 0 },
         };
         connect(&mut a, qa, psn_a, &ib, &opts).map_err(|e| err(&e))?;
         connect(&mut b, qb, psn_b, &ia, &opts).map_err(|e| err(&e))?;
         pairs.push((qa, qb, per_qp + u64::from(u64::from(i) < extra)));
     }
-    let req = ReqApp::new(
+    let mut req = ReqApp::new(
         cfg.op,
         cfg.size,
         cfg.depth,
@@ -199,6 +251,14 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         mb,
         pairs.iter().map(|p| p.1).collect(),
     );
+    req.raw = raw_tx;
+    if cfg.service.is_raw() {
+        resp.raw = Some(RawRx {
+            header_len: cfg.service.raw_header_len() as usize,
+            seen: vec![false; cfg.ops as usize],
+            duplicates: 0,
+        });
+    }
     resp.post_initial(&mut b);
     let faults = Faults {
         loss: cfg.loss,
@@ -211,33 +271,81 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     let link = LinkConfig {
         latency_ns: cfg.latency_ns,
         bandwidth_bps: cfg.bandwidth_bps,
-        mtu: 9000,
+        // Native IB: the IBA MTU (packets may be MTU + 126 bytes); Ethernet: jumbo frames.
+        mtu: if native { 4096 } else { 9000 },
         jitter_ns: cfg.jitter_ns,
         faults,
     };
     let trace = std::env::var_os("SOFTIB_TRACE").is_some();
-    let mut fabric = Fabric::new(cfg.seed);
+    let mut fabric = Fabric::with_link_layer(cfg.seed, cfg.link);
     let mut link_a = link.clone();
     link_a.faults.down = cfg.link_down.clone();
-    fabric.add_node(
-        SimNode {
-            hca: a,
-            app: App::Requester(Box::new(req)),
-            trace,
-        },
-        mac_for_gid(&gid_of_ipv4(NODE_A)),
-        link_a,
-    );
-    fabric.add_node(
-        SimNode {
-            hca: b,
-            app: App::Responder(Box::new(resp)),
-            trace,
-        },
-        mac_for_gid(&gid_of_ipv4(NODE_B)),
-        link,
-    );
+    let node_a = SimNode {
+        hca: a,
+        app: App::Requester(Box::new(req)),
+        trace,
+        progress_on_idle_tx: cfg.service.is_raw(),
+    };
+    let node_b = SimNode {
+        hca: b,
+        app: App::Responder(Box::new(resp)),
+        trace,
+        progress_on_idle_tx: false,
+    };
+    if native {
+        fabric.add_ib_node(node_a, LID_A, 0, link_a);
+        fabric.add_ib_node(node_b, LID_B, 0, link);
+    } else {
+        fabric.add_node(node_a, mac_for_gid(&gid_of_ipv4(NODE_A)), link_a);
+        fabric.add_node(node_b, mac_for_gid(&gid_of_ipv4(NODE_B)), link);
+    }
     Ok(fabric)
+}
+
+/// A raw QP of `qp_type` on port 1, in RTS.
+fn raw_qp(
+    hca: &mut Hca,
+    pd: softib_core::verbs::PdHandle,
+    cq: softib_core::verbs::CqHandle,
+    cap: QpCap,
+    qp_type: QpType,
+) -> Result<softib_wire::Qpn, String> {
+    let qpn = hca
+        .create_qp(pd, &QpInitAttr::new(qp_type, cq, cap))
+        .map_err(|e| e.to_string())?;
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    hca.modify_qp(qpn, &init, QpAttrMask::STATE | QpAttrMask::PORT)
+        .map_err(|e| e.to_string())?;
+    for st in [QpState::Rtr, QpState::Rts] {
+        let attr = QpAttr {
+            qp_state: st,
+            ..QpAttr::default()
+        };
+        hca.modify_qp(qpn, &attr, QpAttrMask::STATE)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(qpn)
+}
+
+/// The IPv6 header node A's raw datagrams start with: from A's GID to B's, Next Header 253
+/// (RFC 3692 experimentation); the HCA fills in PayLen.
+fn raw_ipv6_header(a: &Hca, b: &Hca) -> Vec<u8> {
+    let gid = |h: &Hca| h.query_port(1).map(|p| p.gids[0].gid.0).unwrap_or_default();
+    let g = softib_wire::grh::Grh {
+        ip_ver: 6,
+        nxt_hdr: 253,
+        hop_lmt: 64,
+        sgid: gid(a),
+        dgid: gid(b),
+        ..Default::default()
+    };
+    let mut h = vec![0u8; softib_wire::grh::LEN];
+    let _ = g.emit(&mut h);
+    h
 }
 
 /// Runs a scenario. `pcap` captures every delivered frame; `progress(done, total)` is called
@@ -270,7 +378,8 @@ pub fn run(
             progress(completed, cfg.ops);
             last_report = completed;
         }
-        if done {
+        // An unreliable service is done once nothing is left in flight either.
+        if done && (!cfg.service.is_raw() || outcome == RunOutcome::Idle) {
             break;
         }
         if freed {
@@ -358,14 +467,25 @@ fn report(
     let completed = req.completed();
     let errors: u64 = req.qps.iter().map(|q| q.errors).sum();
     let verify_failures = req.verify_failures + resp.verify_failures;
-    let sim_time_ns = req.last_completion_ns.max(1);
-    let bytes = req.bytes_completed;
+    let received: u64 = resp.received.iter().sum();
+    // Raw sends complete when transmitted: time and bytes are those of the deliveries (the
+    // run ends when the fabric is idle, after the last one).
+    let (sim_time_ns, bytes) = if cfg.service.is_raw() {
+        (fabric.now().max(1), received * u64::from(cfg.size))
+    } else {
+        (req.last_completion_ns.max(1), req.bytes_completed)
+    };
+    // Raw datagrams are unreliable: each arrives intact once or is counted lost.
+    let (lost, duplicates) = match &resp.raw {
+        Some(r) => (cfg.ops.saturating_sub(received), r.duplicates),
+        None => (0, 0),
+    };
     let verified = stopped.is_none()
         && errors == 0
         && verify_failures == 0
         && resp.recv_errors == 0
         && completed == cfg.ops
-        && (cfg.op != OpKind::Send || resp.received.iter().sum::<u64>() == cfg.ops);
+        && (cfg.op != OpKind::Send || received + lost == cfg.ops);
     SimReport {
         config: cfg.clone(),
         posted,
@@ -398,6 +518,8 @@ fn report(
         fabric: fabric.totals(),
         requester,
         responder,
+        lost,
+        duplicates,
         events: fabric.events_processed(),
         stopped,
     }
@@ -410,6 +532,9 @@ impl SimReport {
         let l = &self.fabric.links;
         json!({
             "service": c.service.name(),
+            "link": link_name(c.link),
+            "lost": self.lost,
+            "duplicates": self.duplicates,
             "op": c.op.name(),
             "size": c.size,
             "ops": c.ops,
@@ -475,6 +600,12 @@ impl SimReport {
             c.mtu.bytes(),
             c.seed
         );
+        if c.link == LinkLayer::InfiniBand {
+            let _ = writeln!(
+                s,
+                "  link:        native InfiniBand (LIDs {LID_A} and {LID_B})"
+            );
+        }
         let _ = writeln!(
             s,
             "  fabric:      {:.0} Gb/s links, {} ns latency, loss {}, dup {}, reorder {}, corrupt {}; window {} PSNs, Ttr 4.096 us x 2^{}",
@@ -521,6 +652,26 @@ impl SimReport {
             self.responder.nak_sent,
             self.responder.rnr_nak_sent
         );
+        if c.service.is_raw() {
+            let _ = writeln!(
+                s,
+                "  datagrams:   {} delivered intact, {} lost, {} duplicates discarded",
+                c.ops - self.lost,
+                self.lost,
+                self.duplicates
+            );
+        }
+        for (who, counters) in [("A", &self.requester), ("B", &self.responder)] {
+            let nonzero: Vec<String> = counters
+                .named()
+                .iter()
+                .filter(|(n, v)| *v != 0 && !matches!(*n, "sent_pkts" | "rcvd_pkts"))
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect();
+            if !nonzero.is_empty() {
+                let _ = writeln!(s, "  counters {who}:  {}", nonzero.join(" "));
+            }
+        }
         let statuses: Vec<String> = self
             .per_status
             .iter()
@@ -554,5 +705,12 @@ impl SimReport {
             }
         );
         s
+    }
+}
+
+fn link_name(l: LinkLayer) -> &'static str {
+    match l {
+        LinkLayer::Ethernet => "ethernet",
+        LinkLayer::InfiniBand => "ib",
     }
 }

@@ -24,10 +24,15 @@
 mod completer;
 mod datapath;
 mod qp;
+mod raw;
 mod requester;
 mod responder;
 
-pub use datapath::{gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, MAX_FRAME};
+pub use datapath::{
+    gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, MAX_FRAME, MULTICAST_LID_BASE,
+    PERMISSIVE_LID,
+};
+pub use raw::{raw_header_len, raw_max_message};
 
 #[cfg(test)]
 mod tests;

@@ -310,6 +310,7 @@ impl Hca {
 
     /// Copies bytes `[offset, offset + len)` of a WQE's message into `dst`, checking every
     /// L_Key touched. False on a protection error.
+    #[inline(always)]
     pub(crate) fn gather(
         &self,
         pd: crate::verbs::PdHandle,
