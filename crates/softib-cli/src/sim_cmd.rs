@@ -7,7 +7,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use softib_core::verbs::types::Mtu;
 use softib_sim::svg::{line_chart, Series};
-use softib_sim::{OpKind, Service, SimConfig, SimReport};
+use softib_sim::{LinkLayer, OpKind, Service, SimConfig, SimReport};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum ServiceArg {
@@ -19,6 +19,18 @@ pub enum ServiceArg {
     Uc,
     /// Unreliable datagram (`--op send` only, `--size` 8..=MTU).
     Ud,
+    /// Raw IPv6 datagrams (implies --link ib).
+    RawIpv6,
+    /// Raw EtherType datagrams (implies --link ib).
+    RawEthertype,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LinkArg {
+    /// RoCEv2 over Ethernet.
+    Ethernet,
+    /// Native InfiniBand (LRH, VCRC; the switch forwards by DLID).
+    Ib,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -36,6 +48,9 @@ pub struct Common {
     /// Transport service.
     #[arg(long, value_enum, default_value = "rc")]
     service: ServiceArg,
+    /// Link layer of the fabric (raw services need ib and imply it).
+    #[arg(long, value_enum)]
+    link: Option<LinkArg>,
     /// Operation of every work request.
     #[arg(long, value_enum, default_value = "write")]
     op: OpArg,
@@ -100,7 +115,8 @@ pub struct SimArgs {
     /// Per-frame loss probability, every link direction.
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
-    /// Write every delivered frame to this pcap (RoCEv2, Ethernet link type).
+    /// Write every delivered frame to this pcap (RoCEv2 with the Ethernet link type; with
+    /// --link ib, native IB packets as DLT_USER0).
     #[arg(long)]
     pcap: Option<PathBuf>,
 }
@@ -141,6 +157,14 @@ fn config(c: &Common, loss: f64) -> Result<SimConfig, String> {
             ServiceArg::Rc => Service::Rc,
             ServiceArg::Uc => Service::Uc,
             ServiceArg::Ud => Service::Ud,
+            ServiceArg::RawIpv6 => Service::RawIpv6,
+            ServiceArg::RawEthertype => Service::RawEthertype,
+        },
+        link: match (c.link, c.service) {
+            (Some(LinkArg::Ib), _) | (None, ServiceArg::RawIpv6 | ServiceArg::RawEthertype) => {
+                LinkLayer::InfiniBand
+            }
+            _ => LinkLayer::Ethernet,
         },
         op: match c.op {
             OpArg::Send => OpKind::Send,

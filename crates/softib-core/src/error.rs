@@ -315,6 +315,13 @@ pub enum CreateQpError {
         /// The QP type.
         qp_type: QpType,
     },
+    /// A raw datagram QP on an HCA without an InfiniBand port (raw datagrams follow an LRH,
+    /// which RoCE does not have).
+    #[error("{qp_type} QPs need a native InfiniBand port; this HCA has none")]
+    RawQpNeedsInfiniBand {
+        /// The QP type.
+        qp_type: QpType,
+    },
     /// A capability exceeds the device limit.
     #[error("cap.{field} = {value} exceeds the device limit {max}")]
     CapTooLarge {
@@ -534,6 +541,15 @@ pub enum ModifyQpError {
     /// `qp_access_flags` has bits that are not access rights.
     #[error("qp_access_flags {0:#x} has unknown bits")]
     InvalidAccessFlags(u32),
+    /// A raw datagram QP was bound to a port whose link layer is not InfiniBand (raw
+    /// datagrams live behind an LRH, which RoCE does not have).
+    #[error("port {port} is not an InfiniBand port: {qp_type} QPs need a native IB link layer")]
+    RawQpNeedsInfiniBand {
+        /// QP type.
+        qp_type: QpType,
+        /// Port.
+        port: u8,
+    },
 }
 
 /// `query_qp` / `destroy_qp` failed.
@@ -690,6 +706,37 @@ pub enum PostSendError {
         /// MTU.
         mtu: Mtu,
     },
+    /// The raw datagram of WR `index` is shorter than the header it must start with (the
+    /// 40-byte IPv6 header of a raw IPv6 QP, the 4-byte RWH of a raw EtherType QP).
+    #[error("WR {index}: raw datagram of {len} bytes is shorter than its {header}-byte header")]
+    RawDatagramTooShort {
+        /// Index of the WR in the list.
+        index: usize,
+        /// Message length.
+        len: u64,
+        /// Header length.
+        header: u32,
+    },
+    /// The raw datagram of WR `index` (padded to whole words) does not fit the largest raw
+    /// packet of the port (LRH:PktLen of at most active MTU + 124 bytes, o9-148).
+    #[error("WR {index}: raw datagram of {len} bytes exceeds the raw maximum of {max} bytes")]
+    RawDatagramTooLong {
+        /// Index of the WR in the list.
+        index: usize,
+        /// Message length.
+        len: u64,
+        /// Largest raw datagram (header included).
+        max: u32,
+    },
+    /// The raw IPv6 datagram of WR `index` names an IBA transport header as its IPv6 Next
+    /// Header (0x1B), which a CA never sends (C9-208).
+    #[error("WR {index}: a raw IPv6 datagram must not carry an IBA transport header (next header {next_header:#04x}, C9-208)")]
+    RawIpv6IbaNextHeader {
+        /// Index of the WR in the list.
+        index: usize,
+        /// The Next Header value.
+        next_header: u8,
+    },
 }
 
 impl PostSendError {
@@ -711,7 +758,10 @@ impl PostSendError {
             | PostSendError::InvalidAh { index, .. }
             | PostSendError::AhPdMismatch { index, .. }
             | PostSendError::AhPortMismatch { index, .. }
-            | PostSendError::UdMessageTooLong { index, .. } => Some(index),
+            | PostSendError::UdMessageTooLong { index, .. }
+            | PostSendError::RawDatagramTooShort { index, .. }
+            | PostSendError::RawDatagramTooLong { index, .. }
+            | PostSendError::RawIpv6IbaNextHeader { index, .. } => Some(index),
         }
     }
 }

@@ -59,7 +59,8 @@ impl Default for ConnectOptions {
 }
 
 /// Moves a connected (RC or UC) QP from RESET to RTS towards `remote`; `local_psn` is the
-/// first PSN of this side's requester.
+/// first PSN of this side's requester. The address vector is global (GRH) unless `remote.gid`
+/// is all zeros, in which case it routes by `remote.lid` only (native IB within a subnet).
 pub fn connect(
     hca: &mut Hca,
     qpn: Qpn,
@@ -79,7 +80,13 @@ pub fn connect(
         &init,
         QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS,
     )?;
-    let mut av = AhAttr::global(o.port_num, remote.gid, o.sgid_index);
+    // A remote that gave no GID (all zeros) is reached by LID alone: a LID-routed address
+    // vector, so native IB packets carry no GRH (LRH:LNH = IBA local).
+    let mut av = if remote.gid == Gid::default() {
+        AhAttr::local(o.port_num, remote.lid)
+    } else {
+        AhAttr::global(o.port_num, remote.gid, o.sgid_index)
+    };
     av.dlid = remote.lid;
     let rtr = QpAttr {
         qp_state: QpState::Rtr,

@@ -35,10 +35,30 @@
 //! receiver without being copied; so do held-back frames. Links whose configuration has no
 //! fault, no jitter and no down interval (in a fabric without rules) take a short path that
 //! draws no random number, as the full path would not either.
+//!
+//! # Link layers
+//!
+//! A fabric carries Ethernet frames (the default; the switch forwards by destination MAC) or
+//! native InfiniBand packets ([`Fabric::with_link_layer`] with [`LinkLayer::InfiniBand`]; nodes
+//! join with [`Fabric::add_ib_node`], naming their LID range, and the switch forwards by
+//! LRH:DLID). On an InfiniBand fabric:
+//!
+//! * a unicast DLID (0x0001..=0xBFFF) goes to the node whose range `base .. base + 2^LMC`
+//!   holds it, or is dropped and counted in [`SwitchStats::unknown_dst`] (LID 0 included);
+//! * a multicast DLID (0xC000..=0xFFFE) is copied to every other node, as a broadcast frame is
+//!   on Ethernet (the switch has no multicast forwarding table; the HCAs filter);
+//! * the permissive DLID 0xFFFF is consumed by the switch, which has no management agent:
+//!   dropped and counted in [`SwitchStats::permissive`];
+//! * a link's MTU is the IBA MTU: a packet may be up to MTU + 126 bytes (MTU + 124 counted by
+//!   LRH:PktLen, plus the VCRC);
+//! * the corruption fault flips bits anywhere in the packet until its VCRC or ICRC no longer
+//!   verifies; rules match the BTH of IBA packets (raw datagrams have none);
+//! * pcap captures use link type DLT_USER0 (147), as `softib pcap decode` expects for native
+//!   IB.
 
 use std::io::{self, Write};
 
-use softib_wire::pcap::{PcapWriter, LINKTYPE_ETHERNET};
+use softib_wire::pcap::{PcapWriter, LINKTYPE_ETHERNET, LINKTYPE_USER0};
 
 use crate::endpoint::Endpoint;
 use crate::events::{Event, EventHeap, EventKind};
@@ -58,6 +78,27 @@ impl NodeId {
         self.0 as usize
     }
 }
+
+/// What the fabric's links carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LinkLayer {
+    /// Ethernet frames, switched by destination MAC address.
+    #[default]
+    Ethernet,
+    /// Native InfiniBand packets (LRH first, VCRC last), switched by LRH:DLID.
+    InfiniBand,
+}
+
+/// Bytes a native IB packet may carry beyond the link's MTU: MTU + 124 bytes counted by
+/// LRH:PktLen (IBA 7.7.8), then the 2-byte VCRC.
+pub const IB_PACKET_OVERHEAD: usize = 126;
+
+/// No node has this LID.
+const NO_NODE: u32 = u32::MAX;
+/// First multicast LID.
+const MULTICAST_LID: u16 = 0xC000;
+/// The permissive LID.
+const PERMISSIVE_LID: u16 = 0xFFFF;
 
 /// Why a run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,8 +130,10 @@ pub struct SwitchStats {
     pub flooded: u64,
     /// Frames to a unicast MAC address no node has (dropped).
     pub unknown_dst: u64,
-    /// Frames shorter than an Ethernet header (dropped).
+    /// Frames shorter than an Ethernet header (or, on an InfiniBand fabric, an LRH) (dropped).
     pub malformed: u64,
+    /// InfiniBand fabric: packets to the permissive LID, which the switch consumes (dropped).
+    pub permissive: u64,
 }
 
 /// Fabric-wide counters.
@@ -272,6 +315,26 @@ struct Net {
     bufs_created: u64,
     /// Storage of the frames queued on links.
     chunks: ChunkPool,
+    /// The links carry native IB packets.
+    native: bool,
+    /// InfiniBand fabric: the node of each unicast LID (`NO_NODE` if none), indexed by LID.
+    lids: Vec<u32>,
+}
+
+/// Bytes of a frame that its link's MTU does not count.
+#[inline(always)]
+fn frame_overhead(native: bool, frame: &[u8]) -> usize {
+    if native {
+        IB_PACKET_OVERHEAD
+    } else {
+        eth_header_len(frame)
+    }
+}
+
+/// The DLID of a native IB packet (bytes 2-3 of the LRH).
+#[inline(always)]
+fn dlid_of(frame: &[u8]) -> Option<u16> {
+    frame.get(2..4).map(|b| u16::from_be_bytes([b[0], b[1]]))
 }
 
 #[inline(always)]
@@ -451,6 +514,7 @@ impl Net {
     /// [`crate::faults`] for the order).
     #[inline(always)]
     fn enqueue(&mut self, li: usize, t: u64, frame: Frame<'_>, src: u32) {
+        let native = self.native;
         let link = &mut self.links[li];
         // `plain` is false while the configuration is stale.
         if link.derived.plain && self.rules.is_empty() {
@@ -458,7 +522,7 @@ impl Net {
             let n = b.len();
             link.stats.sent_frames += 1;
             link.stats.sent_bytes += n as u64;
-            if n.saturating_sub(eth_header_len(b)) > link.cfg.mtu {
+            if n.saturating_sub(frame_overhead(native, b)) > link.cfg.mtu {
                 link.stats.dropped_mtu += 1;
                 self.recycle(frame);
                 return;
@@ -491,11 +555,12 @@ impl Net {
     #[inline(never)]
     fn enqueue_impaired(&mut self, li: usize, t: u64, frame: Frame<'_>, src: u32) {
         let n = frame.bytes().len();
+        let native = self.native;
         {
             let link = &mut self.links[li];
             link.stats.sent_frames += 1;
             link.stats.sent_bytes += n as u64;
-            if n.saturating_sub(eth_header_len(frame.bytes())) > link.cfg.mtu {
+            if n.saturating_sub(frame_overhead(native, frame.bytes())) > link.cfg.mtu {
                 link.stats.dropped_mtu += 1;
                 self.recycle(frame);
                 return;
@@ -515,9 +580,17 @@ impl Net {
         }
         let mut fx = Effects::default();
         if !self.rules.is_empty() {
-            if let Some(key) = BthKey::of(frame.bytes()) {
+            let key = if native {
+                BthKey::of_native(frame.bytes())
+            } else {
+                BthKey::of(frame.bytes())
+            };
+            if let Some(key) = key {
                 let (hop, node) = (self.links[li].dir, self.links[li].node);
                 let to = match hop {
+                    Direction::Up if native => {
+                        dlid_of(frame.bytes()).and_then(|d| self.lid_node(d))
+                    }
                     Direction::Up => frame.bytes().get(..6).and_then(|m| self.lookup(m)),
                     Direction::Down => Some(node),
                 };
@@ -566,7 +639,7 @@ impl Net {
                     v
                 }
             };
-            if corrupt_frame(&mut link.rng, &mut v) {
+            if corrupt_frame(&mut link.rng, &mut v, native) {
                 link.stats.corrupted += 1;
             }
             Frame::Owned(v)
@@ -657,9 +730,22 @@ impl Net {
         }
     }
 
+    /// The node that has unicast LID `lid` (InfiniBand fabric).
+    #[inline]
+    fn lid_node(&self, lid: u16) -> Option<u32> {
+        self.lids
+            .get(usize::from(lid))
+            .copied()
+            .filter(|&n| n != NO_NODE)
+    }
+
     /// A frame from node `src` has fully arrived at the switch.
     #[inline(always)]
     fn forward(&mut self, src: u32, frame: Frame<'_>, node_count: u32) {
+        if self.native {
+            self.forward_native(src, frame, node_count);
+            return;
+        }
         let b = frame.bytes();
         if b.len() < 14 {
             self.totals.switch.malformed += 1;
@@ -692,6 +778,45 @@ impl Net {
             }
         }
     }
+
+    /// A native IB packet from node `src` has fully arrived at the switch: forwarded by DLID
+    /// (see the module docs).
+    fn forward_native(&mut self, src: u32, frame: Frame<'_>, node_count: u32) {
+        let Some(dlid) = dlid_of(frame.bytes()).filter(|_| frame.bytes().len() >= 8) else {
+            self.totals.switch.malformed += 1;
+            self.recycle(frame);
+            return;
+        };
+        let t = self.now.saturating_add(self.switch_latency_ns);
+        if dlid == PERMISSIVE_LID {
+            self.totals.switch.permissive += 1;
+            self.recycle(frame);
+            return;
+        }
+        if dlid >= MULTICAST_LID {
+            self.totals.switch.flooded += 1;
+            for d in (0..node_count).filter(|&d| d != src) {
+                self.enqueue(
+                    link_index(d, Direction::Down),
+                    t,
+                    Frame::Borrowed(frame.bytes()),
+                    src,
+                );
+            }
+            self.recycle(frame);
+            return;
+        }
+        match self.lid_node(dlid) {
+            Some(d) => {
+                self.totals.switch.forwarded += 1;
+                self.enqueue(link_index(d, Direction::Down), t, frame, src);
+            }
+            None => {
+                self.totals.switch.unknown_dst += 1;
+                self.recycle(frame);
+            }
+        }
+    }
 }
 
 /// A star network: every node has one port cabled to a single non-blocking switch that forwards
@@ -707,8 +832,14 @@ pub struct Fabric<E> {
 }
 
 impl<E: Endpoint> Fabric<E> {
-    /// An empty fabric whose random faults all derive from `seed`.
+    /// An empty Ethernet fabric whose random faults all derive from `seed`.
     pub fn new(seed: u64) -> Self {
+        Fabric::with_link_layer(seed, LinkLayer::Ethernet)
+    }
+
+    /// An empty fabric of the given link layer (nodes join an InfiniBand fabric with
+    /// [`Fabric::add_ib_node`]).
+    pub fn with_link_layer(seed: u64, link_layer: LinkLayer) -> Self {
         Fabric {
             nodes: Vec::new(),
             net: Net {
@@ -732,10 +863,66 @@ impl<E: Endpoint> Fabric<E> {
                 seed,
                 bufs_created: 0,
                 chunks: ChunkPool::default(),
+                native: link_layer == LinkLayer::InfiniBand,
+                lids: Vec::new(),
             },
             dirty_scratch: Vec::new(),
             tx: Vec::new(),
         }
+    }
+
+    /// What the links carry.
+    pub fn link_layer(&self) -> LinkLayer {
+        if self.net.native {
+            LinkLayer::InfiniBand
+        } else {
+            LinkLayer::Ethernet
+        }
+    }
+
+    /// Attaches `endpoint` to an InfiniBand fabric as the port with LIDs `base_lid ..
+    /// base_lid + 2^lmc`, both link directions configured as `link`. The node has no MAC
+    /// address ([`Fabric::mac`] reads all zeros).
+    ///
+    /// # Panics
+    /// If the fabric is not InfiniBand, `lmc` is above 7, the range holds LID 0, reaches the
+    /// multicast LIDs, is not aligned to 2^LMC, or overlaps another node's.
+    pub fn add_ib_node(&mut self, endpoint: E, base_lid: u16, lmc: u8, link: LinkConfig) -> NodeId {
+        self.add_ib_node_with(endpoint, base_lid, lmc, link.clone(), link)
+    }
+
+    /// As [`Fabric::add_ib_node`] with separate configurations for the up and down directions.
+    ///
+    /// # Panics
+    /// As [`Fabric::add_ib_node`].
+    pub fn add_ib_node_with(
+        &mut self,
+        endpoint: E,
+        base_lid: u16,
+        lmc: u8,
+        up: LinkConfig,
+        down: LinkConfig,
+    ) -> NodeId {
+        assert!(self.net.native, "add_ib_node needs an InfiniBand fabric");
+        assert!(lmc <= 7, "LMC {lmc} is above 7");
+        let count = 1usize << lmc;
+        let base = usize::from(base_lid);
+        assert!(
+            base != 0 && base % count == 0 && base + count <= usize::from(MULTICAST_LID),
+            "LID range {base_lid:#x} + 2^{lmc} is not a unicast range aligned to 2^LMC"
+        );
+        if self.net.lids.is_empty() {
+            self.net.lids = vec![NO_NODE; usize::from(MULTICAST_LID)];
+        }
+        assert!(
+            self.net.lids[base..base + count]
+                .iter()
+                .all(|&n| n == NO_NODE),
+            "LID range {base_lid:#x} + 2^{lmc} overlaps another node's"
+        );
+        let id = self.attach(endpoint, [0; 6], up, down);
+        self.net.lids[base..base + count].fill(id.0);
+        id
     }
 
     /// The seed given to [`Fabric::new`].
@@ -747,7 +934,8 @@ impl<E: Endpoint> Fabric<E> {
     /// The node is polled (transmits and timeout) at the next step.
     ///
     /// # Panics
-    /// If another node already has `mac`, or `mac` is a multicast / broadcast address.
+    /// If another node already has `mac`, `mac` is a multicast / broadcast address, or the
+    /// fabric is InfiniBand.
     pub fn add_node(&mut self, endpoint: E, mac: [u8; 6], link: LinkConfig) -> NodeId {
         self.add_node_with(endpoint, mac, link.clone(), link)
     }
@@ -764,6 +952,10 @@ impl<E: Endpoint> Fabric<E> {
         up: LinkConfig,
         down: LinkConfig,
     ) -> NodeId {
+        assert!(
+            !self.net.native,
+            "an InfiniBand fabric takes nodes by LID (add_ib_node)"
+        );
         assert!(mac[0] & 1 == 0, "node MAC {mac:02x?} is a group address");
         let key = mac_key(&mac);
         let pos = match self.net.macs.binary_search_by_key(&key, |&(m, _)| m) {
@@ -772,6 +964,12 @@ impl<E: Endpoint> Fabric<E> {
         };
         let id = u32::try_from(self.nodes.len()).expect("too many nodes");
         self.net.macs.insert(pos, (key, id));
+        self.attach(endpoint, mac, up, down)
+    }
+
+    /// Adds the node's links and the node itself (addressing already registered).
+    fn attach(&mut self, endpoint: E, mac: [u8; 6], up: LinkConfig, down: LinkConfig) -> NodeId {
+        let id = u32::try_from(self.nodes.len()).expect("too many nodes");
         for (dir, cfg) in [(Direction::Up, up), (Direction::Down, down)] {
             let stream = link_index(id, dir) as u64;
             self.net.links.push(Link {
@@ -914,10 +1112,16 @@ impl<E: Endpoint> Fabric<E> {
         self.net.rules[id.0 as usize].stats
     }
 
-    /// Starts capturing frames to `w` as a pcap file (Ethernet link type, virtual timestamps).
-    /// Replaces any previous capture (which is dropped unflushed: use [`Fabric::finish_pcap`]).
+    /// Starts capturing frames to `w` as a pcap file (virtual timestamps; link type Ethernet,
+    /// or DLT_USER0 on an InfiniBand fabric). Replaces any previous capture (which is dropped
+    /// unflushed: use [`Fabric::finish_pcap`]).
     pub fn capture_pcap(&mut self, w: Box<dyn Write>, what: Capture) -> io::Result<()> {
-        let w = PcapWriter::new(w, LINKTYPE_ETHERNET)?;
+        let link_type = if self.net.native {
+            LINKTYPE_USER0
+        } else {
+            LINKTYPE_ETHERNET
+        };
+        let w = PcapWriter::new(w, link_type)?;
         self.net.pcap = Some(PcapSink {
             w,
             sent: what == Capture::DeliveredAndSent,

@@ -21,6 +21,7 @@
 //! A duplicate is an extra copy serialised right behind the original; it is not subject to
 //! steps 1–8 again.
 
+use softib_wire::native::{NativeBody, NativePacket};
 use softib_wire::roce::{self, FrameClass, RocePacket};
 
 use crate::fabric::NodeId;
@@ -168,12 +169,24 @@ pub(crate) struct BthKey {
 impl BthKey {
     pub fn of(frame: &[u8]) -> Option<BthKey> {
         let p = RocePacket::parse(frame).ok()?;
-        let bth = &p.transport.headers.bth;
-        Some(BthKey {
+        Some(BthKey::of_bth(&p.transport.headers.bth))
+    }
+
+    /// The key of a native IB packet (LRH [GRH] BTH ...); raw datagrams have no BTH.
+    pub fn of_native(frame: &[u8]) -> Option<BthKey> {
+        let p = NativePacket::parse(frame).ok()?;
+        match &p.body {
+            NativeBody::Iba { transport, .. } => Some(BthKey::of_bth(&transport.headers.bth)),
+            _ => None,
+        }
+    }
+
+    fn of_bth(bth: &softib_wire::bth::Bth) -> BthKey {
+        BthKey {
             opcode: bth.opcode.0,
             psn: bth.psn.value(),
             dest_qp: bth.dest_qp.value(),
-        })
+        }
     }
 }
 
@@ -224,18 +237,24 @@ impl RuleState {
 /// leaves a frame that parses with a matching ICRC (a bit in an ICRC-masked field) is undone
 /// and another bit drawn, up to 64 times. Returns false (and draws nothing) when the frame has
 /// no bytes after its Ethernet header.
-pub(crate) fn corrupt_frame(rng: &mut Rng, frame: &mut [u8]) -> bool {
-    let hl = eth_header_len(frame);
+pub(crate) fn corrupt_frame(rng: &mut Rng, frame: &mut [u8], native: bool) -> bool {
+    // A native IB packet has no link header the flip must spare: the VCRC covers it all.
+    let hl = if native { 0 } else { eth_header_len(frame) };
     if frame.len() <= hl {
         return false;
     }
     let bits = ((frame.len() - hl) * 8) as u64;
-    let is_roce = roce::classify(frame) == FrameClass::RoceV2;
+    let is_roce = !native && roce::classify(frame) == FrameClass::RoceV2;
     for _ in 0..64 {
         let bit = rng.below(bits) as usize;
         let (byte, mask) = (hl + bit / 8, 1u8 << (bit % 8));
         frame[byte] ^= mask;
-        if !is_roce || !matches!(RocePacket::parse(frame), Ok(p) if p.icrc_ok()) {
+        let still_good = if native {
+            NativePacket::parse_verified(frame).is_ok()
+        } else {
+            is_roce && matches!(RocePacket::parse(frame), Ok(p) if p.icrc_ok())
+        };
+        if !still_good {
             return true;
         }
         frame[byte] ^= mask;
@@ -309,10 +328,10 @@ mod tests {
     fn corrupting_a_short_frame() {
         let mut rng = Rng::new(1);
         let mut f = [0u8; 14];
-        assert!(!corrupt_frame(&mut rng, &mut f));
+        assert!(!corrupt_frame(&mut rng, &mut f, false));
         assert_eq!(f, [0u8; 14]);
         let mut g = [0u8; 15];
-        assert!(corrupt_frame(&mut rng, &mut g));
+        assert!(corrupt_frame(&mut rng, &mut g, false));
         assert_eq!(g[..14], [0u8; 14]);
         assert_eq!(g[14].count_ones(), 1);
     }

@@ -53,6 +53,6 @@ pub mod rng;
 pub mod toy;
 
 pub use endpoint::Endpoint;
-pub use fabric::{Capture, Fabric, NodeId, RunOutcome, SwitchStats, Totals};
+pub use fabric::{Capture, Fabric, LinkLayer, NodeId, RunOutcome, SwitchStats, Totals};
 pub use faults::{Action, BurstLoss, Faults, Match, Rule, RuleId, RuleStats};
 pub use link::{serialisation_ns, Direction, LinkConfig, LinkStats};

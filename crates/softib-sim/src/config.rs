@@ -1,6 +1,7 @@
 //! What a simulation runs.
 
 use softib_core::verbs::types::Mtu;
+pub use softib_fabric::LinkLayer;
 
 /// Transport service of the simulated QPs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +14,10 @@ pub enum Service {
     /// Unreliable datagram: SENDs only, one packet per message (size ≤ MTU), the receiver
     /// verifies every datagram that arrives; lost ones are counted, not retried.
     Ud,
+    /// Raw IPv6 datagrams (LRH:LNH 01; native IB only).
+    RawIpv6,
+    /// Raw EtherType datagrams (LRH:LNH 00; native IB only).
+    RawEthertype,
 }
 
 impl Service {
@@ -21,13 +26,29 @@ impl Service {
             Service::Rc => "rc",
             Service::Uc => "uc",
             Service::Ud => "ud",
+            Service::RawIpv6 => "raw-ipv6",
+            Service::RawEthertype => "raw-ethertype",
         }
     }
 
-    /// UC and UD: nothing is retried; the report counts messages delivered, lost and
-    /// delivered again.
+    /// The raw datagram services (unreliable: a lost datagram is reported, not retried).
+    pub fn is_raw(self) -> bool {
+        matches!(self, Service::RawIpv6 | Service::RawEthertype)
+    }
+
+    /// Bytes of the header a raw message starts with (IPv6 header / RWH); 0 for the others.
+    pub(crate) fn raw_header_len(self) -> u32 {
+        match self {
+            Service::RawIpv6 => 40,
+            Service::RawEthertype => 4,
+            _ => 0,
+        }
+    }
+
+    /// UC, UD and raw datagrams: nothing is retried; the report counts messages delivered,
+    /// lost and delivered again.
     pub fn is_unreliable(self) -> bool {
-        matches!(self, Service::Uc | Service::Ud)
+        !matches!(self, Service::Rc)
     }
 }
 
@@ -62,6 +83,8 @@ impl OpKind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
     pub service: Service,
+    /// What the fabric carries: RoCEv2 over Ethernet, or native InfiniBand (LIDs 1 and 2).
+    pub link: LinkLayer,
     pub op: OpKind,
     /// Message size in bytes (atomics always move 8 bytes).
     pub size: u32,
@@ -97,6 +120,7 @@ impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
             service: Service::Rc,
+            link: LinkLayer::Ethernet,
             op: OpKind::Write,
             size: 65536,
             ops: 2000,
@@ -194,6 +218,32 @@ impl SimConfig {
                     "--service ud needs --size 8..={} (one packet of the MTU), got {}",
                     self.mtu.bytes(),
                     self.size
+                ));
+            }
+        }
+        if self.service == Service::Ud && self.link == LinkLayer::InfiniBand {
+            return Err("--service ud runs on RoCEv2 only (--link ethernet) for now".into());
+        }
+        if self.service.is_raw() {
+            let name = self.service.name();
+            if self.link != LinkLayer::InfiniBand {
+                return Err(format!(
+                    "--service {name} needs --link ib (raw datagrams follow an LRH)"
+                ));
+            }
+            if self.op != OpKind::Send {
+                return Err(format!("--service {name} only sends (--op send)"));
+            }
+            if self.qps != 1 {
+                // Every raw QP of a type on a port receives every datagram of that type.
+                return Err(format!(
+                    "--service {name} runs one raw QP per node (--qps 1)"
+                ));
+            }
+            let max = self.mtu.bytes() + 116 - self.service.raw_header_len();
+            if self.size < 8 || self.size > max {
+                return Err(format!(
+                    "--size for {name} must be 8..={max} (the raw datagram, header included, may be MTU + 116 bytes)"
                 ));
             }
         }

@@ -15,6 +15,6 @@ mod pattern;
 pub mod run;
 pub mod svg;
 
-pub use config::{OpKind, Service, SimConfig};
+pub use config::{LinkLayer, OpKind, Service, SimConfig};
 pub use node::SimNode;
 pub use run::{build, run, QpReport, SimReport};

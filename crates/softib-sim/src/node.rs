@@ -7,7 +7,7 @@ use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::mr::MrInfo;
 use softib_core::verbs::types::{QpState, WcStatus};
 use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, UdDest, WrOpcode};
-use softib_core::verbs::CqHandle;
+use softib_core::verbs::{AhHandle, CqHandle};
 use softib_core::Hca;
 use softib_fabric::Endpoint;
 use softib_wire::Qpn;
@@ -63,6 +63,27 @@ impl Layout {
     }
 }
 
+/// How the requester frames a raw datagram: the header its message starts with, the address
+/// handle of node B.
+#[derive(Debug, Clone)]
+pub(crate) struct RawTx {
+    pub(crate) header: Vec<u8>,
+    pub(crate) ah: AhHandle,
+}
+
+/// What the responder of a raw service expects and has seen.
+#[derive(Debug, Clone)]
+pub(crate) struct RawRx {
+    pub(crate) header_len: usize,
+    /// Operations delivered so far (each at most once).
+    pub(crate) seen: Vec<bool>,
+    /// Datagrams delivered again (the fabric's duplication fault); discarded.
+    pub(crate) duplicates: u64,
+}
+
+/// The first 8 payload bytes of raw datagram `op`: its operation index; the pattern follows.
+pub(crate) const RAW_OP_BYTES: usize = 8;
+
 /// The application of the requesting node.
 pub(crate) struct ReqApp {
     pub(crate) op: OpKind,
@@ -91,6 +112,8 @@ pub(crate) struct ReqApp {
     pub(crate) ud_dests: Vec<UdDest>,
     wcs: Vec<WorkCompletion>,
     wr: SendWr,
+    /// Raw services: the datagram header and destination.
+    pub(crate) raw: Option<RawTx>,
 }
 
 /// The application of the responding node (posts and checks receive buffers for SEND).
@@ -121,6 +144,8 @@ pub(crate) struct RespApp {
     pub(crate) last_delivery_ns: u64,
     wcs: Vec<WorkCompletion>,
     rwr: [RecvWr; 1],
+    /// Raw services: what arrived.
+    pub(crate) raw: Option<RawRx>,
 }
 
 pub(crate) enum App {
@@ -134,12 +159,49 @@ pub struct SimNode {
     pub(crate) app: App,
     /// Print every frame sent and received to stderr (`SOFTIB_TRACE=1`).
     pub(crate) trace: bool,
+    /// Run the application when the HCA has nothing more to send (raw services: sends complete
+    /// when transmitted and no frame comes back to wake the requester).
+    pub(crate) progress_on_idle_tx: bool,
 }
 
 impl SimNode {
     /// The HCA (for reports and inspection).
     pub fn hca(&self) -> &Hca {
         &self.hca
+    }
+
+    /// Prints one traced frame: opcode and PSN (RoCEv2 or native IB), or the raw datagram.
+    fn trace_frame(&self, now_ns: u64, dir: &str, frame: &[u8]) {
+        use softib_wire::native::{NativeBody, NativePacket};
+        let node = self.hca.query_device().node_guid & 0xffff_ffff;
+        let bth = match softib_wire::roce::RocePacket::parse(frame) {
+            Ok(p) => Some(p.transport.headers.bth),
+            Err(_) => match NativePacket::parse(frame) {
+                Ok(NativePacket {
+                    body: NativeBody::Iba { transport, .. },
+                    ..
+                }) => Some(transport.headers.bth),
+                Ok(p) => {
+                    eprintln!("{now_ns} {node:#010x} {dir} raw {:?}", p.lrh.lnh);
+                    None
+                }
+                Err(_) => None,
+            },
+        };
+        if let Some(b) = bth {
+            eprintln!(
+                "{now_ns} {node:#010x} {dir} {} {:#x}",
+                b.opcode,
+                b.psn.value()
+            );
+        }
+    }
+
+    /// Runs the application, then asks the HCA again for a frame.
+    #[cold]
+    fn progress_and_poll(&mut self, now_ns: u64, out: &mut Vec<u8>) -> bool {
+        self.progress(now_ns);
+        self.hca.poll_transmit(Instant::from_nanos(now_ns), out)
     }
 
     /// Lets the application poll completions and post work.
@@ -154,45 +216,27 @@ impl SimNode {
 impl Endpoint for SimNode {
     fn handle_frame(&mut self, now_ns: u64, frame: &[u8]) {
         if self.trace {
-            if let Ok(p) = softib_wire::roce::RocePacket::parse(frame) {
-                eprintln!(
-                    "{now_ns} {:#010x} rx {} {:#x}",
-                    self.hca.query_device().node_guid & 0xffff_ffff,
-                    p.transport.headers.bth.opcode,
-                    p.transport.headers.bth.psn.value()
-                );
-            }
+            self.trace_frame(now_ns, "rx", frame);
         }
         self.hca.handle_frame(Instant::from_nanos(now_ns), frame);
         self.progress(now_ns);
     }
 
+    #[inline]
     fn poll_transmit(&mut self, now_ns: u64, out: &mut Vec<u8>) -> bool {
         let mut r = self.hca.poll_transmit(Instant::from_nanos(now_ns), out);
-        let (uc, ud) = match &self.app {
-            App::Requester(a) => (a.uc, !a.ud_dests.is_empty()),
-            _ => (false, false),
-        };
         // A UC send WQE completes when its last packet leaves (C9-180): the requesting
         // application reaps it and posts more right away.
-        if r && uc {
+        if r && matches!(&self.app, App::Requester(a) if a.uc) {
             self.progress(now_ns);
         }
-        if !r && ud {
-            // UD sends complete when they go out and no frame comes back to wake the
-            // application: it polls (and posts more) once the send queue has drained.
-            self.progress(now_ns);
-            r = self.hca.poll_transmit(Instant::from_nanos(now_ns), out);
+        // UD and raw sends complete when they go out and no frame comes back to wake the
+        // application: it polls (and posts more) once the HCA has nothing left to send.
+        if !r && self.progress_on_idle_tx {
+            r = self.progress_and_poll(now_ns, out);
         }
         if r && self.trace {
-            if let Ok(p) = softib_wire::roce::RocePacket::parse(out) {
-                eprintln!(
-                    "{now_ns} {:#010x} tx {} {:#x}",
-                    self.hca.query_device().node_guid & 0xffff_ffff,
-                    p.transport.headers.bth.opcode,
-                    p.transport.headers.bth.psn.value()
-                );
-            }
+            self.trace_frame(now_ns, "tx", out);
         }
         r
     }
@@ -259,6 +303,7 @@ impl ReqApp {
                     lkey: 0,
                 })
                 .signaled(),
+            raw: None,
         }
     }
 
@@ -364,6 +409,10 @@ impl ReqApp {
     }
 
     fn post_more(&mut self, hca: &mut Hca, q: usize) {
+        if self.raw.is_some() {
+            self.post_more_raw(hca, q);
+            return;
+        }
         loop {
             let qp = &self.qps[q];
             if qp.stopped
@@ -459,6 +508,59 @@ impl ReqApp {
     }
 }
 
+impl ReqApp {
+    /// [`ReqApp::post_more`] for a raw service: each datagram is the header, the operation
+    /// index, then the operation's pattern, sent through node B's address handle.
+    #[cold]
+    fn post_more_raw(&mut self, hca: &mut Hca, q: usize) {
+        let Some(raw) = self.raw.as_ref() else {
+            return;
+        };
+        let (header, ah) = (raw.header.clone(), raw.ah);
+        loop {
+            let qp = &self.qps[q];
+            if qp.stopped
+                || qp.posted >= qp.target
+                || qp.posted - qp.completed >= u64::from(self.depth)
+            {
+                return;
+            }
+            let op = qp.posted;
+            let slot = self.slot_of(op);
+            if qp.slots[slot] != Slot::Free {
+                return;
+            }
+            let qpn = qp.qpn;
+            let off = self.layout.offset(q, slot);
+            let len = header.len() as u32 + self.size;
+            if let Ok(mem) = hca.mr_bytes_mut(self.local.handle) {
+                if let Some(buf) = mem.get_mut(off as usize..(off + u64::from(len)) as usize) {
+                    let (h, rest) = buf.split_at_mut(header.len());
+                    h.copy_from_slice(&header);
+                    let (id, data) = rest.split_at_mut(RAW_OP_BYTES);
+                    id.copy_from_slice(&op.to_le_bytes());
+                    pattern::fill(data, pattern::op_data(self.seed, q, op));
+                }
+            }
+            let wr = SendWr::new(wr_id(q, op), WrOpcode::Send)
+                .with_sge(Sge {
+                    addr: self.local.addr + off,
+                    length: len,
+                    lkey: self.local.lkey,
+                })
+                .with_ud(ah, Qpn::new(0), 0)
+                .signaled();
+            if hca.post_send(qpn, &[wr]).is_err() {
+                self.qps[q].stopped = true;
+                return;
+            }
+            let qp = &mut self.qps[q];
+            qp.slots[slot] = Slot::Busy(op);
+            qp.posted += 1;
+        }
+    }
+}
+
 impl RespApp {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
@@ -499,6 +601,7 @@ impl RespApp {
             last_delivery_ns: 0,
             wcs: Vec::with_capacity(64),
             rwr: [RecvWr::new(0, Vec::with_capacity(1))],
+            raw: None,
         }
     }
 
@@ -518,15 +621,16 @@ impl RespApp {
     fn post_recv(&mut self, hca: &mut Hca, q: usize, k: u64) {
         let slot = (k % self.layout.slots as u64) as usize;
         let off = self.layout.offset(q, slot);
-        // A UD receive buffer also holds the 40-byte GRH area ahead of the payload.
-        let grh = if self.ud_seen.is_some() {
-            softib_core::GRH_AREA as u32
-        } else {
-            0
+        let length = match &self.raw {
+            // Header, payload and the pad of a raw EtherType datagram.
+            Some(r) => (r.header_len as u32 + self.size).next_multiple_of(4),
+            // A UD receive buffer also holds the 40-byte GRH area ahead of the payload.
+            None if self.ud_seen.is_some() => self.size.max(1) + softib_core::GRH_AREA as u32,
+            None => self.size.max(1),
         };
         let sge = Sge {
             addr: self.local.addr + off,
-            length: self.size.max(1) + grh,
+            length,
             lkey: self.local.lkey,
         };
         // One receive work request object is reused: no allocation per message.
@@ -561,6 +665,11 @@ impl RespApp {
                 }
                 if self.uc {
                     self.uc_received(hca, wc, q, k, now_ns);
+                    continue;
+                }
+                if self.raw.is_some() {
+                    self.raw_received(hca, q, k, wc);
+                    self.post_recv(hca, q, k + self.layout.slots as u64);
                     continue;
                 }
                 // RC delivers in order: the k-th message received is operation k.
@@ -651,6 +760,52 @@ impl RespApp {
             return;
         };
         *seen = seen.saturating_add(1);
+        self.received[q] += 1;
+    }
+
+    /// Checks a raw datagram received into slot `k` of QP `q`: the header, the operation
+    /// index, the pattern, the length; a datagram seen before is counted and discarded.
+    fn raw_received(&mut self, hca: &Hca, q: usize, k: u64, wc: &WorkCompletion) {
+        let Some(raw) = self.raw.as_mut() else {
+            return;
+        };
+        let slot = (k % self.layout.slots as u64) as usize;
+        let off = self.layout.offset(q, slot) as usize;
+        let size = self.size as usize;
+        let hl = raw.header_len;
+        let want_len = if hl == 4 {
+            // Raw EtherType: the receiver sees the pad (the RWH has no length).
+            (hl + size).next_multiple_of(4)
+        } else {
+            hl + size
+        };
+        let got = hca
+            .mr_bytes(self.local.handle)
+            .ok()
+            .and_then(|m| m.get(off..off + hl + size));
+        let Some(got) = got.filter(|_| wc.byte_len as usize == want_len) else {
+            self.verify_failures += 1;
+            return;
+        };
+        let mut id = [0u8; RAW_OP_BYTES];
+        id.copy_from_slice(&got[hl..hl + RAW_OP_BYTES]);
+        let op = u64::from_le_bytes(id);
+        let Some(seen) = raw.seen.get_mut(op as usize) else {
+            self.verify_failures += 1;
+            return;
+        };
+        if !pattern::check(
+            &got[hl + RAW_OP_BYTES..],
+            pattern::op_data(self.seed, q, op),
+        ) {
+            self.verify_failures += 1;
+            return;
+        }
+        if *seen {
+            raw.duplicates += 1;
+            return;
+        }
+        *seen = true;
         self.received[q] += 1;
     }
 }

@@ -8,15 +8,15 @@ use softib_core::setup::{connect, ConnectOptions, EndpointInfo};
 use softib_core::transport::Counters;
 use softib_core::verbs::ah::AhAttr;
 use softib_core::verbs::device::GidEntry;
-use softib_core::verbs::qp::{QpCap, QpInitAttr};
-use softib_core::verbs::types::{AccessFlags, GidType, Mtu, QpType};
+use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
+use softib_core::verbs::types::{AccessFlags, Gid, GidType, Mtu, QpState, QpType};
 use softib_core::verbs::wr::{RemoteAddr, UdDest};
 use softib_core::{gid_of_ipv4, mac_for_gid, Hca, HcaConfig};
-use softib_fabric::{Capture, Fabric, Faults, LinkConfig, RunOutcome, Totals};
+use softib_fabric::{Capture, Fabric, Faults, LinkConfig, LinkLayer, RunOutcome, Totals};
 use softib_wire::Psn;
 
 use crate::config::{OpKind, Service, SimConfig};
-use crate::node::{App, Layout, ReqApp, RespApp, SimNode, Slot};
+use crate::node::{App, Layout, RawRx, RawTx, ReqApp, RespApp, SimNode, Slot};
 use crate::pattern;
 
 /// Largest memory the simulator registers per node.
@@ -64,13 +64,14 @@ pub struct SimReport {
     pub events: u64,
     /// Why the run stopped short, if it did.
     pub stopped: Option<String>,
-    /// UC / UD: messages the responder received intact, each operation counted once.
+    /// UC / UD / raw: messages the responder received intact, each operation counted once.
     pub delivered: u64,
-    /// UC / UD: further copies of messages already received. A duplicating fabric makes a UD
-    /// responder deliver a datagram again (UD has no duplicate detection), and a UC responder
-    /// accepts a duplicated whole message again (C9-184). Each copy was intact.
+    /// UC / UD / raw: further copies of messages already received. A duplicating fabric makes
+    /// a UD responder deliver a datagram again (UD has no duplicate detection), and a UC
+    /// responder accepts a duplicated whole message again (C9-184); the raw receiving
+    /// application discards them. Each copy was intact.
     pub duplicates: u64,
-    /// UC / UD: messages sent that never arrived whole.
+    /// UC / UD / raw: messages sent that never arrived whole.
     pub lost: u64,
 }
 
@@ -81,7 +82,19 @@ const UD_QKEY: u32 = 0x0051_0000;
 const NODE_A: [u8; 4] = [10, 0, 0, 1];
 const NODE_B: [u8; 4] = [10, 0, 0, 2];
 
-fn hca_for(node: u32, ip: [u8; 4], mtu: Mtu, window: u32) -> Hca {
+/// LIDs of the two nodes on a native IB fabric.
+const LID_A: u16 = 1;
+const LID_B: u16 = 2;
+
+fn hca_for(node: u32, ip: [u8; 4], mtu: Mtu, window: u32, link: LinkLayer) -> Hca {
+    if link == LinkLayer::InfiniBand {
+        // Node ids 1 and 2 give LIDs 1 and 2.
+        let mut cfg = HcaConfig::infiniband(node);
+        cfg.ports[0].active_mtu = mtu;
+        cfg.device.max_qp_wr = cfg.device.max_qp_wr.max(1 << 16);
+        cfg.max_unacked_psns = window;
+        return Hca::new(cfg);
+    }
     let mut cfg = HcaConfig::new(node);
     let port = &mut cfg.ports[0];
     port.gids.push(GidEntry {
@@ -100,12 +113,15 @@ fn hca_for(node: u32, ip: [u8; 4], mtu: Mtu, window: u32) -> Hca {
 pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     cfg.validate()?;
     let slots = (cfg.depth as usize * 4).max(4);
+    // A UD receive buffer starts with the 40-byte GRH area; a raw message with its header
+    // (IPv6 header / RWH).
     let grh = if cfg.service == Service::Ud {
         softib_core::GRH_AREA as u64
     } else {
         0
     };
-    let slot_len = (u64::from(cfg.size).max(8) + grh).next_multiple_of(64);
+    let header = u64::from(cfg.service.raw_header_len());
+    let slot_len = (u64::from(cfg.size).max(8) + grh + header).next_multiple_of(64);
     let region = slot_len * slots as u64 * u64::from(cfg.qps);
     if region > MAX_REGION {
         return Err(format!(
@@ -114,8 +130,9 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         ));
     }
     let layout = Layout { slots, slot_len };
-    let mut a = hca_for(1, NODE_A, cfg.mtu, cfg.window_psns);
-    let mut b = hca_for(2, NODE_B, cfg.mtu, cfg.window_psns);
+    let mut a = hca_for(1, NODE_A, cfg.mtu, cfg.window_psns, cfg.link);
+    let mut b = hca_for(2, NODE_B, cfg.mtu, cfg.window_psns, cfg.link);
+    let native = cfg.link == LinkLayer::InfiniBand;
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
@@ -172,13 +189,38 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         Service::Rc => QpType::Rc,
         Service::Uc => QpType::Uc,
         Service::Ud => QpType::Ud,
+        Service::RawIpv6 => QpType::RawIpv6,
+        Service::RawEthertype => QpType::RawEthertype,
     };
     let uc = cfg.service == Service::Uc;
     let mut pairs = Vec::new();
     let per_qp = cfg.ops / u64::from(cfg.qps);
     let extra = cfg.ops % u64::from(cfg.qps);
     let mut ud_dests = Vec::new();
+    let mut raw_tx = None;
+    if cfg.service.is_raw() {
+        // One raw QP per node (validated), addressed by LID.
+        let qp_type = match cfg.service {
+            Service::RawIpv6 => QpType::RawIpv6,
+            _ => QpType::RawEthertype,
+        };
+        let qa = raw_qp(&mut a, pa, ca, cap, qp_type).map_err(|e| err(&e))?;
+        let qb = raw_qp(&mut b, pb, cb, cap, qp_type).map_err(|e| err(&e))?;
+        let ah = a
+            .create_ah(pa, &AhAttr::local(1, LID_B))
+            .map_err(|e| err(&e))?;
+        let header = match cfg.service {
+            Service::RawIpv6 => raw_ipv6_header(&a, &b),
+            // RWH: reserved, then the IEEE local experimental EtherType 1.
+            _ => vec![0, 0, 0x88, 0xB5],
+        };
+        raw_tx = Some(RawTx { header, ah });
+        pairs.push((qa, qb, cfg.ops));
+    }
     for i in 0..cfg.qps {
+        if cfg.service.is_raw() {
+            break;
+        }
         if cfg.service == Service::Ud {
             let qa = a
                 .create_qp(pa, &QpInitAttr::new(QpType::Ud, ca, cap))
@@ -208,17 +250,26 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
             .map_err(|e| err(&e))?;
         let psn_a = Psn::new((cfg.seed as u32).wrapping_mul(2654435761).wrapping_add(i));
         let psn_b = Psn::new((cfg.seed as u32).wrapping_mul(40503).wrapping_add(i * 7));
+        // Native IB: LID-routed (no GID, so no GRH); RoCE: by IPv4-mapped GID.
         let ia = EndpointInfo {
             qpn: qa,
             psn: psn_a,
-            gid: gid_of_ipv4(NODE_A),
-            lid: 0,
+            gid: if native {
+                Gid::default()
+            } else {
+                gid_of_ipv4(NODE_A)
+            },
+            lid: if native { LID_A } else { 0 },
         };
         let ib = EndpointInfo {
             qpn: qb,
             psn: psn_b,
-            gid: gid_of_ipv4(NODE_B),
-            lid: 0,
+            gid: if native {
+                Gid::default()
+            } else {
+                gid_of_ipv4(NODE_B)
+            },
+            lid: if native { LID_B } else { 0 },
         };
         connect(&mut a, qa, psn_a, &ib, &opts).map_err(|e| err(&e))?;
         connect(&mut b, qb, psn_b, &ia, &opts).map_err(|e| err(&e))?;
@@ -250,6 +301,14 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         mb,
         pairs.iter().map(|p| (p.1, p.2)).collect(),
     );
+    req.raw = raw_tx;
+    if cfg.service.is_raw() {
+        resp.raw = Some(RawRx {
+            header_len: cfg.service.raw_header_len() as usize,
+            seen: vec![false; cfg.ops as usize],
+            duplicates: 0,
+        });
+    }
     if cfg.service == Service::Ud {
         resp.ud_seen = Some(pairs.iter().map(|p| vec![0u8; p.2 as usize]).collect());
     }
@@ -265,35 +324,37 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     let link = LinkConfig {
         latency_ns: cfg.latency_ns,
         bandwidth_bps: cfg.bandwidth_bps,
-        mtu: 9000,
+        // Native IB: the IBA MTU (packets may be MTU + 126 bytes); Ethernet: jumbo frames.
+        mtu: if native { 4096 } else { 9000 },
         jitter_ns: cfg.jitter_ns,
         faults,
     };
     let trace = std::env::var_os("SOFTIB_TRACE").is_some();
-    let mut fabric = Fabric::new(cfg.seed);
+    let mut fabric = Fabric::with_link_layer(cfg.seed, cfg.link);
     // The report verifies every byte itself and does not print the fabric's trace digest,
     // which would read every delivered byte once more.
     fabric.without_trace_hash();
     let mut link_a = link.clone();
     link_a.faults.down = cfg.link_down.clone();
-    fabric.add_node(
-        SimNode {
-            hca: a,
-            app: App::Requester(Box::new(req)),
-            trace,
-        },
-        mac_for_gid(&gid_of_ipv4(NODE_A)),
-        link_a,
-    );
-    fabric.add_node(
-        SimNode {
-            hca: b,
-            app: App::Responder(Box::new(resp)),
-            trace,
-        },
-        mac_for_gid(&gid_of_ipv4(NODE_B)),
-        link,
-    );
+    let node_a = SimNode {
+        hca: a,
+        app: App::Requester(Box::new(req)),
+        trace,
+        progress_on_idle_tx: cfg.service.is_raw() || cfg.service == Service::Ud,
+    };
+    let node_b = SimNode {
+        hca: b,
+        app: App::Responder(Box::new(resp)),
+        trace,
+        progress_on_idle_tx: false,
+    };
+    if native {
+        fabric.add_ib_node(node_a, LID_A, 0, link_a);
+        fabric.add_ib_node(node_b, LID_B, 0, link);
+    } else {
+        fabric.add_node(node_a, mac_for_gid(&gid_of_ipv4(NODE_A)), link_a);
+        fabric.add_node(node_b, mac_for_gid(&gid_of_ipv4(NODE_B)), link);
+    }
     Ok(fabric)
 }
 
@@ -308,6 +369,52 @@ fn resident_zeroed(len: usize) -> Vec<u8> {
         page[0] = std::hint::black_box(0);
     }
     v
+}
+
+/// A raw QP of `qp_type` on port 1, in RTS.
+fn raw_qp(
+    hca: &mut Hca,
+    pd: softib_core::verbs::PdHandle,
+    cq: softib_core::verbs::CqHandle,
+    cap: QpCap,
+    qp_type: QpType,
+) -> Result<softib_wire::Qpn, String> {
+    let qpn = hca
+        .create_qp(pd, &QpInitAttr::new(qp_type, cq, cap))
+        .map_err(|e| e.to_string())?;
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    hca.modify_qp(qpn, &init, QpAttrMask::STATE | QpAttrMask::PORT)
+        .map_err(|e| e.to_string())?;
+    for st in [QpState::Rtr, QpState::Rts] {
+        let attr = QpAttr {
+            qp_state: st,
+            ..QpAttr::default()
+        };
+        hca.modify_qp(qpn, &attr, QpAttrMask::STATE)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(qpn)
+}
+
+/// The IPv6 header node A's raw datagrams start with: from A's GID to B's, Next Header 253
+/// (RFC 3692 experimentation); the HCA fills in PayLen.
+fn raw_ipv6_header(a: &Hca, b: &Hca) -> Vec<u8> {
+    let gid = |h: &Hca| h.query_port(1).map(|p| p.gids[0].gid.0).unwrap_or_default();
+    let g = softib_wire::grh::Grh {
+        ip_ver: 6,
+        nxt_hdr: 253,
+        hop_lmt: 64,
+        sgid: gid(a),
+        dgid: gid(b),
+        ..Default::default()
+    };
+    let mut h = vec![0u8; softib_wire::grh::LEN];
+    let _ = g.emit(&mut h);
+    h
 }
 
 /// Runs a scenario. `pcap` captures every delivered frame; `progress(done, total)` is called
@@ -340,13 +447,10 @@ pub fn run(
             progress(completed, cfg.ops);
             last_report = completed;
         }
-        if done {
-            if cfg.service == Service::Ud {
-                // Datagrams still in flight when the last send completed.
-                while fabric.drive_bounded(CHUNK_EVENTS) != RunOutcome::Idle
-                    && fabric.now() <= cfg.max_sim_ns
-                {}
-            }
+        // UD and raw datagrams: sends complete when they leave, so the run is done once nothing
+        // is left in flight either.
+        let datagrams = cfg.service.is_raw() || cfg.service == Service::Ud;
+        if done && (!datagrams || outcome == RunOutcome::Idle) {
             break;
         }
         if freed {
@@ -445,10 +549,12 @@ fn report(
     let completed = req.completed();
     let errors: u64 = req.qps.iter().map(|q| q.errors).sum();
     let verify_failures = req.verify_failures + resp.verify_failures;
+    let received: u64 = resp.received.iter().sum();
     let ud = resp.ud_seen.as_ref();
     let uc = cfg.service == Service::Uc;
-    // UC and UD: a send completes when it leaves the HCA; what counts is what arrived (each
-    // message once), and when: the run lasts until the last message arrived.
+    let raw = resp.raw.as_ref();
+    // UC, UD and raw: a send completes when it leaves the HCA; what counts is what arrived
+    // (each message once), and when: the run lasts until the last message arrived.
     let (sim_time_ns, bytes) = if let Some(seen) = ud {
         let unique = seen.iter().flatten().filter(|&&n| n > 0).count() as u64;
         (fabric.now().max(1), unique * u64::from(cfg.size))
@@ -457,6 +563,8 @@ fn report(
             resp.last_delivery_ns.max(1),
             resp.unique * u64::from(cfg.size),
         )
+    } else if raw.is_some() {
+        (fabric.now().max(1), received * u64::from(cfg.size))
     } else {
         (req.last_completion_ns.max(1), req.bytes_completed)
     };
@@ -470,19 +578,21 @@ fn report(
         )
     } else if uc {
         (resp.unique, resp.duplicates)
+    } else if let Some(r) = raw {
+        (received, r.duplicates)
     } else {
         (0, 0)
     };
     let lost = if ud.is_some() {
         completed.saturating_sub(errors).saturating_sub(delivered)
-    } else if uc {
-        cfg.ops.saturating_sub(resp.unique)
+    } else if uc || raw.is_some() {
+        cfg.ops.saturating_sub(delivered)
     } else {
         0
     };
-    // UC and UD: every message that arrived is intact and every send completed; losses are
-    // reported (`lost`), not failures.
-    let all_received = ud.is_some() || uc || resp.received.iter().sum::<u64>() == cfg.ops;
+    // UC, UD and raw: every message that arrived is intact and every send completed; losses
+    // are reported (`lost`), not failures.
+    let all_received = cfg.service.is_unreliable() || received == cfg.ops;
     let verified = stopped.is_none()
         && errors == 0
         && verify_failures == 0
@@ -556,34 +666,28 @@ fn ud_ready(
 
 /// The silent-drop counters of `c` that are not zero, by name.
 pub fn nonzero_drops(c: &Counters) -> Vec<(&'static str, u64)> {
-    [
-        ("malformed", c.malformed),
-        ("icrc_err", c.icrc_err),
-        ("no_such_qp", c.no_such_qp),
-        ("wrong_service", c.wrong_service),
-        ("bad_pkey", c.bad_pkey),
-        ("bad_address", c.bad_address),
-        ("bad_state", c.bad_state),
-        ("qkey_violation", c.qkey_violation),
-        ("ud_bad_opcode", c.ud_bad_opcode),
-        ("ud_bad_length", c.ud_bad_length),
-        ("ud_no_recv_wqe", c.ud_no_recv_wqe),
-        ("mcast_no_member", c.mcast_no_member),
-        ("mcast_bad_dest", c.mcast_bad_dest),
-        ("uc_out_of_order", c.uc_out_of_order),
-        ("uc_opcode_seq_err", c.uc_opcode_seq_err),
-        ("uc_op_not_supported", c.uc_op_not_supported),
-        ("uc_length_err", c.uc_length_err),
-        ("uc_recv_overflow", c.uc_recv_overflow),
-        ("uc_no_recv_wqe", c.uc_no_recv_wqe),
-        ("uc_rkey_violation", c.uc_rkey_violation),
-        ("uc_local_err", c.uc_local_err),
-        ("uc_msgs_dropped", c.uc_msgs_dropped),
-        ("uc_psn_gaps", c.uc_psn_gaps),
-    ]
-    .into_iter()
-    .filter(|&(_, v)| v != 0)
-    .collect()
+    // Everything but the traffic, retry and RC protocol counters, which the report shows
+    // elsewhere, is a reason a packet was dropped.
+    const NOT_DROPS: [&str; 14] = [
+        "sent_pkts",
+        "rcvd_pkts",
+        "rcvd_seq_err",
+        "duplicate_request",
+        "rnr_nak_sent",
+        "nak_sent",
+        "retransmitted_pkts",
+        "retry_timeouts",
+        "retry_naks",
+        "rcvd_rnr_nak",
+        "retry_exceeded",
+        "rnr_retry_exceeded",
+        "path_migrations",
+        "raw_delivered",
+    ];
+    c.named()
+        .into_iter()
+        .filter(|&(n, v)| v != 0 && !NOT_DROPS.contains(&n))
+        .collect()
 }
 
 impl SimReport {
@@ -607,6 +711,7 @@ impl SimReport {
         let l = &self.fabric.links;
         json!({
             "service": c.service.name(),
+            "link": link_name(c.link),
             "op": c.op.name(),
             "size": c.size,
             "ops": c.ops,
@@ -676,6 +781,12 @@ impl SimReport {
             c.mtu.bytes(),
             c.seed
         );
+        if c.link == LinkLayer::InfiniBand {
+            let _ = writeln!(
+                s,
+                "  link:        native InfiniBand (LIDs {LID_A} and {LID_B})"
+            );
+        }
         let _ = writeln!(
             s,
             "  fabric:      {:.0} Gb/s links, {} ns latency, loss {}, dup {}, reorder {}, corrupt {}; window {} PSNs, Ttr 4.096 us x 2^{}",
@@ -723,10 +834,10 @@ impl SimReport {
                 self.delivered,
                 self.lost,
                 self.duplicates,
-                if c.service == Service::Ud {
-                    "UD does not detect duplicates"
-                } else {
-                    "UC accepts a duplicated whole message again, C9-184"
+                match c.service {
+                    Service::Ud => "UD does not detect duplicates",
+                    Service::Uc => "UC accepts a duplicated whole message again, C9-184",
+                    _ => "raw datagrams: duplicates discarded by the receiving application",
                 }
             );
             if c.service == Service::Uc {
@@ -792,5 +903,12 @@ impl SimReport {
             }
         );
         s
+    }
+}
+
+fn link_name(l: LinkLayer) -> &'static str {
+    match l {
+        LinkLayer::Ethernet => "ethernet",
+        LinkLayer::InfiniBand => "ib",
     }
 }

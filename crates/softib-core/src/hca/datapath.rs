@@ -2,16 +2,33 @@
 //! through [`Hca::poll_transmit`], timers through [`Hca::poll_timeout`] /
 //! [`Hca::handle_timeout`]. Every call takes the current time; the HCA never reads a clock.
 //!
-//! Frames are RoCEv2 Ethernet frames (Ethernet + IPv4 or IPv6 + UDP 4791 + BTH ... + ICRC), as
-//! Linux rxe writes them: IPv4 when the destination GID is IPv4-mapped, DF set, TTL = the
-//! address vector's hop limit, TOS = its traffic class, UDP source port 0xC000 | hash(QPN),
-//! UDP checksum 0. MAC addresses are derived from GIDs ([`mac_for_gid`]), so no neighbour
-//! discovery is needed in the simulator.
+//! The framing is chosen by the link layer of the port (the services only produce and consume
+//! "address vector + transport packet"):
+//!
+//! * **Ethernet** ports speak RoCEv2 (Ethernet + IPv4 or IPv6 + UDP 4791 + BTH ... + ICRC), as
+//!   Linux rxe writes it: IPv4 when the destination GID is IPv4-mapped, DF set, TTL = the
+//!   address vector's hop limit, TOS = its traffic class, UDP source port 0xC000 | hash(QPN),
+//!   UDP checksum 0. MAC addresses are derived from GIDs ([`mac_for_gid`]), so no neighbour
+//!   discovery is needed in the simulator.
+//! * **InfiniBand** ports speak native IB (LRH [GRH] BTH ... ICRC VCRC, IBA 7.7): LRH:DLID and
+//!   SL from the address vector, SLID = the port's base LID | the address vector's source path
+//!   bits (masked to the port's LMC), VL 0, LVer 0; a GRH (LNH 0b11) only when the address
+//!   vector is global, otherwise LNH 0b10. On receipt LRH:PktLen, the VCRC and the ICRC are
+//!   checked, the DLID must be one of the port's LIDs (base .. base + 2^LMC - 1) or the
+//!   permissive LID 0xFFFF (multicast LIDs are dropped: softib joins no multicast group), and a
+//!   connected QP accepts only packets whose SLID is its address vector's DLID and whose GRH
+//!   (present exactly when its address vector is global) carries its remote and local GIDs.
+//!   Raw datagrams (LNH 0b00 / 0b01) go to the raw QPs (see `hca/raw.rs`).
+//!
+//! [`Hca::handle_frame`] and [`Hca::poll_transmit`] carry the frames of port 1.
 
 use softib_wire::bth::Bth;
+use softib_wire::error::Field;
 use softib_wire::ethernet::Ethernet;
 use softib_wire::grh::Grh;
 use softib_wire::ipv4::Ipv4;
+use softib_wire::lrh::{Lnh, Lrh};
+use softib_wire::native::{self, NativeBody, NativePacket};
 use softib_wire::roce::{self, IpHeader, RocePacket};
 use softib_wire::transport::TransportPacket;
 use softib_wire::Service;
@@ -19,8 +36,15 @@ use softib_wire::Service;
 use super::Hca;
 use crate::time::Instant;
 use crate::transport::Counters;
+use crate::verbs::ah::AhAttr;
+use crate::verbs::device::PortConfig;
 use crate::verbs::qp::Qp;
-use crate::verbs::types::{Gid, QpState, QpType};
+use crate::verbs::types::{Gid, LinkLayer, QpState, QpType};
+
+/// The permissive LID: accepted by every port (IBA 7.11.1).
+pub const PERMISSIVE_LID: u16 = 0xFFFF;
+/// First multicast LID; 0xC000..=0xFFFE are multicast.
+pub const MULTICAST_LID_BASE: u16 = 0xC000;
 
 /// Largest frame the HCA builds: 4096-byte payload plus every header.
 pub const MAX_FRAME: usize = 4096 + 14 + 40 + 8 + 64 + 4 + 64;
@@ -67,6 +91,45 @@ pub fn udp_source_port(qpn: u32) -> u16 {
     0xC000 | h as u16
 }
 
+/// Where a received transport packet came from, as its link layer saw it.
+#[derive(Clone, Copy)]
+pub(crate) enum PacketSource<'a> {
+    /// RoCEv2: the IP header.
+    Roce(&'a IpHeader),
+    /// Native IB: the LRH, and the GRH when LRH:LNH says one follows.
+    Native { lrh: &'a Lrh, grh: Option<&'a Grh> },
+}
+
+/// True when `dlid` addresses `port`: one of its LIDs (base .. base + 2^LMC - 1) or the
+/// permissive LID. LID 0 and multicast LIDs are not the port's.
+pub(crate) fn dlid_is_port(port: &PortConfig, dlid: u16) -> bool {
+    if dlid == PERMISSIVE_LID {
+        return true;
+    }
+    if dlid == 0 || dlid >= MULTICAST_LID_BASE {
+        return false;
+    }
+    let mask = lmc_mask(port);
+    dlid & !mask == port.lid & !mask
+}
+
+/// The path-bit mask of a port's LMC (LMC is at most 7).
+pub(crate) fn lmc_mask(port: &PortConfig) -> u16 {
+    (1u16 << port.lmc.min(7)) - 1
+}
+
+/// The LRH of a packet leaving `port` towards `av` (LNH and PktLen are set by the builder).
+pub(crate) fn lrh_for(port: &PortConfig, av: &AhAttr) -> Lrh {
+    Lrh {
+        vl: 0,
+        lver: 0,
+        sl: av.sl & 0x0F,
+        dlid: av.dlid,
+        slid: port.lid | (u16::from(av.src_path_bits) & lmc_mask(port)),
+        ..Lrh::default()
+    }
+}
+
 /// Addresses of one outgoing packet.
 pub(crate) struct FrameAddrs {
     pub(crate) eth: Ethernet,
@@ -80,12 +143,18 @@ impl Hca {
         &self.counters
     }
 
-    /// Hands one received Ethernet frame to the HCA. Frames that are not RoCEv2, fail to
-    /// parse, carry a bad ICRC, name no QP, carry a foreign P_Key or do not match the QP's
-    /// connection are dropped and counted; nothing a frame holds can make this panic. Packets
-    /// for a UD QP or for the multicast QPN 0xFFFFFF go to the UD responder (`ud.rs`), which
-    /// runs and counts the checks of its service.
+    /// Hands one frame received on port 1 to the HCA: a RoCEv2 Ethernet frame on an Ethernet
+    /// port, a native IB packet (LRH first, VCRC last) on an InfiniBand port. Frames that do not
+    /// parse, carry a bad ICRC / VCRC, are not addressed to the port, name no QP, carry a
+    /// foreign P_Key or do not match the QP's connection are dropped and counted; nothing a
+    /// frame holds can make this panic. RoCEv2 packets for a UD QP or for the multicast QPN
+    /// 0xFFFFFF go to the UD responder (`ud.rs`), which runs and counts the checks of its
+    /// service.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
+        if self.native_link() {
+            self.handle_native_frame(now, frame);
+            return;
+        }
         // Matched by reference: the parsed packet is large, and moving it out of the
         // `Result` costs a copy per frame.
         let parsed = RocePacket::parse(frame);
@@ -110,21 +179,94 @@ impl Hca {
             self.counters.icrc_err += 1;
             return;
         }
-        let bth = p.transport.headers.bth;
-        let qpn = bth.dest_qp.value();
+        let qpn = p.transport.headers.bth.dest_qp.value();
         if qpn == super::ud::MCAST_QPN {
             self.ud_handle_mcast(now, p);
             return;
         }
+        if self.qps.get(&qpn).is_some_and(|q| q.qp_type == QpType::Ud) {
+            self.ud_handle_packet(now, qpn, p);
+            return;
+        }
+        self.handle_transport(now, &p.transport, PacketSource::Roce(&p.ip));
+    }
+
+    /// True when port 1 speaks native InfiniBand.
+    #[inline(always)]
+    pub(crate) fn native_link(&self) -> bool {
+        self.ports
+            .first()
+            .is_some_and(|p| p.link_layer == LinkLayer::InfiniBand)
+    }
+
+    /// A native IB packet received on port 1 (see [`Hca::handle_frame`]).
+    fn handle_native_frame(&mut self, now: Instant, frame: &[u8]) {
+        let parsed = NativePacket::parse(frame);
+        let p = match &parsed {
+            Ok(p) => p,
+            Err(softib_wire::Error::UnknownOpcode(op)) if op >> 5 == 0 => {
+                self.handle_reserved_rc_opcode(now, frame);
+                return;
+            }
+            Err(softib_wire::Error::BadField {
+                field: Field::Ipv6NextHeader,
+                ..
+            }) => {
+                // C9-208: a raw IPv6 packet that claims to carry an IBA transport header.
+                self.counters.raw_iba_next_header += 1;
+                return;
+            }
+            Err(softib_wire::Error::Length {
+                field: Field::LrhPktLen,
+                ..
+            }) => {
+                self.counters.bad_pkt_len += 1;
+                return;
+            }
+            Err(_) => {
+                self.counters.malformed += 1;
+                return;
+            }
+        };
+        if !p.vcrc_ok() {
+            self.counters.vcrc_err += 1;
+            return;
+        }
+        if !self
+            .port(1)
+            .is_some_and(|port| dlid_is_port(port, p.lrh.dlid))
+        {
+            self.counters.wrong_dlid += 1;
+            return;
+        }
+        match &p.body {
+            NativeBody::Iba { grh, transport, .. } => {
+                if !p.icrc_ok() {
+                    self.counters.icrc_err += 1;
+                    return;
+                }
+                let from = PacketSource::Native {
+                    lrh: &p.lrh,
+                    grh: grh.as_ref(),
+                };
+                self.handle_transport(now, transport, from);
+            }
+            body => self.raw_receive(1, &p.lrh, body),
+        }
+    }
+
+    /// The transport packet of a frame whose framing and CRCs are good: QP, service, P_Key and
+    /// connection checks (a packet on an armed alternate path may migrate the QP, see
+    /// `apm.rs`), then the RC requester or responder, or the UC responder.
+    #[inline(always)]
+    fn handle_transport(&mut self, now: Instant, t: &TransportPacket<'_>, from: PacketSource<'_>) {
+        let bth = t.headers.bth;
+        let qpn = bth.dest_qp.value();
         let Some(qp) = self.qps.get(&qpn) else {
             self.counters.no_such_qp += 1;
             return;
         };
-        if qp.qp_type == QpType::Ud {
-            self.ud_handle_packet(now, qpn, p);
-            return;
-        }
-        let Ok(info) = p.transport.info() else {
+        let Ok(info) = t.info() else {
             self.counters.malformed += 1;
             return;
         };
@@ -140,9 +282,14 @@ impl Hca {
             self.counters.bad_pkey += 1;
             return;
         }
-        if !self.connection_matches(qp, p) {
-            let (src, dst) = ip_gids(&p.ip);
-            if !self.migrate_on_request(qpn, src, dst, bth.mig_req) {
+        if !self.connection_matches(qp, from) {
+            let gids = match from {
+                PacketSource::Roce(ip) => Some(ip_gids(ip)),
+                PacketSource::Native { grh, .. } => grh.map(|g| (Gid(g.sgid), Gid(g.dgid))),
+            };
+            let migrated =
+                gids.is_some_and(|(src, dst)| self.migrate_on_request(qpn, src, dst, bth.mig_req));
+            if !migrated {
                 self.counters.bad_address += 1;
                 return;
             }
@@ -150,9 +297,9 @@ impl Hca {
         self.counters.rcvd_pkts += 1;
         match info.service {
             // UC has requests only (its opcodes are SEND and RDMA WRITE) and no timers.
-            Service::Uc => self.uc_handle_request(qpn, &p.transport),
-            _ if info.operation.is_response() => self.rc_handle_response(now, qpn, &p.transport),
-            _ => self.rc_handle_request(now, qpn, &p.transport),
+            Service::Uc => self.uc_handle_request(qpn, t),
+            _ if info.operation.is_response() => self.rc_handle_response(now, qpn, t),
+            _ => self.rc_handle_request(now, qpn, t),
         }
         self.rearm_timer(qpn);
     }
@@ -178,7 +325,13 @@ impl Hca {
                     let sent = self.ud_next_packet(now, qpn, out);
                     (sent, self.ud_has_tx_work(qpn))
                 }
-                _ => {
+                QpType::RawIpv6 | QpType::RawEthertype => {
+                    if self.raw_transmit(qpn, out) {
+                        return true;
+                    }
+                    continue;
+                }
+                QpType::Rc => {
                     let sent = self.rc_next_packet(now, qpn, out);
                     (sent, self.rc_has_tx_work(qpn, now))
                 }
@@ -193,6 +346,19 @@ impl Hca {
             }
         }
         false
+    }
+
+    /// [`Hca::poll_transmit`] for a raw QP: true when a packet was written.
+    #[cold]
+    fn raw_transmit(&mut self, qpn: u32, out: &mut Vec<u8>) -> bool {
+        let sent = self.raw_next_packet(qpn, out);
+        if self.raw_has_tx_work(qpn) {
+            self.schedule_tx(qpn);
+        }
+        if sent {
+            self.counters.sent_pkts += 1;
+        }
+        sent
     }
 
     /// The earliest time at which [`Hca::handle_timeout`] has work to do.
@@ -283,11 +449,31 @@ impl Hca {
             .any(|&e| e & 0x7fff == pkey & 0x7fff && e & 0x7fff != 0 && (e | pkey) & 0x8000 != 0)
     }
 
-    /// For connected QPs: the packet comes from the remote GID of the QP's address vector and
-    /// is addressed to the local GID it names.
-    fn connection_matches(&self, qp: &Qp, p: &RocePacket<'_>) -> bool {
-        let (src, dst) = ip_gids(&p.ip);
-        self.connection_matches_gids(qp, src, dst)
+    /// For connected QPs: the packet comes from the remote port of the QP's address vector and
+    /// is addressed to the local port it names. RoCEv2: source and destination GIDs. Native IB:
+    /// LRH:SLID is the address vector's DLID, and a GRH is present exactly when the address
+    /// vector is global, carrying its remote GID as source and the local GID as destination.
+    #[inline]
+    fn connection_matches(&self, qp: &Qp, from: PacketSource<'_>) -> bool {
+        match from {
+            PacketSource::Roce(ip) => {
+                let (src, dst) = ip_gids(ip);
+                self.connection_matches_gids(qp, src, dst)
+            }
+            PacketSource::Native { lrh, grh } => {
+                let av = &qp.attr.ah_attr;
+                if lrh.slid != av.dlid {
+                    return false;
+                }
+                match (grh, av.grh) {
+                    (None, None) => true,
+                    (Some(g), Some(_)) => {
+                        self.connection_matches_gids(qp, Gid(g.sgid), Gid(g.dgid))
+                    }
+                    _ => false,
+                }
+            }
+        }
     }
 
     fn connection_matches_gids(&self, qp: &Qp, src: Gid, dst: Gid) -> bool {
@@ -305,10 +491,34 @@ impl Hca {
     /// responder needs (framing, ICRC, QP, P_Key, connection) before the RC responder judges
     /// it; anything wrong is dropped and counted like any other bad frame.
     fn handle_reserved_rc_opcode(&mut self, now: Instant, frame: &[u8]) {
-        let Some((bth, src, dst)) = reserved_opcode_frame(frame) else {
+        if self.native_link() {
+            let Some((bth, lrh, grh)) = reserved_opcode_native(frame) else {
+                self.counters.malformed += 1;
+                return;
+            };
+            if !self
+                .port(1)
+                .is_some_and(|port| dlid_is_port(port, lrh.dlid))
+            {
+                self.counters.wrong_dlid += 1;
+                return;
+            }
+            let from = PacketSource::Native {
+                lrh: &lrh,
+                grh: grh.as_ref(),
+            };
+            self.handle_reserved_bth(now, &bth, from);
+            return;
+        }
+        let Some((bth, ip)) = reserved_opcode_frame(frame) else {
             self.counters.malformed += 1;
             return;
         };
+        self.handle_reserved_bth(now, &bth, PacketSource::Roce(&ip));
+    }
+
+    /// The checks of [`Hca::handle_transport`] for a BTH with a reserved RC opcode.
+    fn handle_reserved_bth(&mut self, now: Instant, bth: &Bth, from: PacketSource<'_>) {
         let qpn = bth.dest_qp.value();
         let Some(qp) = self.qps.get(&qpn) else {
             self.counters.no_such_qp += 1;
@@ -322,12 +532,12 @@ impl Hca {
             self.counters.bad_pkey += 1;
             return;
         }
-        if !self.connection_matches_gids(qp, src, dst) {
+        if !self.connection_matches(qp, from) {
             self.counters.bad_address += 1;
             return;
         }
         self.counters.rcvd_pkts += 1;
-        self.rc_handle_reserved_opcode(now, qpn, &bth);
+        self.rc_handle_reserved_opcode(now, qpn, bth);
         self.rearm_timer(qpn);
     }
 
@@ -338,84 +548,163 @@ impl Hca {
         port.gids.get(usize::from(grh.sgid_index)).map(|e| e.gid)
     }
 
-    /// Ethernet, IP and UDP addressing for the next packet of `qp` (connected services), and
-    /// the IPv4 identification it uses, which the caller stores in `ip_ident` once it sends.
-    pub(crate) fn next_frame_addrs(&self, qpn: u32) -> Option<(FrameAddrs, u16)> {
-        let qp = self.qps.get(&qpn)?;
-        let grh = qp.attr.ah_attr.grh?;
-        let local = self.local_gid(qp)?;
-        let ident = self.ip_ident.wrapping_add(1);
-        Some((self.frame_addrs_for(qpn, &grh, local, ident), ident))
-    }
-
-    /// Ethernet, IP and UDP addressing for a packet of `qpn` from GID `local` along the GRH
-    /// fields of an address vector, with IPv4 identification `ident`.
-    pub(crate) fn frame_addrs_for(
-        &self,
-        qpn: u32,
-        grh: &crate::verbs::ah::GlobalRoute,
-        local: Gid,
-        ident: u16,
-    ) -> FrameAddrs {
-        let eth = Ethernet {
-            dst: mac_for_gid(&grh.dgid),
-            src: mac_for_gid(&local),
-            ..Ethernet::default()
-        };
-        let ip = match (ipv4_of(&local), ipv4_of(&grh.dgid)) {
-            (Some(src), Some(dst)) => IpHeader::V4(Ipv4 {
-                dscp_ecn: grh.traffic_class,
-                ident,
-                flags: 0b010,
-                ttl: grh.hop_limit,
-                src,
-                dst,
-                ..Ipv4::default()
-            }),
-            _ => IpHeader::V6(Grh {
-                tclass: grh.traffic_class,
-                flow_label: grh.flow_label,
-                hop_lmt: grh.hop_limit,
-                sgid: local.0,
-                dgid: grh.dgid.0,
-                ..Grh::default()
-            }),
-        };
-        FrameAddrs {
-            eth,
-            ip,
-            sport: udp_source_port(qpn),
-        }
-    }
-
-    /// Builds the frame of `t` for `qpn` into `out`; false if the QP has no usable address.
+    /// Builds the frame of `t` for connected QP `qpn` (towards its address vector) into `out`;
+    /// false if the QP has no usable address.
+    #[inline]
     pub(crate) fn build_frame(
         &mut self,
         qpn: u32,
         t: &TransportPacket<'_>,
         out: &mut Vec<u8>,
     ) -> bool {
-        let Some((addrs, ident)) = self.next_frame_addrs(qpn) else {
+        let ident = self.next_ip_ident();
+        let Some(qp) = self.qps.get(&qpn) else {
             return false;
         };
-        self.ip_ident = ident;
-        write_frame(&addrs, t, out)
+        self.frame_into(qp.attr.port_num, &qp.attr.ah_attr, ident, qpn, t, out)
+    }
+
+    /// Builds the frame of `t`, sent by `src_qpn` through `port_num` towards `av`, into `out`
+    /// (empty on entry), framed as the port's link layer wants; false if the address vector is
+    /// unusable or the packet does not fit. Datagram services address each packet by AH.
+    #[inline]
+    pub(crate) fn build_frame_to(
+        &mut self,
+        port_num: u8,
+        av: &AhAttr,
+        src_qpn: u32,
+        t: &TransportPacket<'_>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let ident = self.next_ip_ident();
+        self.frame_into(port_num, av, ident, src_qpn, t, out)
+    }
+
+    /// The IPv4 identification of the next RoCEv2 packet.
+    #[inline(always)]
+    fn next_ip_ident(&mut self) -> u16 {
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        self.ip_ident
+    }
+
+    /// [`Hca::build_frame_to`] with the IPv4 identification already drawn (the requester
+    /// builds a frame while it borrows the payload from a memory region, and stores the
+    /// identification it used afterwards).
+    #[inline(always)]
+    pub(crate) fn frame_into(
+        &self,
+        port_num: u8,
+        av: &AhAttr,
+        ident: u16,
+        src_qpn: u32,
+        t: &TransportPacket<'_>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let Some(port) = self.port(port_num.max(1)) else {
+            return false;
+        };
+        if port.link_layer == LinkLayer::InfiniBand {
+            return build_native_frame(port, av, t, out);
+        }
+        let Some(a) = roce_addrs(port, av, ident, src_qpn) else {
+            return false;
+        };
+        let Ok(tlen) = t.wire_len() else {
+            return false;
+        };
+        let ip_len = match a.ip {
+            IpHeader::V4(_) => softib_wire::ipv4::LEN,
+            IpHeader::V6(_) => softib_wire::grh::LEN,
+        };
+        let len = (a.eth.header_len() + ip_len + softib_wire::udp::LEN + tlen + roce::ICRC_LEN)
+            .max(softib_wire::ethernet::MIN_FRAME_LEN);
+        out.resize(len, 0);
+        match roce::build(&a.eth, &a.ip, a.sport, t, out) {
+            Ok(n) => {
+                out.truncate(n);
+                true
+            }
+            Err(_) => {
+                out.clear();
+                false
+            }
+        }
     }
 }
 
-/// Writes the RoCEv2 frame of `t` with addresses `a` into `out`; false if it cannot be built.
-pub(crate) fn write_frame(a: &FrameAddrs, t: &TransportPacket<'_>, out: &mut Vec<u8>) -> bool {
+/// Ethernet, IP and UDP addressing of a RoCEv2 packet from `src_qpn` on `port` towards `av`
+/// (`ident`: the IPv4 identification).
+#[inline(always)]
+fn roce_addrs(port: &PortConfig, av: &AhAttr, ident: u16, src_qpn: u32) -> Option<FrameAddrs> {
+    let grh = av.grh?;
+    let local = port.gids.get(usize::from(grh.sgid_index))?.gid;
+    let eth = Ethernet {
+        dst: mac_for_gid(&grh.dgid),
+        src: mac_for_gid(&local),
+        ..Ethernet::default()
+    };
+    let ip = match (ipv4_of(&local), ipv4_of(&grh.dgid)) {
+        (Some(src), Some(dst)) => IpHeader::V4(Ipv4 {
+            dscp_ecn: grh.traffic_class,
+            ident,
+            flags: 0b010,
+            ttl: grh.hop_limit,
+            src,
+            dst,
+            ..Ipv4::default()
+        }),
+        _ => IpHeader::V6(Grh {
+            tclass: grh.traffic_class,
+            flow_label: grh.flow_label,
+            hop_lmt: grh.hop_limit,
+            sgid: local.0,
+            dgid: grh.dgid.0,
+            ..Grh::default()
+        }),
+    };
+    Some(FrameAddrs {
+        eth,
+        ip,
+        sport: udp_source_port(src_qpn),
+    })
+}
+
+/// A native IB packet on `port` towards `av`: LRH from the port and `av`, a GRH when `av` is
+/// global.
+fn build_native_frame(
+    port: &PortConfig,
+    av: &AhAttr,
+    t: &TransportPacket<'_>,
+    out: &mut Vec<u8>,
+) -> bool {
+    let lrh = lrh_for(port, av);
+    let grh = match av.grh {
+        Some(g) => {
+            let Some(local) = port.gids.get(usize::from(g.sgid_index)) else {
+                return false;
+            };
+            Some(Grh {
+                tclass: g.traffic_class,
+                flow_label: g.flow_label,
+                hop_lmt: g.hop_limit,
+                sgid: local.gid.0,
+                dgid: g.dgid.0,
+                ..Grh::default()
+            })
+        }
+        None => None,
+    };
     let Ok(tlen) = t.wire_len() else {
         return false;
     };
-    let ip_len = match a.ip {
-        IpHeader::V4(_) => softib_wire::ipv4::LEN,
-        IpHeader::V6(_) => softib_wire::grh::LEN,
+    let grh_len = if grh.is_some() {
+        softib_wire::grh::LEN
+    } else {
+        0
     };
-    let len = (a.eth.header_len() + ip_len + softib_wire::udp::LEN + tlen + roce::ICRC_LEN)
-        .max(softib_wire::ethernet::MIN_FRAME_LEN);
+    let len = softib_wire::lrh::LEN + grh_len + tlen + native::ICRC_LEN + native::VCRC_LEN;
     out.resize(len, 0);
-    match roce::build(&a.eth, &a.ip, a.sport, t, out) {
+    match native::build(&lrh, grh.as_ref(), t, out) {
         Ok(n) => {
             out.truncate(n);
             true
@@ -435,9 +724,9 @@ pub(crate) fn ip_gids(ip: &IpHeader) -> (Gid, Gid) {
     }
 }
 
-/// The BTH and the source / destination GIDs of a RoCEv2 frame whose opcode the transport
-/// parser does not know, if the frame is otherwise well formed and its ICRC is right.
-pub(crate) fn reserved_opcode_frame(frame: &[u8]) -> Option<(Bth, Gid, Gid)> {
+/// The BTH and the IP header of a RoCEv2 frame whose opcode the transport parser does not
+/// know, if the frame is otherwise well formed and its ICRC is right.
+pub(crate) fn reserved_opcode_frame(frame: &[u8]) -> Option<(Bth, IpHeader)> {
     let eth = Ethernet::parse(frame).ok()?;
     let l3 = frame.get(eth.header_len()..)?;
     let (ip, ip_len, total) = match eth.ether_type {
@@ -472,8 +761,39 @@ pub(crate) fn reserved_opcode_frame(frame: &[u8]) -> Option<(Bth, Gid, Gid)> {
     };
     icrc_ok.ok()?;
     let bth = Bth::parse(body).ok()?;
-    let (src, dst) = ip_gids(&ip);
-    Some((bth, src, dst))
+    Some((bth, ip))
+}
+
+/// The BTH, LRH and GRH of a native IB packet whose opcode the transport parser does not know,
+/// if the packet is otherwise well formed and its VCRC and ICRC are right.
+fn reserved_opcode_native(frame: &[u8]) -> Option<(Bth, Lrh, Option<Grh>)> {
+    let lrh = Lrh::parse(frame).ok()?;
+    if lrh.lver != 0 || !lrh.lnh.is_iba_transport() {
+        return None;
+    }
+    let covered = usize::from(lrh.pkt_len) * 4;
+    if covered + native::VCRC_LEN != frame.len() || covered < softib_wire::lrh::LEN {
+        return None;
+    }
+    let (raw, vcrc) = frame.split_at(covered);
+    if softib_wire::vcrc::compute(raw) != softib_wire::vcrc::get(vcrc).ok()? {
+        return None;
+    }
+    let after = &raw[softib_wire::lrh::LEN..];
+    let (grh, grh_bytes, t) = if lrh.lnh == Lnh::IbaGlobal {
+        let g = Grh::parse(after).ok()?;
+        let (gb, t) = after.split_at_checked(softib_wire::grh::LEN)?;
+        (Some(g), Some(gb), t)
+    } else {
+        (None, None, after)
+    };
+    let split = t.len().checked_sub(native::ICRC_LEN)?;
+    let (tb, icrc) = t.split_at(split);
+    if softib_wire::icrc::native(grh_bytes, tb) != softib_wire::icrc::get(icrc).ok()? {
+        return None;
+    }
+    let bth = Bth::parse(tb).ok()?;
+    Some((bth, lrh, grh))
 }
 
 #[cfg(test)]
@@ -492,6 +812,44 @@ mod tests {
         assert_eq!(mac_for_gid(&Gid(g)), [0x52, 0x54, 0x00, 0x61, 0x00, 0x11]);
         assert_eq!(ipv4_of(&gid_of_ipv4([1, 2, 3, 4])), Some([1, 2, 3, 4]));
         assert_eq!(ipv4_of(&Gid(g)), None);
+    }
+
+    #[test]
+    fn frames_follow_the_port_link_layer() {
+        use crate::verbs::device::HcaConfig;
+        use softib_wire::opcode::Opcode;
+        use softib_wire::transport::TransportHeaders;
+        let mut headers = TransportHeaders::new(Bth {
+            opcode: Opcode(0x64), // UD SEND only
+            ..Bth::default()
+        });
+        headers.deth = Some(Default::default());
+        let t = TransportPacket::new(headers, &[7; 12]);
+        let mut out = Vec::new();
+        // Native IB: LID-routed (LNH 2), then global (LNH 3).
+        let mut ib = Hca::new(HcaConfig::infiniband(5));
+        let mut av = AhAttr::local(1, 9);
+        av.sl = 3;
+        assert!(ib.build_frame_to(1, &av, 0x11, &t, &mut out));
+        let p = NativePacket::parse_verified(&out).unwrap();
+        assert_eq!(
+            (p.lrh.lnh, p.lrh.slid, p.lrh.dlid, p.lrh.sl),
+            (Lnh::IbaLocal, 5, 9, 3)
+        );
+        out.clear();
+        let dgid = Gid::new(Gid::LINK_LOCAL_PREFIX, 0x1234);
+        assert!(ib.build_frame_to(1, &AhAttr::global(1, dgid, 0), 0x11, &t, &mut out));
+        let p = NativePacket::parse_verified(&out).unwrap();
+        assert_eq!(p.lrh.lnh, Lnh::IbaGlobal);
+        // RoCE: the same packet in Ethernet / IPv6 / UDP.
+        out.clear();
+        let mut roce = Hca::new(HcaConfig::new(5));
+        assert!(roce.build_frame_to(1, &AhAttr::global(1, dgid, 0), 0x11, &t, &mut out));
+        let p = RocePacket::parse(&out).unwrap();
+        assert!(p.icrc_ok());
+        // A RoCE port cannot address by LID alone.
+        out.clear();
+        assert!(!roce.build_frame_to(1, &av, 0x11, &t, &mut out));
     }
 
     #[test]

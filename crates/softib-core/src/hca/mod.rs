@@ -25,12 +25,17 @@ mod apm;
 mod completer;
 mod datapath;
 mod qp;
+mod raw;
 mod requester;
 mod responder;
 mod uc;
 mod ud;
 
-pub use datapath::{gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, MAX_FRAME};
+pub use datapath::{
+    gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, MAX_FRAME, MULTICAST_LID_BASE,
+    PERMISSIVE_LID,
+};
+pub use raw::{raw_header_len, raw_max_message};
 pub use ud::{is_multicast_gid, GRH_AREA, GSI_QKEY, GSI_QPN, MCAST_QPN};
 
 #[cfg(test)]

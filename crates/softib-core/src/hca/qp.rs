@@ -7,7 +7,7 @@ use crate::verbs::ah;
 use crate::verbs::cq::WorkCompletion;
 use crate::verbs::event::{AsyncEvent, QpErrorCause};
 use crate::verbs::qp::{check_transition, Qp, QpAttr, QpAttrMask, QpInitAttr};
-use crate::verbs::types::{AccessFlags, PathMigState, QpState, QpType, WcOpcode};
+use crate::verbs::types::{AccessFlags, LinkLayer, PathMigState, QpState, QpType, WcOpcode};
 use crate::verbs::wr::{
     RecvWqe, RecvWr, SendWqe, SendWr, UdWqeDest, WqePayload, WqeState, WrOpcode,
 };
@@ -23,7 +23,8 @@ impl Hca {
 
     /// Creates a QP in RESET (`ibv_create_qp`). With an SRQ the QP has no receive queue of
     /// its own and its `max_recv_wr` / `max_recv_sge` read back as 0. The QPN is the next
-    /// free number from 0x11 upward.
+    /// free number from 0x11 upward. Raw datagram QPs take no SRQ and need an HCA with an
+    /// InfiniBand port (the port they bind to at INIT must be one).
     pub fn create_qp(&mut self, pd: PdHandle, init: &QpInitAttr) -> Result<Qpn, CreateQpError> {
         self.create_qp_numbered(pd, init, None)
     }
@@ -67,6 +68,17 @@ impl Hca {
             if self.srqs.get(srq.0).is_none() {
                 return Err(CreateQpError::NoSuchSrq(srq));
             }
+        }
+        if init.qp_type.is_raw()
+            && !self
+                .ports
+                .iter()
+                .any(|p| p.link_layer == LinkLayer::InfiniBand)
+        {
+            // The port is bound at INIT, where it is checked again.
+            return Err(CreateQpError::RawQpNeedsInfiniBand {
+                qp_type: init.qp_type,
+            });
         }
         let d = &self.device;
         let mut cap = init.cap;
@@ -257,6 +269,13 @@ impl Hca {
             port: port_num,
             num_ports,
         })?;
+        if qp.qp_type.is_raw() && port.link_layer != LinkLayer::InfiniBand {
+            // Raw datagrams follow an LRH; a RoCE port has none.
+            return Err(ModifyQpError::RawQpNeedsInfiniBand {
+                qp_type: qp.qp_type,
+                port: port_num,
+            });
+        }
         if has(QpAttrMask::PORT) || has(QpAttrMask::PKEY_INDEX) {
             let index = if has(QpAttrMask::PKEY_INDEX) {
                 attr.pkey_index
@@ -511,7 +530,9 @@ impl Hca {
     /// device's `max_sge_rd` for RDMA READ), inline consistency and size, message length ≤
     /// the port's `max_msg_sz`, the operation is available on the QP type (UC: SEND and RDMA
     /// WRITE variants; UD: SEND and SEND with immediate, with a valid AH of the QP's PD and
-    /// port and a message that fits the path MTU; raw: SEND), atomics have exactly 8 bytes of
+    /// port and a message that fits the path MTU; raw: SEND with an AH of the QP's PD and port,
+    /// a message between its header length and the raw maximum, and for raw IPv6 no IBA
+    /// transport Next Header when the header is readable), atomics have exactly 8 bytes of
     /// SGE space.
     ///
     /// Not checked here: L_Keys and buffer bounds. The data path checks them when the WR
@@ -643,8 +664,11 @@ impl Hca {
         if opcode.is_atomic() && len != 8 {
             return Err(PostSendError::AtomicLength { index, len });
         }
-        let ud = if qp.qp_type == QpType::Ud {
+        let ud = if qp.qp_type != QpType::Rc && qp.qp_type != QpType::Uc {
             let dest = wr.ud.ok_or(PostSendError::MissingUdDest { index })?;
+            if qp.qp_type.is_raw() {
+                self.validate_raw_send(qp, index, len, wr)?;
+            }
             let ah = self
                 .ahs
                 .get(dest.ah.0)
@@ -659,7 +683,7 @@ impl Hca {
                     qp_port: port_num,
                 });
             }
-            if let Some(p) = port {
+            if let Some(p) = port.filter(|_| qp.qp_type == QpType::Ud) {
                 if len > u64::from(p.active_mtu.bytes()) {
                     return Err(PostSendError::UdMessageTooLong {
                         index,

@@ -25,7 +25,6 @@ use softib_wire::reth::Reth;
 use softib_wire::transport::{TransportHeaders, TransportPacket};
 use softib_wire::{Psn, Service};
 
-use super::datapath::write_frame;
 use super::Hca;
 use crate::time::{transport_timer, Instant};
 use crate::verbs::cq::WorkCompletion;
@@ -291,9 +290,8 @@ impl Hca {
             let w = &self.qps[&qpn].sq[cur];
             match self.contiguous_payload(pd, &w.payload, offset, len) {
                 Some(Ok(bytes)) => {
-                    let Some((addrs, ident)) = self.next_frame_addrs(qpn) else {
-                        return false;
-                    };
+                    let qp = &self.qps[&qpn];
+                    let ident = self.ip_ident.wrapping_add(1);
                     let pad = softib_wire::transport::pad_for(bytes.len());
                     t.headers.bth.pad_cnt = pad as u8;
                     let direct = TransportPacket {
@@ -301,7 +299,8 @@ impl Hca {
                         payload: bytes,
                         pad: &ZERO_PAD[..pad],
                     };
-                    let built = write_frame(&addrs, &direct, out);
+                    let (port, av) = (qp.attr.port_num, &qp.attr.ah_attr);
+                    let built = self.frame_into(port, av, ident, qpn, &direct, out);
                     self.ip_ident = ident;
                     return built;
                 }
@@ -375,6 +374,7 @@ impl Hca {
 
     /// Copies bytes `[offset, offset + len)` of a WQE's message into `dst`, checking every
     /// L_Key touched. False on a protection error.
+    #[inline(always)]
     pub(crate) fn gather(
         &self,
         pd: crate::verbs::PdHandle,

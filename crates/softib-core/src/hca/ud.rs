@@ -51,7 +51,7 @@ use softib_wire::roce::{IpHeader, RocePacket};
 use softib_wire::transport::{TransportHeaders, TransportPacket};
 use softib_wire::{Operation, Position, Qpn, Service};
 
-use super::datapath::{ip_gids, reserved_opcode_frame, write_frame};
+use super::datapath::{ip_gids, reserved_opcode_frame};
 use super::requester::DEFAULT_PKEY;
 use super::Hca;
 use crate::error::McastError;
@@ -140,7 +140,7 @@ impl Hca {
             port.and_then(|p| p.gids.get(usize::from(g.sgid_index)))
                 .map(|e| e.gid)
         });
-        let (Some(grh), Some(local)) = (dest.av.grh, local) else {
+        let (Some(grh), Some(_)) = (dest.av.grh, local) else {
             // A RoCE address vector always has a GRH and a valid SGID index (create_ah).
             self.ud_send_error(qpn, WcStatus::LocQpOpErr);
             return false;
@@ -183,9 +183,7 @@ impl Hca {
             payload: &scratch,
             pad: &ZERO_PAD[..pad],
         };
-        self.ip_ident = self.ip_ident.wrapping_add(1);
-        let addrs = self.frame_addrs_for(qpn, &grh, local, self.ip_ident);
-        let built = write_frame(&addrs, &t, out);
+        let built = self.build_frame_to(dest.av.port_num, &dest.av, qpn, &t, out);
         self.scratch = scratch;
         if !built {
             self.ud_send_error(qpn, WcStatus::LocQpOpErr);
@@ -264,7 +262,7 @@ impl Hca {
     /// A frame with a reserved opcode of the UD class (0x66..=0x7F): dropped (C9-206). Frames
     /// that fail an earlier check (framing, ICRC, QP, service) count under that check.
     pub(crate) fn handle_reserved_ud_opcode(&mut self, frame: &[u8]) {
-        let Some((bth, _, _)) = reserved_opcode_frame(frame) else {
+        let Some((bth, _)) = reserved_opcode_frame(frame) else {
             self.counters.malformed += 1;
             return;
         };

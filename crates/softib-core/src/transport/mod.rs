@@ -103,4 +103,75 @@ pub struct Counters {
     /// UC responder: request packets whose PSN was not the ePSN (o9-131): each is a sign that
     /// one or more packets, and so messages, were lost (or arrived out of order).
     pub uc_psn_gaps: u64,
+    /// Native IB: packets dropped because the VCRC did not match.
+    pub vcrc_err: u64,
+    /// Native IB: packets dropped because LRH:PktLen disagrees with the packet's length.
+    pub bad_pkt_len: u64,
+    /// Native IB: packets whose DLID is not one of the port's LIDs (outside base LID ..
+    /// base LID + 2^LMC, a multicast LID, or reserved LID 0).
+    pub wrong_dlid: u64,
+    /// Raw IPv6 packets whose IPv6 Next Header names an IBA transport header (C9-208).
+    pub raw_iba_next_header: u64,
+    /// Raw IPv6 packets whose IPv6 PayLen disagrees with the packet (more than the pad).
+    pub raw_bad_length: u64,
+    /// Raw packets no raw QP of their type on the port was ready to consume.
+    pub raw_no_qp: u64,
+    /// Raw packets a raw QP dropped because it had no posted receive WQE (one count per QP).
+    pub raw_no_wqe: u64,
+    /// Raw datagrams placed into a raw QP's receive WQE (one count per QP that took a copy).
+    pub raw_delivered: u64,
+}
+
+impl Counters {
+    /// Every counter by name, in declaration order.
+    pub fn named(&self) -> [(&'static str, u64); 46] {
+        [
+            ("sent_pkts", self.sent_pkts),
+            ("rcvd_pkts", self.rcvd_pkts),
+            ("malformed", self.malformed),
+            ("icrc_err", self.icrc_err),
+            ("no_such_qp", self.no_such_qp),
+            ("wrong_service", self.wrong_service),
+            ("bad_pkey", self.bad_pkey),
+            ("bad_address", self.bad_address),
+            ("bad_state", self.bad_state),
+            ("rcvd_seq_err", self.rcvd_seq_err),
+            ("duplicate_request", self.duplicate_request),
+            ("out_of_seq_dropped", self.out_of_seq_dropped),
+            ("rnr_nak_sent", self.rnr_nak_sent),
+            ("nak_sent", self.nak_sent),
+            ("retransmitted_pkts", self.retransmitted_pkts),
+            ("retry_timeouts", self.retry_timeouts),
+            ("retry_naks", self.retry_naks),
+            ("rcvd_rnr_nak", self.rcvd_rnr_nak),
+            ("ignored_responses", self.ignored_responses),
+            ("retry_exceeded", self.retry_exceeded),
+            ("rnr_retry_exceeded", self.rnr_retry_exceeded),
+            ("path_migrations", self.path_migrations),
+            ("qkey_violation", self.qkey_violation),
+            ("ud_bad_opcode", self.ud_bad_opcode),
+            ("ud_bad_length", self.ud_bad_length),
+            ("ud_no_recv_wqe", self.ud_no_recv_wqe),
+            ("mcast_no_member", self.mcast_no_member),
+            ("mcast_bad_dest", self.mcast_bad_dest),
+            ("uc_out_of_order", self.uc_out_of_order),
+            ("uc_opcode_seq_err", self.uc_opcode_seq_err),
+            ("uc_op_not_supported", self.uc_op_not_supported),
+            ("uc_length_err", self.uc_length_err),
+            ("uc_recv_overflow", self.uc_recv_overflow),
+            ("uc_no_recv_wqe", self.uc_no_recv_wqe),
+            ("uc_rkey_violation", self.uc_rkey_violation),
+            ("uc_local_err", self.uc_local_err),
+            ("uc_msgs_dropped", self.uc_msgs_dropped),
+            ("uc_psn_gaps", self.uc_psn_gaps),
+            ("vcrc_err", self.vcrc_err),
+            ("bad_pkt_len", self.bad_pkt_len),
+            ("wrong_dlid", self.wrong_dlid),
+            ("raw_iba_next_header", self.raw_iba_next_header),
+            ("raw_bad_length", self.raw_bad_length),
+            ("raw_no_qp", self.raw_no_qp),
+            ("raw_no_wqe", self.raw_no_wqe),
+            ("raw_delivered", self.raw_delivered),
+        ]
+    }
 }

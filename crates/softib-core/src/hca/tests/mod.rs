@@ -32,6 +32,16 @@ impl Fixture {
         Fixture::with_config(HcaConfig::new(1))
     }
 
+    /// [`Fixture::new`], or for the raw datagram types (which need an InfiniBand port) an
+    /// HCA whose port 1 is native InfiniBand.
+    pub(super) fn for_type(qp_type: QpType) -> Fixture {
+        if qp_type.is_raw() {
+            Fixture::with_config(HcaConfig::infiniband(1))
+        } else {
+            Fixture::new()
+        }
+    }
+
     pub(super) fn with_config(config: HcaConfig) -> Fixture {
         let mut hca = Hca::new(config);
         let pd = hca.alloc_pd().unwrap();

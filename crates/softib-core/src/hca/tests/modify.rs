@@ -16,7 +16,7 @@ fn every_legal_transition_succeeds_with_its_minimal_mask() {
             if tr.rule(t).is_none() || !reachable(t, tr.from) {
                 continue;
             }
-            let mut f = Fixture::new();
+            let mut f = Fixture::for_type(t);
             let qpn = f.qp(t);
             f.bring_to(qpn, tr.from);
             f.hca
@@ -43,7 +43,7 @@ fn every_legal_transition_accepts_all_its_optional_attributes() {
             if !reachable(t, tr.from) {
                 continue;
             }
-            let mut f = Fixture::new();
+            let mut f = Fixture::for_type(t);
             let qpn = f.qp(t);
             f.bring_to(qpn, tr.from);
             f.hca
@@ -66,7 +66,7 @@ fn each_missing_required_attribute_is_named() {
                 continue;
             }
             for (name, bit) in rule.required.iter_names() {
-                let mut f = Fixture::new();
+                let mut f = Fixture::for_type(t);
                 let qpn = f.qp(t);
                 f.bring_to(qpn, tr.from);
                 let mask = (rule.required | QpAttrMask::STATE).difference(bit);
@@ -104,7 +104,7 @@ fn each_disallowed_attribute_is_named() {
             if !reachable(t, tr.from) {
                 continue;
             }
-            let mut f = Fixture::new();
+            let mut f = Fixture::for_type(t);
             let qpn = f.qp(t);
             f.bring_to(qpn, tr.from);
             let before = f.hca.query_qp(qpn).unwrap();
@@ -145,7 +145,7 @@ fn illegal_transitions_fail() {
                 if crate::verbs::qp::transition_rule(from, to, t).is_some() {
                     continue;
                 }
-                let mut f = Fixture::new();
+                let mut f = Fixture::for_type(t);
                 let qpn = f.qp(t);
                 f.bring_to(qpn, from);
                 let err = f

@@ -10,7 +10,7 @@ const SGE: Sge = Sge::new(0x7f00_0000_0000, 16, 0x1234_5600);
 const REMOTE: RemoteAddr = RemoteAddr::new(0x5000, 0x777);
 
 fn rts(t: QpType) -> (Fixture, Qpn) {
-    let mut f = Fixture::new();
+    let mut f = Fixture::for_type(t);
     let qpn = f.qp(t);
     f.bring_to(qpn, QpState::Rts);
     (f, qpn)
@@ -235,8 +235,13 @@ fn message_length_limit() {
 
 fn opcode_allowed(t: QpType, op: WrOpcode) -> bool {
     let (mut f, qpn) = rts(t);
-    let len = if op.is_atomic() { 8 } else { 16 };
+    let len = if op.is_atomic() { 8 } else { 64 };
     let mut wr = SendWr::new(1, op).with_sge(Sge::new(0, len, 1));
+    if t.is_raw() {
+        // Raw datagrams are addressed by an AH (DLID) like UD.
+        let ah = f.hca.create_ah(f.pd, &AhAttr::local(1, 9)).unwrap();
+        wr = wr.with_ud(ah, Qpn::new(0), 0);
+    }
     if t == QpType::Ud {
         let ah = f
             .hca

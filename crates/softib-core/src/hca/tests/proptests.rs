@@ -136,7 +136,7 @@ proptest! {
         t in prop::sample::select(QpType::ALL.to_vec()),
         ops in prop::collection::vec(op(), 1..40),
     ) {
-        let mut f = Fixture::new();
+        let mut f = Fixture::for_type(t);
         let qpn = f.qp(t);
         let mut prev = QpState::Reset;
         for op in ops {
