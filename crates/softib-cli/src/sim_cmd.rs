@@ -51,12 +51,14 @@ pub struct Common {
     /// Link layer of the fabric (raw services need ib and imply it).
     #[arg(long, value_enum)]
     link: Option<LinkArg>,
-    /// Operation of every work request.
-    #[arg(long, value_enum, default_value = "write")]
-    op: OpArg,
-    /// Message size in bytes (atomics move 8).
-    #[arg(long, default_value_t = 65536)]
-    size: u32,
+    /// Operation of every work request [default: write; send for ud and the raw services,
+    /// which only send].
+    #[arg(long, value_enum)]
+    op: Option<OpArg>,
+    /// Message size in bytes (atomics move 8) [default: 65536; 1024 for ud and the raw
+    /// services, whose messages are single packets].
+    #[arg(long)]
+    size: Option<u32>,
     /// Operations in total.
     #[arg(long, default_value_t = 2000)]
     ops: u64,
@@ -152,6 +154,10 @@ fn config(c: &Common, loss: f64) -> Result<SimConfig, String> {
     if !(c.gbps > 0.0 && c.gbps.is_finite()) {
         return Err(format!("--gbps must be positive, got {}", c.gbps));
     }
+    let datagrams = matches!(
+        c.service,
+        ServiceArg::Ud | ServiceArg::RawIpv6 | ServiceArg::RawEthertype
+    );
     let cfg = SimConfig {
         service: match c.service {
             ServiceArg::Rc => Service::Rc,
@@ -166,14 +172,17 @@ fn config(c: &Common, loss: f64) -> Result<SimConfig, String> {
             }
             _ => LinkLayer::Ethernet,
         },
-        op: match c.op {
+        op: match c
+            .op
+            .unwrap_or(if datagrams { OpArg::Send } else { OpArg::Write })
+        {
             OpArg::Send => OpKind::Send,
             OpArg::Write => OpKind::Write,
             OpArg::Read => OpKind::Read,
             OpArg::Cas => OpKind::Cas,
             OpArg::Faa => OpKind::Faa,
         },
-        size: c.size,
+        size: c.size.unwrap_or(if datagrams { 1024 } else { 65536 }),
         ops: c.ops,
         qps: c.qps,
         depth: c.depth,
