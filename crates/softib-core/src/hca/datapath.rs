@@ -300,7 +300,14 @@ impl Hca {
         let qp = self.qps.get(&qpn)?;
         let grh = qp.attr.ah_attr.grh?;
         let local = self.local_gid(qp)?;
-        self.ip_ident = self.ip_ident.wrapping_add(1);
+        let (ident, sport) = match self.udp_socket_port {
+            // What an unconnected kernel UDP socket with IP_PMTUDISC_DO writes.
+            Some(port) => (0, port),
+            None => {
+                self.ip_ident = self.ip_ident.wrapping_add(1);
+                (self.ip_ident, udp_source_port(qpn))
+            }
+        };
         let eth = Ethernet {
             dst: mac_for_gid(&grh.dgid),
             src: mac_for_gid(&local),
@@ -309,7 +316,7 @@ impl Hca {
         let ip = match (ipv4_of(&local), ipv4_of(&grh.dgid)) {
             (Some(src), Some(dst)) => IpHeader::V4(Ipv4 {
                 dscp_ecn: grh.traffic_class,
-                ident: self.ip_ident,
+                ident,
                 flags: 0b010,
                 ttl: grh.hop_limit,
                 src,
@@ -325,11 +332,7 @@ impl Hca {
                 ..Grh::default()
             }),
         };
-        Some(FrameAddrs {
-            eth,
-            ip,
-            sport: udp_source_port(qpn),
-        })
+        Some(FrameAddrs { eth, ip, sport })
     }
 
     /// Builds the frame of `t` for `qpn` into `out`; false if the QP has no usable address.

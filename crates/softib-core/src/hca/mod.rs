@@ -151,6 +151,9 @@ pub struct Hca {
     pub(crate) scratch: Vec<u8>,
     /// Requester PSN window (1 ..= 2^23).
     pub(crate) max_unacked_psns: u32,
+    /// UDP source port of every packet, with IPv4 identification 0 (see
+    /// [`HcaConfig::udp_socket_port`]); `None` numbers headers as rxe does.
+    pub(crate) udp_socket_port: Option<u16>,
 }
 
 impl Hca {
@@ -176,6 +179,7 @@ impl Hca {
             scratch: Vec::new(),
             max_unacked_psns: config.max_unacked_psns.clamp(1, 1 << 23),
             completion_events: VecDeque::new(),
+            udp_socket_port: config.udp_socket_port,
         }
     }
 
