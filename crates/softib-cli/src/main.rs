@@ -6,8 +6,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench_cmd;
 mod compliance;
+mod devinfo_cmd;
+mod net_common;
 mod pcap_cmd;
+mod pingpong_cmd;
+mod relay_cmd;
 mod sim_cmd;
 mod synth;
 
@@ -34,6 +39,14 @@ enum Command {
     Sim(Box<sim_cmd::SimArgs>),
     /// Traceability report: which compliance statements are covered by tests.
     Compliance(compliance::ComplianceArgs),
+    /// Show the soft RoCEv2 device (like `ibv_devinfo`).
+    Devinfo(devinfo_cmd::DevinfoArgs),
+    /// Ping-pong over real UDP, exchange-compatible with `ibv_rc/uc/ud_pingpong`.
+    Pingpong(Box<pingpong_cmd::PingpongArgs>),
+    /// perftest-style bandwidth / latency over real UDP, and the raw-UDP baseline.
+    Bench(Box<bench_cmd::BenchArgs>),
+    /// A lossy, reordering UDP relay between two softib processes (seeded).
+    Relay(relay_cmd::RelayArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,5 +55,9 @@ fn main() -> ExitCode {
         Command::Pcap { command } => pcap_cmd::run(command),
         Command::Compliance(args) => compliance::run(args),
         Command::Sim(args) => sim_cmd::run(*args),
+        Command::Devinfo(args) => devinfo_cmd::run(args),
+        Command::Pingpong(args) => pingpong_cmd::run(*args),
+        Command::Bench(args) => bench_cmd::run(*args),
+        Command::Relay(args) => relay_cmd::run(args),
     }
 }

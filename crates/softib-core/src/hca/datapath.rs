@@ -606,7 +606,12 @@ impl Hca {
         if port.link_layer == LinkLayer::InfiniBand {
             return build_native_frame(port, av, t, out);
         }
-        let Some(a) = roce_addrs(port, av, ident, src_qpn) else {
+        let (ident, sport) = match self.udp_socket_port {
+            // What an unconnected kernel UDP socket with IP_PMTUDISC_DO writes.
+            Some(port) => (0, port),
+            None => (ident, udp_source_port(src_qpn)),
+        };
+        let Some(a) = roce_addrs(port, av, ident, sport) else {
             return false;
         };
         let Ok(tlen) = t.wire_len() else {
@@ -632,10 +637,10 @@ impl Hca {
     }
 }
 
-/// Ethernet, IP and UDP addressing of a RoCEv2 packet from `src_qpn` on `port` towards `av`
-/// (`ident`: the IPv4 identification).
+/// Ethernet, IP and UDP addressing of a RoCEv2 packet on `port` towards `av` (`ident`: the
+/// IPv4 identification, `sport`: the UDP source port).
 #[inline(always)]
-fn roce_addrs(port: &PortConfig, av: &AhAttr, ident: u16, src_qpn: u32) -> Option<FrameAddrs> {
+fn roce_addrs(port: &PortConfig, av: &AhAttr, ident: u16, sport: u16) -> Option<FrameAddrs> {
     let grh = av.grh?;
     let local = port.gids.get(usize::from(grh.sgid_index))?.gid;
     let eth = Ethernet {
@@ -662,11 +667,7 @@ fn roce_addrs(port: &PortConfig, av: &AhAttr, ident: u16, src_qpn: u32) -> Optio
             ..Grh::default()
         }),
     };
-    Some(FrameAddrs {
-        eth,
-        ip,
-        sport: udp_source_port(src_qpn),
-    })
+    Some(FrameAddrs { eth, ip, sport })
 }
 
 /// A native IB packet on `port` towards `av`: LRH from the port and `av`, a GRH when `av` is

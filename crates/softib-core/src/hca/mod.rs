@@ -162,6 +162,9 @@ pub struct Hca {
     pub(crate) max_unacked_psns: u32,
     /// Multicast groups: the QPNs attached to each group GID, in attach order.
     pub(crate) mcast: std::collections::BTreeMap<crate::verbs::types::Gid, Vec<u32>>,
+    /// UDP source port of every packet, with IPv4 identification 0 (see
+    /// [`HcaConfig::udp_socket_port`]); `None` numbers headers as rxe does.
+    pub(crate) udp_socket_port: Option<u16>,
 }
 
 impl Hca {
@@ -188,6 +191,7 @@ impl Hca {
             max_unacked_psns: config.max_unacked_psns.clamp(1, 1 << 23),
             completion_events: VecDeque::new(),
             mcast: Default::default(),
+            udp_socket_port: config.udp_socket_port,
         }
     }
 

@@ -261,6 +261,13 @@ pub struct HcaConfig {
     /// uses 128). Go-back-N resends about this many packets per loss, so a window near the
     /// bandwidth-delay product keeps goodput up under loss.
     pub max_unacked_psns: u32,
+    /// How RoCEv2 headers are numbered. `None` (the default) numbers them as Linux rxe does:
+    /// IPv4 identification counting up per packet, UDP source port `0xC000 | hash(QPN)`.
+    /// `Some(port)` writes what the kernel sends for a driver that hands the packet to an
+    /// unconnected UDP socket bound to `port` with `IP_MTU_DISCOVER = IP_PMTUDISC_DO`:
+    /// IPv4 identification 0 (DF set), UDP source port `port`. The ICRC covers both fields,
+    /// so this makes it match the header the peer receives.
+    pub udp_socket_port: Option<u16>,
 }
 
 impl HcaConfig {
@@ -282,6 +289,7 @@ impl HcaConfig {
             ports: vec![PortConfig::roce(guid)],
             mr_iova_base: 0x0000_7f00_0000_0000,
             max_unacked_psns: 128,
+            udp_socket_port: None,
         }
     }
 
@@ -298,6 +306,7 @@ impl HcaConfig {
             ports: vec![PortConfig::infiniband(guid, lid)],
             mr_iova_base: 0x0000_7f00_0000_0000,
             max_unacked_psns: 128,
+            udp_socket_port: None,
         }
     }
 }

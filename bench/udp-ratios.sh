@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# softib over real UDP against raw UDP with the same batching, measured in the same run on
+# loopback (127.0.0.1 <-> 127.0.0.2). Prints ratios, never bare times:
+#
+#   1. message rate: `softib bench send --size 64` vs a raw UDP sender/receiver
+#      (GSO batches of 64 datagrams, recvmmsg + GRO)                           target >= 0.8x
+#   2. bandwidth: `softib bench write --size 65536` vs raw UDP GSO (4096-byte
+#      datagrams, 64 KiB per sendmsg)                                          target >= 0.7x
+#   3. latency: `softib pingpong --size 64` vs a raw UDP busy-poll round trip  target <= 1.3x
+#
+# Each pair runs ROUNDS times (default 3), interleaved, and the median of each side is used.
+# Both polling disciplines are measured: busy polling (the default of every tool; idle polls
+# yield the CPU) and -e (sleep in poll(2)); raw UDP uses the same discipline as softib in each.
+#
+# Usage: bench/udp-ratios.sh [ROUNDS]     (env: SOFTIB=path/to/softib skips the build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-3}
+if [[ -z "${SOFTIB:-}" ]]; then
+    cargo build --release -q -p softib
+    SOFTIB="${CARGO_TARGET_DIR:-target}/release/softib"
+fi
+A=127.0.0.1
+B=127.0.0.2
+PORT=${SOFTIB_BENCH_PORT:-18761}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+# run_pair SERVER_OUT CLIENT_OUT -- server args -- client args
+run_pair() {
+    local sout=$1 cout=$2
+    shift 2
+    local sargs=() cargs=()
+    while [[ $1 != -- ]]; do sargs+=("$1"); shift; done
+    shift
+    cargs=("$@")
+    timeout 120 "$SOFTIB" "${sargs[@]}" >"$sout" 2>&1 &
+    local spid=$!
+    sleep 0.3
+    timeout 120 "$SOFTIB" "${cargs[@]}" >"$cout" 2>&1 || { echo "client failed:"; cat "$cout" "$sout"; exit 1; }
+    wait "$spid" || { echo "server failed:"; cat "$sout"; exit 1; }
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+json() { jq -r "$1" "$2"; }
+usec() { awk '/usec\/iter/ {print $(NF-1)}' "$1"; }
+
+for MODE in busy events; do
+    E=()
+    [[ $MODE == events ]] && E=(-e)
+    : >"$TMP/rate_s" ; : >"$TMP/rate_r" ; : >"$TMP/bw_s" ; : >"$TMP/bw_r" ; : >"$TMP/lat_s" ; : >"$TMP/lat_r"
+    for ((i = 0; i < ROUNDS; i++)); do
+        # 1. 64-byte message rate.
+        run_pair "$TMP/s" "$TMP/c" bench send "${E[@]}" --bind $A -p $PORT --window 8192 --json -- \
+            bench send "${E[@]}" --bind $B -p $PORT -s 64 -n 400000 -t 1024 --window 8192 --json $A
+        json .msg_rate_mpps "$TMP/c" >>"$TMP/rate_s"
+        run_pair "$TMP/s" "$TMP/c" bench raw-udp "${E[@]}" --bind $A -s 64 -n 400000 --json -- \
+            bench raw-udp "${E[@]}" --bind $B -s 64 -n 400000 --json $A
+        json .msg_rate_mpps "$TMP/s" >>"$TMP/rate_r"
+        # 2. 64 KiB bandwidth.
+        run_pair "$TMP/s" "$TMP/c" bench write "${E[@]}" --bind $A -p $PORT --json -- \
+            bench write "${E[@]}" --bind $B -p $PORT -s 65536 -n 5000 --json $A
+        json .bw_avg_gbps "$TMP/c" >>"$TMP/bw_s"
+        run_pair "$TMP/s" "$TMP/c" bench raw-udp "${E[@]}" --bind $A -s 65536 -n 5000 --json -- \
+            bench raw-udp "${E[@]}" --bind $B -s 65536 -n 5000 --json $A
+        json .bw_avg_gbps "$TMP/s" >>"$TMP/bw_r"
+        # 3. 64-byte round trip.
+        run_pair "$TMP/s" "$TMP/c" pingpong "${E[@]}" --bind $A -p $PORT -s 64 -n 20000 -- \
+            pingpong "${E[@]}" --bind $B -p $PORT -s 64 -n 20000 $A
+        usec "$TMP/c" >>"$TMP/lat_s"
+        run_pair "$TMP/s" "$TMP/c" bench raw-udp "${E[@]}" --lat --bind $A -s 64 -n 20000 -- \
+            bench raw-udp "${E[@]}" --lat --bind $B -s 64 -n 20000 $A
+        usec "$TMP/c" >>"$TMP/lat_r"
+    done
+    rs=$(median <"$TMP/rate_s"); rr=$(median <"$TMP/rate_r")
+    bs=$(median <"$TMP/bw_s"); br=$(median <"$TMP/bw_r")
+    ls=$(median <"$TMP/lat_s"); lr=$(median <"$TMP/lat_r")
+    echo "== polling: $MODE ($ROUNDS rounds, medians)"
+    awk -v s="$rs" -v r="$rr" 'BEGIN {printf "send 64 B message rate   softib/raw UDP = %.2fx  (target >= 0.8x)\n", s / r}'
+    awk -v s="$bs" -v r="$br" 'BEGIN {printf "WRITE 64 KiB bandwidth   softib/raw UDP GSO = %.2fx  (target >= 0.7x)\n", s / r}'
+    awk -v s="$ls" -v r="$lr" 'BEGIN {printf "pingpong 64 B latency    softib/raw UDP = %.2fx  (target <= 1.3x)\n", s / r}'
+done

@@ -1,0 +1,660 @@
+//! `softib bench`: perftest-style bandwidth and latency tests over softib's UDP runtime, and
+//! `softib bench raw-udp`, the plain-UDP baseline with the same batching.
+//!
+//! # Exchange (softib bench, version 1)
+//!
+//! The client connects to the server's TCP port (`-p`, 18515) and both sides send one line
+//! (client first, then the server's answer):
+//!
+//! ```text
+//! SOFTIB-BENCH/1 <op> <size> <iters> <LID>:<QPN>:<PSN>:<GID> <rkey> <vaddr>\n
+//! ```
+//!
+//! `op` is `write`, `read`, `send` or `atomic`; LID, QPN and PSN are hex as in the pingpong
+//! message, GID 32 hex digits of its bytes, `rkey` 8 hex digits and `vaddr` 16 hex digits of
+//! the side's buffer. After the test the client sends `done\n` and the server answers
+//! `done\n`. (perftest's own exchange is a different message; it is not spoken yet.)
+//!
+//! # What is measured
+//!
+//! Bandwidth (`--bw`, the default): the client keeps `--tx-depth` WRs outstanding (READ and
+//! atomics: 16, the responder resources it asks for) and requests a completion every 16th WR;
+//! time runs from the first post to the last completion. Peak is the best rate over any
+//! window of at least a tenth of the iterations. Latency (`--lat`): one WR outstanding at a
+//! time, each timed from post to completion (a full round trip for every operation; perftest
+//! halves the round trip of WRITE and SEND latency, softib does not).
+
+use std::io::{BufRead, BufReader, IoSliceMut, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState, BATCH_SIZE};
+use softib_core::setup::{ConnectOptions, EndpointInfo};
+use softib_core::verbs::types::{Mtu, QpType, SendFlags, WcStatus};
+use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, WrOpcode};
+use softib_udp::endpoint::{Endpoint, EndpointConfig};
+
+use crate::net_common::{self as nc, DeviceArgs, Error};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Op {
+    Write,
+    Read,
+    Send,
+    Atomic,
+    /// Plain UDP datagrams, no softib: the baseline of the ratios.
+    RawUdp,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Write => "write",
+            Op::Read => "read",
+            Op::Send => "send",
+            Op::Atomic => "atomic",
+            Op::RawUdp => "raw-udp",
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Operation.
+    #[arg(value_enum)]
+    op: Op,
+    /// Server to connect to; without it, wait for a client.
+    server: Option<String>,
+    /// Message size, bytes (atomics: always 8).
+    #[arg(short = 's', long, default_value_t = 65536)]
+    size: usize,
+    /// Number of messages.
+    #[arg(short = 'n', long, default_value_t = 5000)]
+    iters: u64,
+    /// Measure bandwidth (default).
+    #[arg(long, conflicts_with = "lat")]
+    bw: bool,
+    /// Measure latency.
+    #[arg(long)]
+    lat: bool,
+    /// Print the result as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// TCP port of the exchange.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    port: u16,
+    /// Outstanding WRs (bandwidth).
+    #[arg(short = 't', long, default_value_t = 128)]
+    tx_depth: u32,
+    /// Path MTU, bytes (raw-udp: datagram payload size of --bw).
+    #[arg(short = 'm', long, default_value = "4096", value_parser = nc::parse_mtu)]
+    mtu: Mtu,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+    #[command(flatten)]
+    dev: DeviceArgs,
+}
+
+pub fn run(args: BenchArgs) -> ExitCode {
+    let r = if args.op == Op::RawUdp {
+        raw_udp(&args)
+    } else if args.server.is_some() {
+        client(&args)
+    } else {
+        server(&args)
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softib bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Message size of an operation.
+fn msg_size(op: Op, size: usize) -> usize {
+    if op == Op::Atomic {
+        8
+    } else {
+        size.max(1)
+    }
+}
+
+const RD_ATOMIC: u8 = 16;
+const CQ_MOD: u64 = 16;
+const SERVER_RECVS: u32 = 8192;
+
+fn options(mtu: Mtu) -> ConnectOptions {
+    ConnectOptions {
+        path_mtu: mtu,
+        max_rd_atomic: RD_ATOMIC,
+        max_dest_rd_atomic: RD_ATOMIC,
+        ..ConnectOptions::default()
+    }
+}
+
+fn endpoint(args: &BenchArgs, size: usize, recv_depth: u32) -> Result<Endpoint, Error> {
+    let dev = args.dev.open(args.mtu)?;
+    let cfg = EndpointConfig {
+        qp_type: QpType::Rc,
+        buf_len: size.max(8),
+        send_depth: args.tx_depth.max(1),
+        recv_depth,
+        max_inline: 0,
+    };
+    Endpoint::new(dev, &cfg, nc::random_psn())
+}
+
+fn hello(op: Op, size: usize, iters: u64, ep: &Endpoint) -> String {
+    let m = nc::pp_message(&ep.info());
+    let text = std::str::from_utf8(&m[..nc::PP_MSG_LEN - 1]).unwrap_or("");
+    format!(
+        "SOFTIB-BENCH/1 {} {size} {iters} {text} {:08x} {:016x}\n",
+        op.name(),
+        ep.mr.rkey,
+        ep.mr.addr
+    )
+}
+
+struct Hello {
+    op: String,
+    size: usize,
+    iters: u64,
+    info: EndpointInfo,
+    remote: RemoteAddr,
+}
+
+fn parse_hello(line: &str) -> Result<Hello, Error> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    if f.len() != 7 || f[0] != "SOFTIB-BENCH/1" {
+        return Err(format!("exchange: unexpected message {line:?}").into());
+    }
+    let bad = |what: &str| format!("exchange: bad {what} in {line:?}");
+    Ok(Hello {
+        op: f[1].to_string(),
+        size: f[2].parse().map_err(|_| bad("size"))?,
+        iters: f[3].parse().map_err(|_| bad("iterations"))?,
+        info: nc::parse_pp_message(f[4].as_bytes())?,
+        remote: RemoteAddr::new(
+            u64::from_str_radix(f[6], 16).map_err(|_| bad("vaddr"))?,
+            u32::from_str_radix(f[5], 16).map_err(|_| bad("rkey"))?,
+        ),
+    })
+}
+
+fn read_line(r: &mut BufReader<TcpStream>) -> Result<String, Error> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    if line.is_empty() {
+        return Err("exchange: connection closed".into());
+    }
+    Ok(line)
+}
+
+fn server(args: &BenchArgs) -> Result<(), Error> {
+    let l = TcpListener::bind(("0.0.0.0", args.port))
+        .map_err(|e| format!("couldn't listen to port {}: {e}", args.port))?;
+    let (s, _) = l.accept()?;
+    let mut r = BufReader::new(s.try_clone()?);
+    let h = parse_hello(&read_line(&mut r)?)?;
+    if h.op != args.op.name() {
+        return Err(format!("client runs {}, this side {}", h.op, args.op.name()).into());
+    }
+    let size = msg_size(args.op, h.size);
+    let recvs = if args.op == Op::Send { SERVER_RECVS } else { 1 };
+    let mut ep = endpoint(args, size, recvs)?;
+    args.dev.route_peer(&mut ep.dev, &h.info.gid);
+    ep.connect(&h.info, &options(args.mtu))?;
+    let mr = ep.mr;
+    let qpn = ep.qpn;
+    let rwr = RecvWr::new(0, vec![Sge::new(mr.addr, size as u32, mr.lkey)]);
+    if args.op == Op::Send {
+        for _ in 0..recvs {
+            ep.dev
+                .hca_mut()
+                .post_recv(qpn, std::slice::from_ref(&rwr))?;
+        }
+    }
+    (&s).write_all(hello(args.op, size, h.iters, &ep).as_bytes())?;
+    s.set_nonblocking(true)?;
+    let mode = args.dev.mode();
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let mut line = String::new();
+    let mut wcs = vec![softib_core::verbs::cq::WorkCompletion::default(); 64];
+    let rwrs = vec![rwr.clone(); wcs.len()];
+    let mut last_check = Instant::now();
+    loop {
+        ep.dev.progress(mode, Duration::from_millis(1))?;
+        if args.op == Op::Send {
+            let cq = ep.cq;
+            let n = ep.dev.hca_mut().poll_cq_into(cq, &mut wcs)?;
+            if let Some(wc) = wcs[..n].iter().find(|wc| wc.status != WcStatus::Success) {
+                return Err(format!("receive failed: {}", wc.status.name()).into());
+            }
+            if n > 0 {
+                ep.dev.hca_mut().post_recv(qpn, &rwrs[..n])?;
+            }
+        }
+        // The control connection is looked at once a millisecond, not on every poll.
+        if last_check.elapsed() < Duration::from_millis(1) {
+            continue;
+        }
+        last_check = Instant::now();
+        match r.read_line(&mut line) {
+            Ok(0) => return Err("exchange: client went away".into()),
+            Ok(_) if line.trim() == "done" => break,
+            Ok(_) => return Err(format!("exchange: unexpected {line:?}").into()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
+        }
+        if Instant::now() > deadline {
+            return Err("timed out".into());
+        }
+    }
+    s.set_nonblocking(false)?;
+    (&s).write_all(b"done\n")?;
+    ep.dev.flush_pcap()?;
+    args.dev.report(&ep.dev);
+    Ok(())
+}
+
+fn client(args: &BenchArgs) -> Result<(), Error> {
+    let server = args.server.as_deref().unwrap_or_default();
+    let s = TcpStream::connect((server, args.port))
+        .map_err(|e| format!("couldn't connect to {server}:{}: {e}", args.port))?;
+    s.set_nodelay(true)?;
+    let size = msg_size(args.op, args.size);
+    let mut ep = endpoint(args, size, 16)?;
+    (&s).write_all(hello(args.op, size, args.iters, &ep).as_bytes())?;
+    let mut r = BufReader::new(s.try_clone()?);
+    let h = parse_hello(&read_line(&mut r)?)?;
+    args.dev.route_peer(&mut ep.dev, &h.info.gid);
+    ep.connect(&h.info, &options(args.mtu))?;
+    let lat = args.lat;
+    let depth = match args.op {
+        _ if lat => 1,
+        Op::Read | Op::Atomic => u64::from(RD_ATOMIC).min(u64::from(args.tx_depth)),
+        _ => u64::from(args.tx_depth.max(1)),
+    };
+    let mr = ep.mr;
+    let remote = h.remote;
+    let op = match args.op {
+        Op::Write => WrOpcode::RdmaWrite { remote },
+        Op::Read => WrOpcode::RdmaRead { remote },
+        Op::Send => WrOpcode::Send,
+        _ => WrOpcode::AtomicFetchAdd {
+            remote_addr: remote.addr,
+            rkey: remote.rkey,
+            add: 1,
+        },
+    };
+    // WRs are built once and reused: each post only renumbers them.
+    let template = SendWr::new(0, op).with_sge(Sge::new(mr.addr, size as u32, mr.lkey));
+    let mut batch: Vec<SendWr> = Vec::new();
+    let qpn = ep.qpn;
+    let mode = args.dev.mode();
+    let n = args.iters.max(1);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(args.timeout);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut samples: Vec<(u64, Instant)> = vec![(0, start)];
+    let mut lats: Vec<f64> = Vec::new();
+    let mut t_post = start;
+    while done < n {
+        let room = (n - posted).min(depth - (posted - done)) as usize;
+        if room > 0 {
+            batch.resize(room, template.clone());
+            for (k, wr) in batch.iter_mut().enumerate() {
+                let i = posted + k as u64;
+                wr.wr_id = i;
+                wr.flags = if lat || (i + 1) % CQ_MOD == 0 || i + 1 == n || depth <= CQ_MOD {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::empty()
+                };
+            }
+            if lat {
+                t_post = Instant::now();
+            }
+            ep.dev.hca_mut().post_send(qpn, &batch[..room])?;
+            posted += room as u64;
+        }
+        let wcs = ep.wait_completions(mode, deadline)?;
+        if wcs.is_empty() {
+            return Err(format!("timed out: {done} of {n} completed").into());
+        }
+        let now = Instant::now();
+        for wc in wcs {
+            if wc.status != WcStatus::Success {
+                return Err(format!("WR {} failed: {}", wc.wr_id, wc.status.name()).into());
+            }
+            done = wc.wr_id + 1;
+        }
+        if lat {
+            lats.push(now.duration_since(t_post).as_secs_f64() * 1e6);
+        }
+        samples.push((done, now));
+    }
+    let secs = start.elapsed().as_secs_f64();
+    (&s).write_all(b"done\n")?;
+    let _ = read_line(&mut r);
+    ep.dev.flush_pcap()?;
+    args.dev.report(&ep.dev);
+    if lat {
+        print_lat(args, size, &mut lats);
+    } else {
+        print_bw(args, size, n, secs, peak_rate(&samples));
+    }
+    Ok(())
+}
+
+/// Best messages/second over any window of at least a tenth of the run time (completions
+/// arrive in bursts, one ACK completing many WRs, so shorter windows would overstate it).
+fn peak_rate(samples: &[(u64, Instant)]) -> f64 {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return 0.0;
+    };
+    let w = last.1.duration_since(first.1) / 10;
+    let mut best = 0.0f64;
+    let mut j = 0;
+    for i in 0..samples.len() {
+        j = j.max(i);
+        while j < samples.len() && samples[j].1.duration_since(samples[i].1) < w {
+            j += 1;
+        }
+        if j == samples.len() {
+            break;
+        }
+        let dt = samples[j].1.duration_since(samples[i].1).as_secs_f64();
+        if dt > 0.0 {
+            best = best.max((samples[j].0 - samples[i].0) as f64 / dt);
+        }
+    }
+    best
+}
+
+fn print_bw(args: &BenchArgs, size: usize, n: u64, secs: f64, peak_msgs: f64) {
+    let avg_msgs = n as f64 / secs;
+    let peak_msgs = peak_msgs.max(avg_msgs);
+    let b = size as f64;
+    let (peak_gb, avg_gb) = (peak_msgs * b * 8.0 / 1e9, avg_msgs * b * 8.0 / 1e9);
+    let (peak_mib, avg_mib) = (peak_msgs * b / 1048576.0, avg_msgs * b / 1048576.0);
+    let mpps = avg_msgs / 1e6;
+    if args.json {
+        let v = serde_json::json!({
+            "tool": "softib bench", "op": args.op.name(), "mode": "bw",
+            "bytes": size, "iterations": n, "seconds": secs,
+            "bw_peak_gbps": peak_gb, "bw_avg_gbps": avg_gb,
+            "bw_peak_mibps": peak_mib, "bw_avg_mibps": avg_mib,
+            "msg_rate_mpps": mpps,
+        });
+        println!("{v}");
+        return;
+    }
+    let line = "-".repeat(100);
+    println!("{line}");
+    println!(
+        " {:<10} {:<13} {:<17} {:<20} {:<17} {:<20} {:<14}",
+        "#bytes",
+        "#iterations",
+        "BW peak[Gb/sec]",
+        "BW average[Gb/sec]",
+        "BW peak[MiB/sec]",
+        "BW average[MiB/sec]",
+        "MsgRate[Mpps]"
+    );
+    println!(
+        " {size:<10} {n:<13} {peak_gb:<17.2} {avg_gb:<20.2} {peak_mib:<17.2} {avg_mib:<20.2} {mpps:<14.6}"
+    );
+    println!("{line}");
+}
+
+fn print_lat(args: &BenchArgs, size: usize, lats: &mut [f64]) {
+    lats.sort_by(|a, b| a.total_cmp(b));
+    let n = lats.len().max(1);
+    let at = |q: f64| {
+        lats.get(((n as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let (min, med, p99, max) = (at(0.0), at(0.5), at(0.99), at(1.0));
+    let avg = lats.iter().sum::<f64>() / n as f64;
+    if args.json {
+        let v = serde_json::json!({
+            "tool": "softib bench", "op": args.op.name(), "mode": "lat",
+            "bytes": size, "iterations": lats.len(),
+            "t_min_us": min, "t_median_us": med, "t_p99_us": p99, "t_max_us": max,
+            "t_avg_us": avg,
+        });
+        println!("{v}");
+        return;
+    }
+    let line = "-".repeat(96);
+    println!("{line}");
+    println!(
+        " {:<10} {:<13} {:<14} {:<17} {:<14} {:<14} {:<14}",
+        "#bytes",
+        "#iterations",
+        "t_min[usec]",
+        "t_median[usec]",
+        "t_p99[usec]",
+        "t_max[usec]",
+        "t_avg[usec]"
+    );
+    println!(
+        " {size:<10} {:<13} {min:<14.2} {med:<17.2} {p99:<14.2} {max:<14.2} {avg:<14.2}",
+        lats.len()
+    );
+    println!("{line}");
+}
+
+// ----- raw UDP baseline -------------------------------------------------------------------
+
+/// The raw-UDP baseline: `--bw` streams `iters` messages of `--size` bytes, each cut into
+/// datagrams of at most `--mtu` bytes, sent in GSO batches of up to 64 equal segments
+/// (`sendmsg` with UDP_SEGMENT; the same batching softib's runtime uses), received with
+/// `recvmmsg` + GRO; the receiver (the side without SERVER) reports the rate it saw, from its
+/// first to its last data datagram. An empty datagram ends the stream. `--lat` bounces one
+/// `--size` datagram back and forth `iters` times with busy polling and prints usec/iter
+/// like pingpong. Idle polls yield the CPU, or sleep in poll(2) with `-e`, as softib's
+/// progress engine does. Both sides use `--bind` (default 127.0.0.1:4791) locally; the client sends
+/// to SERVER port 4791 (or SERVER:PORT).
+fn raw_udp(args: &BenchArgs) -> Result<(), Error> {
+    let local = args.dev.bind_addr()?;
+    let sock = UdpSocket::bind(local).map_err(|e| format!("bind {local}: {e}"))?;
+    let state = UdpSocketState::new(UdpSockRef::from(&sock))?;
+    let sref = socket2::SockRef::from(&sock);
+    let _ = sref.set_recv_buffer_size(4 << 20);
+    let _ = sref.set_send_buffer_size(4 << 20);
+    let peer: Option<SocketAddr> = match &args.server {
+        Some(s) => Some(match s.parse::<SocketAddr>() {
+            Ok(a) => a,
+            Err(_) => SocketAddr::new(
+                s.parse::<IpAddr>()
+                    .map_err(|_| format!("{s}: not an IP address"))?,
+                softib_wire::udp::ROCEV2_PORT,
+            ),
+        }),
+        None => None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let size = args.size.max(1);
+    let mut bufs = vec![0u8; 65536 * BATCH_SIZE];
+    let mut meta = vec![RecvMeta::default(); BATCH_SIZE];
+    let mut idle = 0u32;
+    let mode = args.dev.mode();
+    let mut recv = |bufs: &mut [u8], meta: &mut [RecvMeta]| -> std::io::Result<usize> {
+        let mut chunks = bufs.chunks_exact_mut(65536);
+        let mut slices: [IoSliceMut<'_>; BATCH_SIZE] =
+            std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
+        match state.recv(UdpSockRef::from(&sock), &mut slices, meta) {
+            Ok(n) => {
+                idle = 0;
+                Ok(n)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // Idle: the same discipline as softib's progress engine.
+                idle = idle.saturating_add(1);
+                softib_udp::idle_step(
+                    &sock,
+                    mode,
+                    idle,
+                    args.dev.busy_yields,
+                    Duration::from_millis(10),
+                )?;
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+    };
+    if args.lat {
+        let payload = vec![0x5au8; size];
+        let mut got = 0u64;
+        let start = Instant::now();
+        let mut from = peer;
+        if let Some(p) = peer {
+            sock.send_to(&payload, p)?;
+        }
+        while got < args.iters {
+            let n = recv(&mut bufs, &mut meta)?;
+            for m in meta.iter().take(n) {
+                got += 1;
+                from = Some(m.addr);
+                if peer.is_none() || got < args.iters {
+                    sock.send_to(&payload, m.addr)?;
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!("timed out after {got} round trips").into());
+            }
+        }
+        let _ = from;
+        let usec = start.elapsed().as_secs_f64() * 1e6;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"tool": "softib bench", "op": "raw-udp", "mode": "lat",
+                    "bytes": size, "iterations": args.iters, "usec_per_iter": usec / args.iters as f64})
+            );
+        } else {
+            println!(
+                "{} iters in {:.2} seconds = {:.2} usec/iter",
+                args.iters,
+                usec / 1e6,
+                usec / args.iters as f64
+            );
+        }
+        return Ok(());
+    }
+    let seg = size.min(args.mtu.bytes() as usize);
+    match peer {
+        Some(p) => {
+            // Sender: messages as datagrams, GSO runs of up to 64 segments.
+            let mut msg_datagrams: Vec<usize> = Vec::new();
+            let mut left = size;
+            while left > 0 {
+                msg_datagrams.push(left.min(seg));
+                left -= left.min(seg);
+            }
+            let total: Vec<usize> = (0..args.iters)
+                .flat_map(|_| msg_datagrams.iter().copied())
+                .collect();
+            let data = vec![0x5au8; 65536];
+            let max_segs = state.max_gso_segments().clamp(1, 64);
+            let mut i = 0;
+            let mut syscalls = 0u64;
+            while i < total.len() {
+                let mut j = i + 1;
+                let mut bytes = total[i];
+                while j < total.len()
+                    && j - i < max_segs
+                    && total[j - 1] == seg
+                    && total[j] <= seg
+                    && bytes + total[j] <= 65_000
+                {
+                    bytes += total[j];
+                    j += 1;
+                }
+                let t = Transmit {
+                    destination: p,
+                    ecn: None,
+                    contents: &data[..bytes],
+                    segment_size: (j - i > 1).then_some(total[i]),
+                    src_ip: None,
+                };
+                loop {
+                    syscalls += 1;
+                    match state.try_send(UdpSockRef::from(&sock), &t) {
+                        Ok(()) => break,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::yield_now()
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                i = j;
+            }
+            for _ in 0..10 {
+                sock.send_to(&[], p)?;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if !args.json {
+                println!("sent {} datagrams in {syscalls} system calls", total.len());
+            }
+            Ok(())
+        }
+        None => {
+            let (mut bytes, mut datagrams) = (0u64, 0u64);
+            let mut first: Option<Instant> = None;
+            let mut last = Instant::now();
+            'outer: loop {
+                let n = recv(&mut bufs, &mut meta)?;
+                let now = Instant::now();
+                for m in meta.iter().take(n) {
+                    if m.len == 0 {
+                        if first.is_some() {
+                            break 'outer;
+                        }
+                        continue;
+                    }
+                    first.get_or_insert(now);
+                    last = now;
+                    bytes += m.len as u64;
+                    datagrams += m.len.div_ceil(m.stride.max(1)) as u64;
+                }
+                if now > deadline {
+                    return Err("timed out".into());
+                }
+            }
+            let secs = last
+                .duration_since(first.unwrap_or(last))
+                .as_secs_f64()
+                .max(1e-9);
+            let msgs = bytes / size as u64;
+            let (gbps, mib) = (
+                bytes as f64 * 8.0 / secs / 1e9,
+                bytes as f64 / secs / 1048576.0,
+            );
+            let mpps = msgs as f64 / secs / 1e6;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"tool": "softib bench", "op": "raw-udp", "mode": "bw",
+                        "bytes": size, "iterations": msgs, "datagrams": datagrams,
+                        "sent_iterations": args.iters, "seconds": secs,
+                        "bw_avg_gbps": gbps, "bw_avg_mibps": mib, "msg_rate_mpps": mpps})
+                );
+            } else {
+                println!(
+                    "raw-udp: {msgs} messages of {size} B ({datagrams} datagrams) in {secs:.3} s: {gbps:.2} Gb/sec, {mib:.2} MiB/sec, {mpps:.6} Mpps"
+                );
+            }
+            let _ = std::io::stdout().flush();
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! Between the HCA's Ethernet frames and the UDP socket's datagrams.
+//!
+//! The HCA speaks whole RoCEv2 frames (Ethernet + IPv4/IPv6 + UDP + BTH ... + ICRC). A kernel
+//! UDP socket carries only the UDP payload (BTH ... ICRC). On send the runtime keeps the
+//! payload and the destination address of a frame ([`datagram_of_frame`]); on receive it
+//! rebuilds the frame the peer's kernel put on the wire ([`frame_of_datagram`]) so the HCA can
+//! check the ICRC over the same IP and UDP header the sender covered.
+//!
+//! The rebuilt header holds what the ICRC covers and the socket reports: source address and
+//! port (from `recvfrom`), destination address (the bound address, or `IP_PKTINFO`),
+//! destination port 4791, lengths from the datagram, IPv4 identification 0 and DF (what an
+//! unconnected socket with `IP_PMTUDISC_DO` sends, see [`crate::IcrcPolicy`]). TOS / traffic
+//! class, TTL / hop limit, flow label and the checksums are masked out of the ICRC, so the
+//! values written for them (0, 64, 0, computed / 0) do not matter for the check.
+
+use std::net::IpAddr;
+
+use softib_core::verbs::types::Gid;
+use softib_core::{gid_of_ipv4, mac_for_gid};
+use softib_wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, MIN_FRAME_LEN};
+use softib_wire::ipv4::Ipv4View;
+use softib_wire::udp::ROCEV2_PORT;
+
+/// Ethernet header length of the frames softib builds (no VLAN tag).
+pub const ETH_LEN: usize = 14;
+/// IPv4 header length (no options).
+pub const IPV4_LEN: usize = 20;
+/// IPv6 header length.
+pub const IPV6_LEN: usize = 40;
+/// UDP header length.
+pub const UDP_LEN: usize = 8;
+/// Largest UDP payload of one datagram.
+pub const MAX_DATAGRAM: usize = 65_507;
+/// TTL / hop limit written into rebuilt headers (masked out of the ICRC).
+const TTL: u8 = 64;
+/// IEEE 802.1Q TPID.
+const ETHERTYPE_VLAN: u16 = 0x8100;
+
+/// The GID of an IP address: IPv4-mapped for IPv4, the address itself for IPv6.
+pub fn gid_of_ip(ip: IpAddr) -> Gid {
+    match ip {
+        IpAddr::V4(a) => gid_of_ipv4(a.octets()),
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => gid_of_ipv4(v4.octets()),
+            None => Gid(a.octets()),
+        },
+    }
+}
+
+/// The IP address of a GID: IPv4 for an IPv4-mapped GID, IPv6 otherwise.
+pub fn ip_of_gid(gid: &Gid) -> IpAddr {
+    match softib_core::ipv4_of(gid) {
+        Some(a) => IpAddr::from(a),
+        None => IpAddr::from(gid.0),
+    }
+}
+
+/// An IPv4-mapped IPv6 address as IPv4; any other address unchanged.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The destination IP address and the UDP payload of a RoCEv2 frame the HCA built, or `None`
+/// if the frame is not Ethernet + IPv4/IPv6 + UDP with consistent lengths.
+pub fn datagram_of_frame(frame: &[u8]) -> Option<(IpAddr, &[u8])> {
+    let mut at = ETH_LEN;
+    let mut ether_type = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    if ether_type == ETHERTYPE_VLAN {
+        ether_type = u16::from_be_bytes([*frame.get(16)?, *frame.get(17)?]);
+        at += 4;
+    }
+    let l3 = frame.get(at..)?;
+    let (dst, udp_at) = match ether_type {
+        ETHERTYPE_IPV4 => {
+            let ihl = usize::from(l3.first()? & 0x0f) * 4;
+            let d: [u8; 4] = l3.get(16..20)?.try_into().ok()?;
+            (IpAddr::from(d), ihl)
+        }
+        ETHERTYPE_IPV6 => {
+            let d: [u8; 16] = l3.get(24..40)?.try_into().ok()?;
+            (IpAddr::from(d), IPV6_LEN)
+        }
+        _ => return None,
+    };
+    let udp = l3.get(udp_at..)?;
+    let len = usize::from(u16::from_be_bytes([*udp.get(4)?, *udp.get(5)?]));
+    let payload = udp.get(UDP_LEN..len.max(UDP_LEN))?;
+    Some((dst, payload))
+}
+
+/// Rebuilds the RoCEv2 frame of a datagram received from `src`:`sport` on `dst`, as the peer's
+/// kernel sent it (see the module documentation), into `out`. Returns false (and leaves `out`
+/// empty) when the addresses are of different families or the payload cannot fit one IP
+/// packet.
+pub fn frame_of_datagram(
+    src: IpAddr,
+    sport: u16,
+    dst: IpAddr,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> bool {
+    out.clear();
+    let (src, dst) = (canonical_ip(src), canonical_ip(dst));
+    if payload.len() > MAX_DATAGRAM {
+        return false;
+    }
+    let udp_len = (UDP_LEN + payload.len()) as u16;
+    let (smac, dmac) = (mac_for_gid(&gid_of_ip(src)), mac_for_gid(&gid_of_ip(dst)));
+    out.extend_from_slice(&dmac);
+    out.extend_from_slice(&smac);
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            out.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+            let total = (IPV4_LEN + usize::from(udp_len)) as u16;
+            let ip_at = out.len();
+            out.extend_from_slice(&[0x45, 0]);
+            out.extend_from_slice(&total.to_be_bytes());
+            // Identification 0, DF, fragment offset 0.
+            out.extend_from_slice(&[0, 0, 0x40, 0, TTL, softib_wire::ipv4::PROTOCOL_UDP, 0, 0]);
+            out.extend_from_slice(&s.octets());
+            out.extend_from_slice(&d.octets());
+            let mut view = Ipv4View::new_unchecked(&mut out[ip_at..ip_at + IPV4_LEN]);
+            view.fill_checksum();
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            out.extend_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+            out.extend_from_slice(&[0x60, 0, 0, 0]);
+            out.extend_from_slice(&udp_len.to_be_bytes());
+            out.extend_from_slice(&[softib_wire::ipv4::PROTOCOL_UDP, TTL]);
+            out.extend_from_slice(&s.octets());
+            out.extend_from_slice(&d.octets());
+        }
+        _ => {
+            out.clear();
+            return false;
+        }
+    }
+    out.extend_from_slice(&sport.to_be_bytes());
+    out.extend_from_slice(&ROCEV2_PORT.to_be_bytes());
+    out.extend_from_slice(&udp_len.to_be_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(payload);
+    if out.len() < MIN_FRAME_LEN {
+        out.resize(MIN_FRAME_LEN, 0);
+    }
+    true
+}
+
+/// [`frame_of_datagram`] with the headers of the last (source, source port, destination)
+/// kept: datagrams of one peer (a GRO batch, a stream) only get their lengths patched.
+#[derive(Debug, Clone, Default)]
+pub struct FrameBuilder {
+    key: Option<(IpAddr, u16, IpAddr)>,
+    /// Ethernet + IP + UDP header of the key, lengths to be patched.
+    header: Vec<u8>,
+}
+
+impl FrameBuilder {
+    /// Same result as [`frame_of_datagram`].
+    pub fn build(
+        &mut self,
+        src: IpAddr,
+        sport: u16,
+        dst: IpAddr,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let key = (canonical_ip(src), sport, canonical_ip(dst));
+        if self.key != Some(key) {
+            if !frame_of_datagram(key.0, sport, key.2, &[], out) {
+                self.key = None;
+                return false;
+            }
+            let hlen = match key.0 {
+                IpAddr::V4(_) => ETH_LEN + IPV4_LEN + UDP_LEN,
+                IpAddr::V6(_) => ETH_LEN + IPV6_LEN + UDP_LEN,
+            };
+            self.header.clear();
+            self.header.extend_from_slice(&out[..hlen]);
+            self.key = Some(key);
+        }
+        out.clear();
+        if payload.len() > MAX_DATAGRAM {
+            return false;
+        }
+        out.extend_from_slice(&self.header);
+        let udp_len = (UDP_LEN + payload.len()) as u16;
+        let udp_at = self.header.len() - UDP_LEN;
+        out[udp_at + 4..udp_at + 6].copy_from_slice(&udp_len.to_be_bytes());
+        if udp_at == ETH_LEN + IPV4_LEN {
+            let total = (IPV4_LEN as u16) + udp_len;
+            out[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&total.to_be_bytes());
+            let mut view = Ipv4View::new_unchecked(&mut out[ETH_LEN..ETH_LEN + IPV4_LEN]);
+            view.set_checksum(0);
+            view.fill_checksum();
+        } else {
+            out[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
+        }
+        out.extend_from_slice(payload);
+        if out.len() < MIN_FRAME_LEN {
+            out.resize(MIN_FRAME_LEN, 0);
+        }
+        true
+    }
+}
+
+/// Replaces the ICRC of a rebuilt IPv4 frame with the one computed over its own header
+/// (the [`crate::IcrcPolicy::AcceptIpv4Unverified`] policy). Returns false if the frame is
+/// not an IPv4 frame from [`frame_of_datagram`] with room for an ICRC.
+pub fn reseal_ipv4_icrc(frame: &mut [u8]) -> bool {
+    if frame.len() < ETH_LEN + IPV4_LEN + UDP_LEN
+        || u16::from_be_bytes([frame[12], frame[13]]) != ETHERTYPE_IPV4
+    {
+        return false;
+    }
+    let udp_at = ETH_LEN + IPV4_LEN;
+    let udp_len = usize::from(u16::from_be_bytes([frame[udp_at + 4], frame[udp_at + 5]]));
+    let end = udp_at + udp_len;
+    if udp_len < UDP_LEN + softib_wire::roce::ICRC_LEN || end > frame.len() {
+        return false;
+    }
+    let icrc_at = end - softib_wire::roce::ICRC_LEN;
+    let icrc = softib_wire::icrc::roce_v4(
+        &frame[ETH_LEN..udp_at],
+        &frame[udp_at..udp_at + UDP_LEN],
+        &frame[udp_at + UDP_LEN..icrc_at],
+    );
+    frame[icrc_at..end].copy_from_slice(&icrc.to_le_bytes());
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn rebuilt_ipv4_frame_round_trips() {
+        let payload: Vec<u8> = (0..40u8).collect();
+        let mut f = Vec::new();
+        let src = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+        let dst = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+        assert!(frame_of_datagram(src, 4791, dst, &payload, &mut f));
+        assert_eq!(f.len(), ETH_LEN + IPV4_LEN + UDP_LEN + 40);
+        let ip = softib_wire::ipv4::Ipv4::parse(&f[ETH_LEN..]).unwrap();
+        assert_eq!(ip.ident, 0);
+        assert_eq!(ip.flags, 0b010);
+        assert!(Ipv4View::new_unchecked(&f[ETH_LEN..]).checksum_ok());
+        let (d, p) = datagram_of_frame(&f).unwrap();
+        assert_eq!(d, dst);
+        assert_eq!(p, &payload[..]);
+    }
+
+    #[test]
+    fn short_frames_are_padded_and_the_padding_is_not_payload() {
+        let mut f = Vec::new();
+        let a = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        assert!(frame_of_datagram(a, 1, a, &[1, 2, 3], &mut f));
+        assert_eq!(f.len(), MIN_FRAME_LEN);
+        assert_eq!(datagram_of_frame(&f).unwrap().1, &[1, 2, 3]);
+    }
+
+    #[test]
+    fn ipv6_and_mixed_families() {
+        let mut f = Vec::new();
+        let s = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        let d = IpAddr::V6("fe80::1".parse().unwrap());
+        assert!(frame_of_datagram(s, 7, d, &[9; 20], &mut f));
+        assert_eq!(datagram_of_frame(&f), Some((d, &[9u8; 20][..])));
+        let v4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        assert!(!frame_of_datagram(s, 7, v4, &[9; 20], &mut f));
+        assert!(f.is_empty());
+        // An IPv4-mapped IPv6 source counts as IPv4.
+        let mapped = IpAddr::V6(Ipv4Addr::LOCALHOST.to_ipv6_mapped());
+        assert!(frame_of_datagram(mapped, 7, v4, &[9; 20], &mut f));
+        assert_eq!(gid_of_ip(mapped), gid_of_ip(v4));
+        assert_eq!(ip_of_gid(&gid_of_ip(v4)), v4);
+        assert_eq!(ip_of_gid(&gid_of_ip(d)), d);
+    }
+
+    #[test]
+    fn frame_builder_matches_frame_of_datagram() {
+        let mut b = FrameBuilder::default();
+        let v4a = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+        let v4b = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+        let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        let cases: [(IpAddr, u16, IpAddr, usize); 6] = [
+            (v4a, 4791, v4b, 80),
+            (v4a, 4791, v4b, 20),
+            (v4a, 4791, v4b, 4112),
+            (v4b, 50000, v4a, 3),
+            (v6, 7, v6, 100),
+            (v6, 7, v4a, 100),
+        ];
+        for (src, sport, dst, len) in cases {
+            let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let (mut want, mut got) = (Vec::new(), Vec::new());
+            let ok = frame_of_datagram(src, sport, dst, &payload, &mut want);
+            assert_eq!(b.build(src, sport, dst, &payload, &mut got), ok);
+            if ok {
+                assert_eq!(got, want, "{src} {sport} {dst} {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_frames_yield_nothing() {
+        assert_eq!(datagram_of_frame(&[]), None);
+        assert_eq!(datagram_of_frame(&[0u8; 13]), None);
+        let mut f = vec![0u8; 60];
+        f[12] = 0x08;
+        f[14] = 0x4f; // IHL 15: the UDP header is past the end.
+        assert_eq!(datagram_of_frame(&f), None);
+    }
+
+    #[test]
+    fn resealed_icrc_verifies() {
+        let mut f = Vec::new();
+        let a = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        assert!(frame_of_datagram(a, 5, a, &[0u8; 32], &mut f));
+        assert!(reseal_ipv4_icrc(&mut f));
+        let udp_at = ETH_LEN + IPV4_LEN;
+        softib_wire::icrc::verify_roce_v4(
+            &f[ETH_LEN..udp_at],
+            &f[udp_at..udp_at + UDP_LEN],
+            &f[udp_at + UDP_LEN..],
+        )
+        .unwrap();
+    }
+}

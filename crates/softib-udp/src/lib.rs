@@ -1,0 +1,737 @@
+//! softib-udp: softib over real UDP — a soft RoCEv2 NIC in user space.
+//!
+//! A [`Device`] owns one `Hca` and one UDP socket bound to a configurable
+//! address (port 4791 by default). Its progress engine moves frames between the two:
+//! datagrams are received in batches (`recvmmsg`, with UDP GRO where the kernel offers it),
+//! given the IP and UDP header the peer's kernel wrote (see [`frame`]) and handed to the
+//! HCA; frames the HCA sends are stripped to their UDP payload and sent in batches (UDP GSO
+//! for runs of equal-sized datagrams to one peer, `sendmmsg` when GSO is unavailable or
+//! turned off). Timers run on the monotonic clock, mapped onto the HCA's
+//! `softib_core::time::Instant`.
+//!
+//! The HCA is built with [`HcaConfig::udp_socket_port`](softib_core::HcaConfig) set, so the
+//! ICRC it computes covers the header the kernel will actually write (IPv4 identification
+//! 0, DF, UDP source port = the bound port). See [`IcrcPolicy`] for the receive side.
+//!
+//! The runtime is single-threaded and sans-callback: the application owns the `Device`,
+//! drives the verbs through [`Device::hca_mut`] and calls [`Device::progress`] (busy-poll or
+//! blocking) whenever it waits for completions.
+
+#![forbid(unsafe_code)]
+
+pub mod endpoint;
+pub mod frame;
+pub mod relay;
+
+use std::fs::File;
+use std::io::{self, BufWriter, IoSlice, IoSliceMut};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState, BATCH_SIZE};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::net::{SendAncillaryBuffer, SendFlags, SocketAddrAny};
+use softib_core::time::Instant;
+use softib_core::verbs::device::GidEntry;
+use softib_core::verbs::types::{Gid, GidType, Mtu};
+use softib_core::{Hca, HcaConfig};
+use softib_wire::pcap::{PcapWriter, LINKTYPE_ETHERNET};
+use softib_wire::udp::ROCEV2_PORT;
+
+/// Bytes of one receive slot: a GRO batch is at most 64 KiB.
+const RX_SLOT: usize = 1 << 16;
+/// Datagrams gathered before a send batch is flushed.
+const TX_BATCH: usize = 64;
+/// Largest GSO transmit (total UDP payload bytes).
+const GSO_MAX_BYTES: usize = 65_000;
+/// Most GSO segments per transmit (the kernel's UDP_MAX_SEGMENTS).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Default of [`DeviceConfig::busy_yields`]: idle polls a busy-polling loop yields the CPU
+/// for before it sleeps in poll(2). Measured on a shared 2-core machine (more busy pollers
+/// than cores), pure yielding halved bandwidth and message rate against sleeping at once;
+/// a short run of yields keeps most of busy polling's latency and most of sleeping's
+/// throughput.
+pub const BUSY_YIELDS: u32 = 16;
+
+/// Longest sleep of a busy-polling loop once it has been idle for a while.
+pub const BUSY_SLEEP: Duration = Duration::from_millis(1);
+
+/// What a polling loop does when a poll found nothing, the `idle`-th time in a row: in
+/// [`PollMode::Busy`], yield the CPU (`sched_yield`, staying runnable) and, from the
+/// `busy_yields`-th idle poll on, sleep in poll(2) until `socket` is readable (at most
+/// [`BUSY_SLEEP`] or `max_wait`); in [`PollMode::Blocking`], sleep in poll(2) at once (at most
+/// `max_wait`). softib's progress engine and the raw-UDP baseline both wait this way.
+pub fn idle_step(
+    socket: &impl std::os::fd::AsFd,
+    mode: PollMode,
+    idle: u32,
+    busy_yields: u32,
+    max_wait: Duration,
+) -> io::Result<()> {
+    let sleep = match mode {
+        PollMode::Blocking => max_wait,
+        PollMode::Busy if idle > busy_yields => max_wait.min(BUSY_SLEEP),
+        PollMode::Busy => {
+            std::thread::yield_now();
+            return Ok(());
+        }
+    };
+    if sleep.is_zero() {
+        return Ok(());
+    }
+    let ts = Timespec {
+        tv_sec: sleep.as_secs() as _,
+        tv_nsec: sleep.subsec_nanos() as _,
+    };
+    let mut fds = [PollFd::new(socket, PollFlags::IN)];
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What the receive side does with the ICRC of an IPv4 packet.
+///
+/// A UDP socket does not show the IPv4 identification of a received packet, yet the ICRC
+/// covers it. softib peers send through an unconnected socket with `IP_PMTUDISC_DO`, for which
+/// Linux writes identification 0, so the rebuilt header (identification 0) is exactly the one
+/// the sender covered and the ICRC is fully verified. Linux rxe numbers its packets, so their
+/// ICRC cannot be checked from a UDP socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IcrcPolicy {
+    /// Verify every ICRC against the rebuilt header (IPv4 identification 0). Right for softib
+    /// peers; rxe's IPv4 packets fail it and are dropped (counted as `icrc_err`).
+    #[default]
+    Verify,
+    /// IPv4 packets are accepted without an ICRC check (the runtime writes the ICRC of the
+    /// rebuilt header before the HCA sees the frame); IPv6 packets, whose header the socket
+    /// fully reveals, are still verified. For rxe peers over IPv4.
+    AcceptIpv4Unverified,
+}
+
+/// How [`Device::progress`] waits when there is nothing to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PollMode {
+    /// Poll without sleeping while there is work; an idle round yields the CPU
+    /// (`sched_yield`), and after [`DeviceConfig::busy_yields`] idle rounds in a row the
+    /// engine sleeps in poll(2) (at most [`BUSY_SLEEP`]) until a datagram arrives.
+    #[default]
+    Busy,
+    /// Sleep in `poll(2)` until a datagram arrives or the next HCA timer is due.
+    Blocking,
+}
+
+/// Configuration of a [`Device`].
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Local address of the RoCEv2 socket (port 4791 unless a test wants another).
+    pub bind: SocketAddr,
+    /// Node id the GUIDs derive from.
+    pub node_id: u32,
+    /// Active MTU of the port (path MTUs may not exceed it).
+    pub active_mtu: Mtu,
+    /// Requester PSN window (see [`HcaConfig::max_unacked_psns`]).
+    pub max_unacked_psns: u32,
+    /// Receive-side ICRC policy.
+    pub icrc: IcrcPolicy,
+    /// Use UDP GSO for send batches when the kernel offers it (else `sendmmsg`).
+    pub gso: bool,
+    /// Write every frame sent and received (RoCEv2 Ethernet frames) to this pcap file.
+    pub pcap: Option<PathBuf>,
+    /// Socket buffer sizes requested (bytes; the kernel may clamp them).
+    pub socket_buffer: usize,
+    /// Idle rounds a busy-polling [`Device::progress`] yields the CPU for before it sleeps
+    /// (see [`idle_step`]); `u32::MAX` never sleeps.
+    pub busy_yields: u32,
+}
+
+impl DeviceConfig {
+    /// Defaults for a device bound to `bind`: node id from the address, active MTU 4096,
+    /// PSN window 128 (rxe's), ICRC verified, GSO on, no capture, 4 MiB socket buffers,
+    /// [`BUSY_YIELDS`] yields before a busy poller sleeps.
+    pub fn new(bind: SocketAddr) -> DeviceConfig {
+        let node_id = match frame::canonical_ip(bind.ip()) {
+            IpAddr::V4(a) => u32::from(a),
+            IpAddr::V6(a) => {
+                let o = a.octets();
+                u32::from_be_bytes([o[12], o[13], o[14], o[15]])
+            }
+        };
+        DeviceConfig {
+            bind,
+            node_id,
+            active_mtu: Mtu::Mtu4096,
+            max_unacked_psns: 128,
+            icrc: IcrcPolicy::Verify,
+            gso: true,
+            pcap: None,
+            socket_buffer: 4 << 20,
+            busy_yields: BUSY_YIELDS,
+        }
+    }
+
+    /// The HCA configuration of this device: rxe limits, one RoCEv2 port whose GID table
+    /// holds the GID of the bound address (IPv4-mapped for IPv4) at index 0, and headers
+    /// numbered for a kernel socket bound to the configured port.
+    pub fn hca_config(&self) -> HcaConfig {
+        let mut c = HcaConfig::new(self.node_id);
+        c.max_unacked_psns = self.max_unacked_psns;
+        c.udp_socket_port = Some(self.bind.port());
+        let port = &mut c.ports[0];
+        port.active_mtu = self.active_mtu;
+        port.gids = vec![GidEntry {
+            gid: frame::gid_of_ip(self.bind.ip()),
+            gid_type: GidType::RoceV2,
+        }];
+        c
+    }
+}
+
+/// Counters of the runtime (the HCA keeps its own, [`Hca::counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Datagrams received (GRO segments counted one by one).
+    pub rx_datagrams: u64,
+    /// Receive system calls that returned data.
+    pub rx_batches: u64,
+    /// Datagrams dropped before the HCA: address families differ or the payload is too big.
+    pub rx_unframed: u64,
+    /// Datagrams sent.
+    pub tx_datagrams: u64,
+    /// Send system calls.
+    pub tx_syscalls: u64,
+    /// Frames from the HCA that were not IP/UDP (never expected).
+    pub tx_unframed: u64,
+    /// Datagrams dropped because the socket refused them (full buffer after waiting, or an
+    /// error such as no route); the transport recovers them like any loss.
+    pub tx_dropped: u64,
+}
+
+/// One datagram waiting in the send batch.
+#[derive(Debug, Clone, Copy)]
+struct TxEntry {
+    dest: SocketAddr,
+    start: usize,
+    len: usize,
+}
+
+/// A soft RoCEv2 NIC: one HCA, one UDP socket, and the progress engine between them.
+pub struct Device {
+    hca: Hca,
+    socket: UdpSocket,
+    state: UdpSocketState,
+    local: SocketAddr,
+    epoch: std::time::Instant,
+    icrc: IcrcPolicy,
+    gso: bool,
+    /// Peers reached through another socket address: (peer IP, where its datagrams go and
+    /// come from).
+    routes: Vec<(IpAddr, SocketAddr)>,
+    tx_frame: Vec<u8>,
+    tx_buf: Vec<u8>,
+    tx: Vec<TxEntry>,
+    rx_buf: Vec<u8>,
+    rx_meta: Vec<RecvMeta>,
+    rx_frame: Vec<u8>,
+    rx_builder: frame::FrameBuilder,
+    pcap: Option<PcapWriter<BufWriter<File>>>,
+    stats: DeviceStats,
+    /// Consecutive idle rounds of [`Device::progress`].
+    idle_polls: u32,
+    busy_yields: u32,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("local", &self.local)
+            .field("icrc", &self.icrc)
+            .field("gso", &self.gso)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Device {
+    /// Binds the socket and builds the HCA.
+    pub fn open(cfg: &DeviceConfig) -> io::Result<Device> {
+        let domain = match cfg.bind {
+            SocketAddr::V4(_) => socket2::Domain::IPV4,
+            SocketAddr::V6(_) => socket2::Domain::IPV6,
+        };
+        let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+        if cfg.bind.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
+        // Best effort: the kernel clamps to net.core.{r,w}mem_max.
+        let _ = s.set_recv_buffer_size(cfg.socket_buffer);
+        let _ = s.set_send_buffer_size(cfg.socket_buffer);
+        s.bind(&cfg.bind.into())?;
+        let socket: UdpSocket = s.into();
+        let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
+        // DF and, on an unconnected socket, IPv4 identification 0: the header the HCA's ICRC
+        // covers (quinn-udp asks for IP_PMTUDISC_PROBE, which also sets DF; DO is the
+        // documented contract).
+        match cfg.bind {
+            SocketAddr::V4(_) => rustix::net::sockopt::set_ip_mtu_discover(
+                &socket,
+                rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+            )?,
+            SocketAddr::V6(_) => rustix::net::sockopt::set_ipv6_mtu_discover(
+                &socket,
+                rustix::net::sockopt::Ipv6PathMtuDiscovery::DO,
+            )?,
+        }
+        let local = socket.local_addr()?;
+        let pcap = match &cfg.pcap {
+            Some(p) => Some(PcapWriter::new(
+                BufWriter::new(File::create(p)?),
+                LINKTYPE_ETHERNET,
+            )?),
+            None => None,
+        };
+        Ok(Device {
+            hca: Hca::new(cfg.hca_config()),
+            socket,
+            state,
+            local,
+            epoch: std::time::Instant::now(),
+            icrc: cfg.icrc,
+            gso: cfg.gso,
+            routes: Vec::new(),
+            tx_frame: Vec::with_capacity(softib_core::MAX_FRAME),
+            tx_buf: Vec::with_capacity(TX_BATCH * 4200),
+            tx: Vec::with_capacity(TX_BATCH),
+            rx_buf: vec![0u8; RX_SLOT * BATCH_SIZE],
+            rx_meta: vec![RecvMeta::default(); BATCH_SIZE],
+            rx_frame: Vec::with_capacity(RX_SLOT + 64),
+            rx_builder: frame::FrameBuilder::default(),
+            pcap,
+            stats: DeviceStats::default(),
+            idle_polls: 0,
+            busy_yields: cfg.busy_yields,
+        })
+    }
+
+    /// The HCA (verbs).
+    pub fn hca(&self) -> &Hca {
+        &self.hca
+    }
+
+    /// The HCA, writable (verbs).
+    pub fn hca_mut(&mut self) -> &mut Hca {
+        &mut self.hca
+    }
+
+    /// The bound socket address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The GID of the bound address (GID index 0 of port 1).
+    pub fn gid(&self) -> Gid {
+        frame::gid_of_ip(self.local.ip())
+    }
+
+    /// Runtime counters.
+    pub fn stats(&self) -> DeviceStats {
+        self.stats
+    }
+
+    /// True when send batches use UDP GSO (configured and offered by the kernel).
+    pub fn uses_gso(&self) -> bool {
+        self.gso && self.state.max_gso_segments() > 1
+    }
+
+    /// Segments the kernel coalesces per GRO receive (1 without GRO).
+    pub fn gro_segments(&self) -> usize {
+        self.state.gro_segments()
+    }
+
+    /// Sends the datagrams for `peer` to `via` instead of `peer:4791`, and takes datagrams
+    /// from `via` as sent by `peer` (for relays and tests; the UDP source port of the rebuilt
+    /// header stays the port they come from).
+    pub fn add_route(&mut self, peer: IpAddr, via: SocketAddr) {
+        let peer = frame::canonical_ip(peer);
+        self.routes.retain(|(p, _)| *p != peer);
+        self.routes.push((peer, via));
+    }
+
+    /// The HCA's clock now.
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// One round of the progress engine without sleeping: send what the HCA has queued,
+    /// receive one batch, run due timers (and send what they queued). Returns true if
+    /// anything moved.
+    ///
+    /// Responses to the batch just received (ACKs, READ responses) go out at the start of the
+    /// next round, together with whatever the application posts in between: a ping-pong
+    /// peer's ACK and its next SEND then leave in one system call. Callers keep calling
+    /// `poll_io` / [`Device::progress`] while they wait, as every verbs program polls.
+    pub fn poll_io(&mut self) -> io::Result<bool> {
+        let now = self.now();
+        let mut busy = self.flush(now)? > 0;
+        busy |= self.receive(now)? > 0;
+        if self.hca.poll_timeout().is_some_and(|t| t <= now) {
+            self.hca.handle_timeout(now);
+            self.flush(now)?;
+            busy = true;
+        }
+        Ok(busy)
+    }
+
+    /// Makes progress: [`Device::poll_io`]; in [`PollMode::Blocking`], when that found
+    /// nothing to do, sleeps until a datagram arrives, the next timer is due or `max_wait`
+    /// passes, then polls again.
+    pub fn progress(&mut self, mode: PollMode, max_wait: Duration) -> io::Result<()> {
+        if self.poll_io()? {
+            self.idle_polls = 0;
+            return Ok(());
+        }
+        self.idle_polls = self.idle_polls.saturating_add(1);
+        let now = self.now();
+        let until_timer = self
+            .hca
+            .poll_timeout()
+            .map(|t| t.duration_since(now))
+            .unwrap_or(max_wait);
+        idle_step(
+            &self.socket,
+            mode,
+            self.idle_polls,
+            self.busy_yields,
+            max_wait.min(until_timer),
+        )?;
+        if mode == PollMode::Blocking {
+            self.poll_io()?;
+        }
+        Ok(())
+    }
+
+    /// Sleeps until the socket is readable, the HCA's next timer is due, or `max_wait` passes.
+    pub fn wait(&mut self, max_wait: Duration) -> io::Result<()> {
+        let now = self.now();
+        let until_timer = self
+            .hca
+            .poll_timeout()
+            .map(|t| t.duration_since(now))
+            .unwrap_or(max_wait);
+        let d = max_wait.min(until_timer);
+        if d.is_zero() {
+            return Ok(());
+        }
+        let ts = Timespec {
+            tv_sec: d.as_secs() as _,
+            tv_nsec: d.subsec_nanos() as _,
+        };
+        let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Flushes the pcap capture, if any.
+    pub fn flush_pcap(&mut self) -> io::Result<()> {
+        match &mut self.pcap {
+            Some(p) => p.flush(),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends everything the HCA has ready; returns the number of datagrams handed to the
+    /// socket.
+    pub fn flush(&mut self, now: Instant) -> io::Result<usize> {
+        let mut sent = 0;
+        loop {
+            if !self.hca.poll_transmit(now, &mut self.tx_frame) {
+                break;
+            }
+            if let Some(p) = &mut self.pcap {
+                p.write_record(unix_ns(), &self.tx_frame)?;
+            }
+            let Some((dst, payload)) = frame::datagram_of_frame(&self.tx_frame) else {
+                self.stats.tx_unframed += 1;
+                continue;
+            };
+            let dest = self.route_to(dst);
+            let start = self.tx_buf.len();
+            let len = payload.len();
+            let request = payload.first().is_some_and(|&op| !is_response(op));
+            self.tx_buf.extend_from_slice(payload);
+            self.tx.push(TxEntry { dest, start, len });
+            if request {
+                self.ack_behind_request();
+            }
+            if self.tx.len() >= TX_BATCH {
+                sent += self.send_batch()?;
+            }
+        }
+        sent += self.send_batch()?;
+        Ok(sent)
+    }
+
+    /// Moves pure ACKs queued just before the request datagram that was pushed last behind
+    /// it, so that [request, ACK] to one peer forms a GSO run (the shorter datagram last): a
+    /// ping-pong's ACK and next SEND then travel as one packet through the kernel. Only ACKs
+    /// pass requests; the order among requests and among responses is unchanged (IBA orders
+    /// each direction's packets, not requests against responses).
+    fn ack_behind_request(&mut self) {
+        let n = self.tx.len();
+        let last = self.tx[n - 1];
+        let mut first_ack = n - 1;
+        while first_ack > 0 {
+            let e = self.tx[first_ack - 1];
+            let is_ack = e.dest == last.dest && self.tx_buf.get(e.start) == Some(&OPCODE_RC_ACK);
+            if !is_ack {
+                break;
+            }
+            first_ack -= 1;
+        }
+        if first_ack == n - 1 {
+            return;
+        }
+        let from = self.tx[first_ack].start;
+        self.tx_buf[from..].rotate_right(last.len);
+        self.tx.copy_within(first_ack..n - 1, first_ack + 1);
+        self.tx[first_ack] = TxEntry {
+            dest: last.dest,
+            start: from,
+            len: last.len,
+        };
+        for e in &mut self.tx[first_ack + 1..] {
+            e.start += last.len;
+        }
+    }
+
+    fn route_to(&self, dst: IpAddr) -> SocketAddr {
+        let dst = frame::canonical_ip(dst);
+        self.routes
+            .iter()
+            .find(|(p, _)| *p == dst)
+            .map(|&(_, via)| via)
+            .unwrap_or(SocketAddr::new(dst, ROCEV2_PORT))
+    }
+
+    fn route_from(&self, from: SocketAddr) -> IpAddr {
+        let from_c = SocketAddr::new(frame::canonical_ip(from.ip()), from.port());
+        self.routes
+            .iter()
+            .find(|(_, via)| *via == from_c)
+            .map(|&(p, _)| p)
+            .unwrap_or(from_c.ip())
+    }
+
+    /// Sends the queued datagrams: GSO runs when available, else `sendmmsg`.
+    fn send_batch(&mut self) -> io::Result<usize> {
+        let n = self.tx.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let max_segs = if self.gso {
+            self.state.max_gso_segments().min(GSO_MAX_SEGMENTS)
+        } else {
+            1
+        };
+        // GSO needs runs of equal-sized datagrams to one peer; a batch without any such run
+        // (a ping-pong's ACK and SEND) goes out in one sendmmsg instead.
+        let has_run = (1..n).any(|k| {
+            self.tx[k].dest == self.tx[k - 1].dest && self.tx[k].len <= self.tx[k - 1].len
+        });
+        if max_segs > 1 && has_run {
+            let mut i = 0;
+            while i < n {
+                let first = self.tx[i];
+                let seg = first.len;
+                let mut j = i + 1;
+                let mut total = seg;
+                // A run: same destination, every segment but the last of the first's size.
+                while j < n
+                    && j - i < max_segs
+                    && self.tx[j].dest == first.dest
+                    && self.tx[j - 1].len == seg
+                    && self.tx[j].len <= seg
+                    && total + self.tx[j].len <= GSO_MAX_BYTES
+                {
+                    total += self.tx[j].len;
+                    j += 1;
+                }
+                let t = Transmit {
+                    destination: first.dest,
+                    ecn: None,
+                    contents: &self.tx_buf[first.start..first.start + total],
+                    segment_size: (j - i > 1).then_some(seg),
+                    src_ip: None,
+                };
+                send_one(&self.socket, &self.state, &t, &mut self.stats, j - i)?;
+                i = j;
+            }
+        } else {
+            self.send_mmsg()?;
+        }
+        self.stats.tx_datagrams += n as u64;
+        self.tx.clear();
+        self.tx_buf.clear();
+        Ok(n)
+    }
+
+    /// `sendmmsg` of the whole batch (no GSO).
+    fn send_mmsg(&mut self) -> io::Result<()> {
+        let addrs: Vec<SocketAddrAny> = self
+            .tx
+            .iter()
+            .map(|e| SocketAddrAny::from(e.dest))
+            .collect();
+        let iovs: Vec<IoSlice<'_>> = self
+            .tx
+            .iter()
+            .map(|e| IoSlice::new(&self.tx_buf[e.start..e.start + e.len]))
+            .collect();
+        let mut done = 0;
+        let mut waited = 0;
+        while done < self.tx.len() {
+            let mut ctrls: Vec<SendAncillaryBuffer<'_, '_, '_>> = (done..self.tx.len())
+                .map(|_| SendAncillaryBuffer::default())
+                .collect();
+            let mut msgs: Vec<rustix::net::MMsgHdr<'_>> = ctrls
+                .iter_mut()
+                .enumerate()
+                .map(|(k, c)| {
+                    rustix::net::MMsgHdr::new_with_addr(
+                        &addrs[done + k],
+                        std::slice::from_ref(&iovs[done + k]),
+                        c,
+                    )
+                })
+                .collect();
+            self.stats.tx_syscalls += 1;
+            match rustix::net::sendmmsg(&self.socket, &mut msgs, SendFlags::empty()) {
+                Ok(k) => done += k.max(1),
+                Err(rustix::io::Errno::AGAIN) if waited < 100 => {
+                    waited += 1;
+                    wait_writable(&self.socket)?;
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => {
+                    // Drop the datagram that failed (no route, message too long, ...).
+                    self.stats.tx_dropped += 1;
+                    done += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives one batch and hands every datagram to the HCA; returns the datagram count.
+    fn receive(&mut self, now: Instant) -> io::Result<usize> {
+        let n = {
+            let mut chunks = self.rx_buf.chunks_exact_mut(RX_SLOT);
+            let mut slices: [IoSliceMut<'_>; BATCH_SIZE] =
+                std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
+            match self.state.recv(
+                UdpSockRef::from(&self.socket),
+                &mut slices,
+                &mut self.rx_meta,
+            ) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
+                // ICMP errors reported on the socket (port unreachable...): not fatal.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(0),
+                Err(e) => return Err(e),
+            }
+        };
+        self.stats.rx_batches += 1;
+        let mut count = 0;
+        for i in 0..n {
+            let meta = self.rx_meta[i];
+            let src = self.route_from(meta.addr);
+            let dst = meta.dst_ip.unwrap_or(self.local.ip());
+            let slot = &self.rx_buf[i * RX_SLOT..i * RX_SLOT + meta.len.min(RX_SLOT)];
+            let stride = meta.stride.max(1);
+            // An empty datagram is one (malformed) datagram, not none.
+            let segs = slot.len().div_ceil(stride).max(1);
+            for k in 0..segs {
+                let seg = &slot[(k * stride).min(slot.len())..((k + 1) * stride).min(slot.len())];
+                count += 1;
+                self.stats.rx_datagrams += 1;
+                if !self
+                    .rx_builder
+                    .build(src, meta.addr.port(), dst, seg, &mut self.rx_frame)
+                {
+                    self.stats.rx_unframed += 1;
+                    continue;
+                }
+                if self.icrc == IcrcPolicy::AcceptIpv4Unverified {
+                    frame::reseal_ipv4_icrc(&mut self.rx_frame);
+                }
+                if let Some(p) = &mut self.pcap {
+                    p.write_record(unix_ns(), &self.rx_frame)?;
+                }
+                self.hca.handle_frame(now, &self.rx_frame);
+            }
+        }
+        Ok(count)
+    }
+}
+
+/// BTH opcode of an RC ACKNOWLEDGE.
+const OPCODE_RC_ACK: u8 = 0x11;
+
+/// True for the response opcodes of the reliable services (RC, RD, XRC: READ response
+/// first/middle/last/only, ACKNOWLEDGE, ATOMIC ACKNOWLEDGE).
+fn is_response(opcode: u8) -> bool {
+    matches!(opcode >> 5, 0 | 2 | 5) && (0x0D..=0x12).contains(&(opcode & 0x1f))
+}
+
+/// One `sendmsg` (possibly a GSO run of `segs` datagrams), waiting for buffer space a
+/// bounded number of times; failures are counted as dropped datagrams.
+fn send_one(
+    socket: &UdpSocket,
+    state: &UdpSocketState,
+    t: &Transmit<'_>,
+    stats: &mut DeviceStats,
+    segs: usize,
+) -> io::Result<()> {
+    for _ in 0..100 {
+        stats.tx_syscalls += 1;
+        match state.try_send(UdpSockRef::from(socket), t) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(socket)?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    stats.tx_dropped += segs as u64;
+    Ok(())
+}
+
+/// Waits up to 10 ms for room in the socket's send buffer.
+fn wait_writable(socket: &UdpSocket) -> io::Result<()> {
+    let ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: 10_000_000,
+    };
+    let mut fds = [PollFd::new(socket, PollFlags::OUT)];
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Nanoseconds since the Unix epoch (pcap timestamps).
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// The loopback address `127.0.0.n`, port 4791: two processes on one machine use
+/// `loopback(1)` and `loopback(2)`.
+pub fn loopback(n: u8) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, n)), ROCEV2_PORT)
+}
