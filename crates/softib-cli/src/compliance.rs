@@ -8,7 +8,11 @@
 //!   `C9-158.2.1` → `c9_158_2_1_`). When several prefixes match, the longest wins, so
 //!   `c9_158_2_1_x` covers C9-158.2.1, not C9-158.
 //! * `untestable` — the statement is obsolete or superseded in the spec, or it is listed with a
-//!   reason in `docs/compliance-untestable.tsv`.
+//!   reason in `docs/compliance-untestable.tsv`. A row whose id carries a service, `o9-29@RC`,
+//!   says the statement cannot be tested *for that service* (typically a TCA twin of an HCA rule
+//!   that also binds RD or XRC): the report filtered to that service (`--service rc`) shows it
+//!   as untestable with that reason, and the unfiltered report does so only when every service
+//!   the statement names has such a row.
 //! * `todo` — anything else.
 //!
 //! The tests are found when softib is built (see `build.rs`), so the report describes the
@@ -154,7 +158,7 @@ pub fn run(args: ComplianceArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let report = build_report(&statements, SCANNED_TESTS, UNTESTABLE);
+    let report = build_report(&statements, SCANNED_TESTS, UNTESTABLE, args.service);
     for w in &report.warnings {
         eprintln!("softib compliance: warning: {w}");
     }
@@ -280,6 +284,7 @@ fn build_report<'a>(
     statements: &'a [Statement],
     tests: &'a [ScannedTest],
     untestable: &[(&str, &str)],
+    service: Option<Service>,
 ) -> Report<'a> {
     let prefixes: Vec<String> = statements.iter().map(|s| test_prefix(&s.id)).collect();
     let mut by_statement: HashMap<usize, Vec<&ScannedTest>> = HashMap::new();
@@ -293,14 +298,55 @@ fn build_report<'a>(
             )),
         }
     }
-    let reasons: HashMap<&str, &str> = untestable.iter().copied().collect();
-    for (id, _) in untestable {
-        if !statements.iter().any(|s| s.id == *id) {
+    // Whole-statement reasons by id, and per-service ones by (id, SERVICE).
+    let mut reasons: HashMap<&str, &str> = HashMap::new();
+    let mut scoped: HashMap<(&str, String), &str> = HashMap::new();
+    for &(key, reason) in untestable {
+        let (id, svc) = match key.split_once('@') {
+            Some((id, svc)) => (id, Some(svc)),
+            None => (key, None),
+        };
+        let Some(st) = statements.iter().find(|s| s.id == id) else {
             warnings.push(format!(
-                "docs/compliance-untestable.tsv lists {id}, which is not in the compliance table"
+                "docs/compliance-untestable.tsv lists {key}, which is not in the compliance table"
             ));
+            continue;
+        };
+        match svc {
+            None => {
+                reasons.insert(id, reason);
+            }
+            Some(svc) if st.service.split('+').any(|x| x.eq_ignore_ascii_case(svc)) => {
+                scoped.insert((id, svc.to_ascii_uppercase()), reason);
+            }
+            Some(svc) => warnings.push(format!(
+                "docs/compliance-untestable.tsv lists {key}, but {id} applies to {}, not {svc}",
+                st.service
+            )),
         }
     }
+    // The reason a statement with no test cannot be tested, as far as the report's service
+    // filter goes: for that service, or (unfiltered) for every service it names.
+    let scoped_reason = |s: &Statement| -> Option<String> {
+        match service {
+            Some(svc) => scoped
+                .get(&(s.id.as_str(), svc.name().to_owned()))
+                .map(|r| format!("for {}: {r}", svc.name())),
+            None => {
+                let per: Option<Vec<String>> = s
+                    .service
+                    .split('+')
+                    .map(|x| {
+                        let x = x.trim().to_ascii_uppercase();
+                        scoped
+                            .get(&(s.id.as_str(), x.clone()))
+                            .map(|r| format!("for {x}: {r}"))
+                    })
+                    .collect();
+                per.map(|p| p.join(" "))
+            }
+        }
+    };
 
     let mut rows = Vec::with_capacity(statements.len());
     for (i, s) in statements.iter().enumerate() {
@@ -326,7 +372,10 @@ fn build_report<'a>(
             }
             SpecStatus::Active => match reasons.get(s.id.as_str()) {
                 Some(r) => (Status::Untestable, Some((*r).to_owned())),
-                None => (Status::Todo, None),
+                None => match scoped_reason(s) {
+                    Some(r) => (Status::Untestable, Some(r)),
+                    None => (Status::Todo, None),
+                },
             },
         };
         rows.push(Row {
@@ -544,6 +593,37 @@ mod tests {
         o9-5\tactive\tRAW\tr5\t\n";
 
     #[test]
+    fn untestable_for_one_service() {
+        let tsv = "id\tstatus\tservice\trequirement\tnotes\n\
+            o9-6\tactive\tRC+RD\tTCA RC or CA RD\t\n";
+        let statements = parse_tsv(tsv).unwrap();
+        let one = [("o9-6@RC", "TCA-only for RC")];
+        let status = |list: &[(&str, &str)], svc| {
+            let r = build_report(&statements, &[], list, svc);
+            (r.rows[0].status, r.rows[0].reason.clone(), r.warnings.len())
+        };
+        // For RC it cannot be tested; for RD, and overall, it is still to do.
+        assert_eq!(
+            status(&one, Some(Service::Rc)),
+            (
+                Status::Untestable,
+                Some("for RC: TCA-only for RC".into()),
+                0
+            )
+        );
+        assert_eq!(status(&one, Some(Service::Rd)), (Status::Todo, None, 0));
+        assert_eq!(status(&one, None), (Status::Todo, None, 0));
+        // With a row for every service it names, it is untestable overall too.
+        let both = [("o9-6@RC", "a"), ("o9-6@RD", "b")];
+        assert_eq!(
+            status(&both, None),
+            (Status::Untestable, Some("for RC: a for RD: b".into()), 0)
+        );
+        // A service the statement does not name is a warning.
+        assert_eq!(status(&[("o9-6@UD", "x")], None).2, 1);
+    }
+
+    #[test]
     fn report_statuses() {
         let statements = parse_tsv(TSV).unwrap();
         let tests = [
@@ -563,7 +643,7 @@ mod tests {
                 crate_name: "b",
             },
         ];
-        let report = build_report(&statements, &tests, &[("o9-5", "hardware only")]);
+        let report = build_report(&statements, &tests, &[("o9-5", "hardware only")], None);
         let got: Vec<(&str, Status, Vec<&str>, Option<&str>)> = report
             .rows
             .iter()

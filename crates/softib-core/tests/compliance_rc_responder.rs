@@ -924,6 +924,26 @@ fn c9_124_remote_access_nak_carries_faulting_packet_psn() {
     assert_eq!(p.b.mem(len - MTU, MTU), vec![2; MTU]);
 }
 
+#[test]
+fn o9_73_atomic_remote_access_nak_carries_the_atomic_psn() {
+    // softib's responder supports atomics, so o9-73 binds it: a FETCH_ADD with a bad R_Key,
+    // behind a good one, is NAKed with its own PSN and leaves memory alone.
+    let mut p = pair();
+    let (addr, rkey) = (p.b.mr.addr, p.b.mr.rkey);
+    to_b(&mut p, fetch_add(P, addr, rkey, 5), &[]);
+    let out = from_b(&mut p);
+    assert_eq!(out.len(), 1, "the good atomic is answered");
+    to_b(&mut p, fetch_add(psn(1), addr, rkey ^ 0x100, 7), &[]);
+    assert_ack(&from_b(&mut p), NAK_ACCESS, psn(1));
+    assert_eq!(p.b.mem(0, 8), 5u64.to_le_bytes());
+}
+
+#[test]
+fn o9_63_read_validated_before_later_requests_and_acked_after_its_response() {
+    // For an HCA RC responder o9-63 is C9-101's rule; that test's scenario is the check.
+    c9_101_read_validated_first_and_later_acks_follow_read_response();
+}
+
 // ----- lengths (9.7.4.1.6) ----------------------------------------------------------------------
 
 #[test]
