@@ -283,31 +283,48 @@ impl Hca {
         if r.timer.is_none() {
             r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
         }
-        // Payload. When it lies in one place (inline data, or within one SGE) the frame is
-        // built straight from it; otherwise it is gathered into the scratch buffer first.
         let pd = qp.pd;
+        match self.build_request(qpn, cur, pd, plan, t.headers, out) {
+            Ok(built) => built,
+            Err(status) => {
+                self.rc_complete_error(qpn, cur, status);
+                false
+            }
+        }
+    }
+
+    /// Writes the request packet with `headers` of send WQE `cur` of `qpn` into `out`, its
+    /// payload as `plan` says (RC and UC). When the payload lies in one place (inline data, or
+    /// within one SGE) the frame is built straight from it; otherwise it is gathered into the
+    /// scratch buffer first. `Ok(false)` when the QP has no usable address;
+    /// `Err(IBV_WC_LOC_PROT_ERR)` when the gather list fails its L_Key checks.
+    pub(crate) fn build_request(
+        &mut self,
+        qpn: u32,
+        cur: usize,
+        pd: crate::verbs::PdHandle,
+        plan: PayloadPlan,
+        mut headers: TransportHeaders,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, WcStatus> {
         if let PayloadPlan::Message { offset, len } = plan {
-            let w = &self.qps[&qpn].sq[cur];
-            match self.contiguous_payload(pd, &w.payload, offset, len) {
+            let qp = &self.qps[&qpn];
+            match self.contiguous_payload(pd, &qp.sq[cur].payload, offset, len) {
                 Some(Ok(bytes)) => {
-                    let qp = &self.qps[&qpn];
                     let ident = self.ip_ident.wrapping_add(1);
                     let pad = softib_wire::transport::pad_for(bytes.len());
-                    t.headers.bth.pad_cnt = pad as u8;
+                    headers.bth.pad_cnt = pad as u8;
                     let direct = TransportPacket {
-                        headers: t.headers,
+                        headers,
                         payload: bytes,
                         pad: &ZERO_PAD[..pad],
                     };
                     let (port, av) = (qp.attr.port_num, &qp.attr.ah_attr);
                     let built = self.frame_into(port, av, ident, qpn, &direct, out);
                     self.ip_ident = ident;
-                    return built;
+                    return Ok(built);
                 }
-                Some(Err(())) => {
-                    self.rc_complete_error(qpn, cur, WcStatus::LocProtErr);
-                    return false;
-                }
+                Some(Err(())) => return Err(WcStatus::LocProtErr),
                 None => {}
             }
         }
@@ -316,23 +333,24 @@ impl Hca {
         let ok = match plan {
             PayloadPlan::None => true,
             PayloadPlan::Message { offset, len } => {
-                let qp = &self.qps[&qpn];
-                let w = &qp.sq[cur];
+                let w = &self.qps[&qpn].sq[cur];
                 self.gather(pd, &w.payload, offset, len, &mut scratch)
             }
         };
         if !ok {
             self.scratch = scratch;
-            self.rc_complete_error(qpn, cur, WcStatus::LocProtErr);
-            return false;
+            return Err(WcStatus::LocProtErr);
         }
         let pad = softib_wire::transport::pad_for(scratch.len());
-        t.headers.bth.pad_cnt = pad as u8;
-        t.payload = &scratch;
-        t.pad = &ZERO_PAD[..pad];
+        headers.bth.pad_cnt = pad as u8;
+        let t = TransportPacket {
+            headers,
+            payload: &scratch,
+            pad: &ZERO_PAD[..pad],
+        };
         let built = self.build_frame(qpn, &t, out);
         self.scratch = scratch;
-        built
+        Ok(built)
     }
 
     /// Bytes `[offset, offset + len)` of a WQE's message when they lie in one place: inline

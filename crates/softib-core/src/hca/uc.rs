@@ -71,7 +71,7 @@ use softib_wire::bth::Bth;
 use softib_wire::transport::{TransportHeaders, TransportPacket};
 use softib_wire::{Operation, Position, Qpn, Service};
 
-use super::requester::{packets_for, request_packet, PayloadPlan, DEFAULT_PKEY, ZERO_PAD};
+use super::requester::{packets_for, request_packet, DEFAULT_PKEY};
 use super::Hca;
 use crate::transport::rc::InMessage;
 use crate::verbs::cq::WorkCompletion;
@@ -138,35 +138,23 @@ impl Hca {
         let (plan, last) = request_packet(w, idx, psn, mtu, &mut t.headers, Service::Uc);
         t.headers.bth.dest_qp = dest_qp;
         t.headers.bth.pkey = DEFAULT_PKEY;
+        t.headers.bth.mig_req = super::apm::mig_req(&qp.attr);
         w.tx.sent_once = idx + 1;
         w.tx.all_sent = last;
         // Every request packet takes the next PSN (C9-175).
         qp.transport.next_psn = psn.next();
 
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        let ok = match plan {
-            PayloadPlan::None => true,
-            PayloadPlan::Message { offset, len } => {
-                let w = &self.qps[&qpn].sq[0];
-                self.gather(pd, &w.payload, offset, len, &mut scratch)
+        match self.build_request(qpn, 0, pd, plan, t.headers, out) {
+            Ok(true) => {}
+            Ok(false) => {
+                // The QP has no usable address: nothing can be sent, the WQE fails locally.
+                self.rc_complete_error(qpn, 0, WcStatus::LocQpOpErr);
+                return false;
             }
-        };
-        if !ok {
-            self.scratch = scratch;
-            self.rc_complete_error(qpn, 0, WcStatus::LocProtErr);
-            return false;
-        }
-        let pad = softib_wire::transport::pad_for(scratch.len());
-        t.headers.bth.pad_cnt = pad as u8;
-        t.payload = &scratch;
-        t.pad = &ZERO_PAD[..pad];
-        let built = self.build_frame(qpn, &t, out);
-        self.scratch = scratch;
-        if !built {
-            // The QP has no usable address: nothing can be sent, the WQE fails locally.
-            self.rc_complete_error(qpn, 0, WcStatus::LocQpOpErr);
-            return false;
+            Err(status) => {
+                self.rc_complete_error(qpn, 0, status);
+                return false;
+            }
         }
         if last {
             self.uc_complete_send(qpn);
