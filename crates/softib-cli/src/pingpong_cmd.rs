@@ -31,7 +31,8 @@ pub enum Service {
 
 #[derive(Args, Debug)]
 pub struct PingpongArgs {
-    /// Transport service (rc is supported today; uc and ud follow the core's data paths).
+    /// Transport service: rc, uc or ud, as `ibv_rc_pingpong` / `ibv_uc_pingpong` /
+    /// `ibv_ud_pingpong`.
     #[arg(long, value_enum, default_value = "rc")]
     service: Service,
     /// Server to connect to; without it, wait for a client.
@@ -42,7 +43,8 @@ pub struct PingpongArgs {
     /// Size of the message to exchange (default 4096; 2048 for UD).
     #[arg(short = 's', long)]
     size: Option<usize>,
-    /// Path MTU, bytes.
+    /// Path MTU of RC and UC, bytes. UD messages are limited by the port's active MTU
+    /// (4096), as `ibv_ud_pingpong` checks them.
     #[arg(short = 'm', long, default_value = "1024", value_parser = nc::parse_mtu)]
     mtu: Mtu,
     /// Receives to post at a time.
@@ -94,11 +96,13 @@ fn pingpong(args: &PingpongArgs) -> Result<(), Error> {
     }
     let ud = qp_type == QpType::Ud;
     let size = args.size.unwrap_or(if ud { 2048 } else { 4096 });
-    if ud && size > args.mtu.bytes() as usize {
-        return Err(format!("Requested size larger than port MTU ({})", args.mtu.bytes()).into());
-    }
     let buf_len = if ud { size + GRH_LEN } else { size.max(1) };
     let dev = args.dev.open(args.mtu.max(Mtu::Mtu4096))?;
+    // A UD message is one packet of at most the port's active MTU (C9-200).
+    let port_mtu = dev.hca().query_port(1)?.active_mtu.bytes() as usize;
+    if ud && size > port_mtu {
+        return Err(format!("Requested size larger than port MTU ({port_mtu})").into());
+    }
     let ecfg = EndpointConfig {
         qp_type,
         buf_len,

@@ -370,6 +370,17 @@ pub enum McastError {
     /// On an InfiniBand port a multicast LID is 0xC000..=0xFFFE.
     #[error("LID {0:#06x} is not a multicast LID (0xc000..=0xfffe)")]
     NotMulticastLid(u16),
+    /// On an InfiniBand port a multicast address is an MGID and its MLID (IBA 10.5): the group
+    /// already has local members under another MLID (`ibv_attach_mcast`: EINVAL).
+    #[error("multicast group {gid} has MLID {mlid:#06x}, not {lid:#06x}")]
+    MlidMismatch {
+        /// The group.
+        gid: Gid,
+        /// The MLID the group's local members were attached with.
+        mlid: u16,
+        /// The MLID requested.
+        lid: u16,
+    },
     /// `detach_mcast` of a group the QP is not attached to.
     #[error("QP {qpn} is not attached to multicast group {gid}")]
     NotAttached {

@@ -221,9 +221,6 @@ impl SimConfig {
                 ));
             }
         }
-        if self.service == Service::Ud && self.link == LinkLayer::InfiniBand {
-            return Err("--service ud runs on RoCEv2 only (--link ethernet) for now".into());
-        }
         if self.service.is_raw() {
             let name = self.service.name();
             if self.link != LinkLayer::InfiniBand {

@@ -231,9 +231,13 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
             let psn = (cfg.seed as u32).wrapping_mul(2654435761).wrapping_add(i);
             ud_ready(&mut a, qa, UD_QKEY, psn).map_err(|e| err(&e))?;
             ud_ready(&mut b, qb, UD_QKEY, 0).map_err(|e| err(&e))?;
-            let ah = a
-                .create_ah(pa, &AhAttr::global(1, gid_of_ipv4(NODE_B), 1))
-                .map_err(|e| err(&e))?;
+            // Native IB: LID-routed (no GRH); RoCE: by IPv4-mapped GID.
+            let av = if native {
+                AhAttr::local(1, LID_B)
+            } else {
+                AhAttr::global(1, gid_of_ipv4(NODE_B), 1)
+            };
+            let ah = a.create_ah(pa, &av).map_err(|e| err(&e))?;
             ud_dests.push(UdDest {
                 ah,
                 remote_qpn: qb,

@@ -133,3 +133,52 @@ fn raw_services_need_an_ib_link_and_one_qp() {
     let c = ib(Service::RawEthertype, OpKind::Send, 1024 + 113, 10);
     assert!(c.validate().is_err());
 }
+
+#[test]
+fn ud_over_native_ib_is_lid_routed_and_delivers_every_datagram() {
+    let c = SimConfig {
+        qps: 2,
+        ..ib(Service::Ud, OpKind::Send, 1024, 600)
+    };
+    c.validate().unwrap();
+    let sink = Shared::default();
+    let r = run(&c, Some(Box::new(sink.clone())), &mut |_, _| {}).unwrap();
+    assert!(r.verified, "{}", r.to_text());
+    assert_eq!((r.delivered, r.duplicates, r.lost), (600, 0, 0));
+    assert_eq!(r.bytes, 600 * 1024);
+    assert_eq!(check_capture(&sink.0.borrow()), 600);
+    let bytes = sink.0.borrow();
+    for rec in PcapReader::new(&bytes[..]).unwrap().records() {
+        let rec = rec.unwrap();
+        let p = NativePacket::parse_verified(rec.data).unwrap();
+        assert_eq!(
+            (p.lrh.lnh, p.lrh.slid, p.lrh.dlid),
+            (softib_wire::lrh::Lnh::IbaLocal, 1, 2),
+            "LID-routed: no GRH"
+        );
+    }
+}
+
+#[test]
+fn ud_over_native_ib_under_faults_every_arrival_intact() {
+    let c = SimConfig {
+        qps: 2,
+        loss: 0.03,
+        dup: 0.05,
+        reorder: 0.05,
+        corrupt: 0.02,
+        seed: 11,
+        ..ib(Service::Ud, OpKind::Send, 64, 2000)
+    };
+    let r = run(&c, None, &mut |_, _| {}).unwrap();
+    assert!(r.verified, "{}", r.to_text());
+    assert_eq!(r.verify_failures, 0);
+    assert_eq!(r.completed, 2000, "every send completes, lost or not");
+    assert_eq!(r.delivered + r.lost, 2000, "{}", r.to_text());
+    assert!(r.lost > 0 && r.duplicates > 0, "{}", r.to_text());
+    assert!(
+        r.responder.vcrc_err > 0,
+        "corrupted packets are dropped on the VCRC"
+    );
+    assert_eq!(r.responder.wrong_service, 0, "{}", r.to_text());
+}

@@ -14,10 +14,11 @@
 //!   SL from the address vector, SLID = the port's base LID | the address vector's source path
 //!   bits (masked to the port's LMC), VL 0, LVer 0; a GRH (LNH 0b11) only when the address
 //!   vector is global, otherwise LNH 0b10. On receipt LRH:PktLen, the VCRC and the ICRC are
-//!   checked, the DLID must be one of the port's LIDs (base .. base + 2^LMC - 1) or the
-//!   permissive LID 0xFFFF (multicast LIDs are dropped: softib joins no multicast group), and a
+//!   checked, the DLID must be one of the port's LIDs (base .. base + 2^LMC - 1), the
+//!   permissive LID 0xFFFF or the MLID of a multicast group with a local UD QP attached, and a
 //!   connected QP accepts only packets whose SLID is its address vector's DLID and whose GRH
 //!   (present exactly when its address vector is global) carries its remote and local GIDs.
+//!   Packets for a UD QP or the multicast QPN go to the UD responder with their LRH and GRH.
 //!   Raw datagrams (LNH 0b00 / 0b01) go to the raw QPs (see `hca/raw.rs`).
 //!
 //! [`Hca::handle_frame`] and [`Hca::poll_transmit`] carry the frames of port 1.
@@ -33,6 +34,7 @@ use softib_wire::roce::{self, IpHeader, RocePacket};
 use softib_wire::transport::TransportPacket;
 use softib_wire::Service;
 
+use super::ud::UdSource;
 use super::Hca;
 use crate::time::Instant;
 use crate::transport::Counters;
@@ -147,9 +149,9 @@ impl Hca {
     /// port, a native IB packet (LRH first, VCRC last) on an InfiniBand port. Frames that do not
     /// parse, carry a bad ICRC / VCRC, are not addressed to the port, name no QP, carry a
     /// foreign P_Key or do not match the QP's connection are dropped and counted; nothing a
-    /// frame holds can make this panic. RoCEv2 packets for a UD QP or for the multicast QPN
-    /// 0xFFFFFF go to the UD responder (`ud.rs`), which runs and counts the checks of its
-    /// service.
+    /// frame holds can make this panic. Packets for a UD QP or for the multicast QPN 0xFFFFFF
+    /// go to the UD responder (`ud.rs`) on either link layer, which runs and counts the checks
+    /// of its service.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
         if self.native_link() {
             self.handle_native_frame(now, frame);
@@ -180,15 +182,30 @@ impl Hca {
             return;
         }
         let qpn = p.transport.headers.bth.dest_qp.value();
-        if qpn == super::ud::MCAST_QPN {
-            self.ud_handle_mcast(now, p);
-            return;
-        }
-        if self.qps.get(&qpn).is_some_and(|q| q.qp_type == QpType::Ud) {
-            self.ud_handle_packet(now, qpn, p);
+        if qpn == super::ud::MCAST_QPN || self.is_ud_qp(qpn) {
+            let src = UdSource {
+                from: PacketSource::Roce(&p.ip),
+                sl: p.eth.vlan.map_or(0, |v| v.pcp),
+            };
+            self.ud_dispatch(qpn, &p.transport, src);
             return;
         }
         self.handle_transport(now, &p.transport, PacketSource::Roce(&p.ip));
+    }
+
+    /// True when `qpn` names a UD QP.
+    #[inline(always)]
+    fn is_ud_qp(&self, qpn: u32) -> bool {
+        self.qps.get(&qpn).is_some_and(|q| q.qp_type == QpType::Ud)
+    }
+
+    /// A packet for the multicast QPN or a UD QP: to the UD responder (`ud.rs`).
+    fn ud_dispatch(&mut self, qpn: u32, t: &TransportPacket<'_>, src: UdSource<'_>) {
+        if qpn == super::ud::MCAST_QPN {
+            self.ud_handle_mcast(t, src);
+        } else {
+            self.ud_handle_packet(qpn, t, src);
+        }
     }
 
     /// True when port 1 speaks native InfiniBand.
@@ -206,6 +223,10 @@ impl Hca {
             Ok(p) => p,
             Err(softib_wire::Error::UnknownOpcode(op)) if op >> 5 == 0 => {
                 self.handle_reserved_rc_opcode(now, frame);
+                return;
+            }
+            Err(softib_wire::Error::UnknownOpcode(op)) if op >> 5 == 3 => {
+                self.handle_reserved_ud_opcode(frame);
                 return;
             }
             Err(softib_wire::Error::BadField {
@@ -232,10 +253,7 @@ impl Hca {
             self.counters.vcrc_err += 1;
             return;
         }
-        if !self
-            .port(1)
-            .is_some_and(|port| dlid_is_port(port, p.lrh.dlid))
-        {
+        if !self.dlid_accepted(p.lrh.dlid) {
             self.counters.wrong_dlid += 1;
             return;
         }
@@ -249,6 +267,12 @@ impl Hca {
                     lrh: &p.lrh,
                     grh: grh.as_ref(),
                 };
+                let qpn = transport.headers.bth.dest_qp.value();
+                if qpn == super::ud::MCAST_QPN || self.is_ud_qp(qpn) {
+                    let src = UdSource { from, sl: p.lrh.sl };
+                    self.ud_dispatch(qpn, transport, src);
+                    return;
+                }
                 self.handle_transport(now, transport, from);
             }
             body => self.raw_receive(1, &p.lrh, body),
@@ -767,7 +791,7 @@ pub(crate) fn reserved_opcode_frame(frame: &[u8]) -> Option<(Bth, IpHeader)> {
 
 /// The BTH, LRH and GRH of a native IB packet whose opcode the transport parser does not know,
 /// if the packet is otherwise well formed and its VCRC and ICRC are right.
-fn reserved_opcode_native(frame: &[u8]) -> Option<(Bth, Lrh, Option<Grh>)> {
+pub(crate) fn reserved_opcode_native(frame: &[u8]) -> Option<(Bth, Lrh, Option<Grh>)> {
     let lrh = Lrh::parse(frame).ok()?;
     if lrh.lver != 0 || !lrh.lnh.is_iba_transport() {
         return None;

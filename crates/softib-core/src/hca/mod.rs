@@ -160,8 +160,8 @@ pub struct Hca {
     pub(crate) scratch: Vec<u8>,
     /// Requester PSN window (1 ..= 2^23).
     pub(crate) max_unacked_psns: u32,
-    /// Multicast groups: the QPNs attached to each group GID, in attach order.
-    pub(crate) mcast: std::collections::BTreeMap<crate::verbs::types::Gid, Vec<u32>>,
+    /// Multicast groups by MGID: the MLID and the QPNs attached, in attach order.
+    pub(crate) mcast: std::collections::BTreeMap<crate::verbs::types::Gid, ud::McastGroup>,
     /// UDP source port of every packet, with IPv4 identification 0 (see
     /// [`HcaConfig::udp_socket_port`]); `None` numbers headers as rxe does.
     pub(crate) udp_socket_port: Option<u16>,

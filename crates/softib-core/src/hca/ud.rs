@@ -27,16 +27,19 @@
 //! A delivered message consumes the receive WQE: the first 40 bytes of its buffer hold the
 //! network header as rxe and libibverbs applications expect it (RoCEv2 has no GRH; the IP
 //! header plays its part): for IPv6 the 40-byte IPv6 header as received, for IPv4 20 zero bytes
-//! followed by the 20-byte IPv4 header (rxe `union rdma_network_hdr`). The payload follows at
-//! byte 40. The work completion has `byte_len` = 40 + payload, `IBV_WC_GRH`, the immediate
-//! data, `src_qp` from the DETH, the P_Key index that matched and the SL (the 802.1Q priority of
-//! a tagged frame, otherwise 0: RoCEv2 has no LRH). The sender's GID is in the GRH area (IPv6
+//! followed by the 20-byte IPv4 header (rxe `union rdma_network_hdr`); on a native IB port the
+//! GRH as received, or nothing when the packet has none (LNH 0b10: the area is left untouched
+//! and `IBV_WC_GRH` is clear; native completions also carry LRH:SLID, LRH:SL and the DLID's path
+//! bits). The payload follows at byte 40. The work completion has `byte_len` = 40 + payload,
+//! `IBV_WC_GRH` (RoCEv2 always), the immediate data, `src_qp` from the DETH, the P_Key index
+//! that matched and the SL (RoCEv2: the 802.1Q priority of a tagged frame, otherwise 0). The sender's GID is in the GRH area (IPv6
 //! source address, or the IPv4 source address at bytes 32..36).
 //!
 //! # Multicast
 //!
-//! [`Hca::attach_mcast`] / [`Hca::detach_mcast`] keep, per group GID, the local UD QPs attached.
-//! A packet to DQPN 0xFFFFFF and a multicast destination GID is handed to every attached QP,
+//! [`Hca::attach_mcast`] / [`Hca::detach_mcast`] keep, per group GID, the group's MLID (native
+//! IB) and the local UD QPs attached. A packet to DQPN 0xFFFFFF and a multicast destination GID
+//! (native IB: the MGID in the GRH and the MLID in LRH:DLID) is handed to every attached QP,
 //! each checking it as above. A UD QP sending to a multicast group reaches the other nodes
 //! through the fabric and the QPs of its own HCA attached to the group (the sending QP included
 //! only when it is itself attached) by local delivery: the seeds are silent on the sender's copy,
@@ -47,11 +50,14 @@ use softib_wire::bth::Bth;
 use softib_wire::deth::Deth;
 use softib_wire::immdt::ImmDt;
 use softib_wire::opcode::Opcode;
-use softib_wire::roce::{IpHeader, RocePacket};
+use softib_wire::roce::IpHeader;
 use softib_wire::transport::{TransportHeaders, TransportPacket};
 use softib_wire::{Operation, Position, Qpn, Service};
 
-use super::datapath::{ip_gids, reserved_opcode_frame};
+use super::datapath::{
+    dlid_is_port, ip_gids, lmc_mask, reserved_opcode_frame, reserved_opcode_native, PacketSource,
+    MULTICAST_LID_BASE, PERMISSIVE_LID,
+};
 use super::requester::DEFAULT_PKEY;
 use super::Hca;
 use crate::error::McastError;
@@ -81,6 +87,57 @@ static ZERO_PAD: [u8; 3] = [0; 3];
 /// True for a multicast GID: IPv6 `ff00::/8`, or an IPv4-mapped address in `224.0.0.0/4`.
 pub fn is_multicast_gid(gid: &Gid) -> bool {
     gid.0[0] == 0xff || super::ipv4_of(gid).is_some_and(|a| a[0] & 0xf0 == 0xe0)
+}
+
+/// True for a multicast LID (0xC000..=0xFFFE; 0xFFFF is the permissive LID).
+pub(crate) fn is_multicast_lid(lid: u16) -> bool {
+    (MULTICAST_LID_BASE..PERMISSIVE_LID).contains(&lid)
+}
+
+/// A multicast group with local members.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct McastGroup {
+    /// The group's MLID on an InfiniBand port (0 on a RoCE port, where the LID is ignored).
+    pub(crate) mlid: u16,
+    /// The QPs attached, in attach order.
+    pub(crate) qpns: Vec<u32>,
+}
+
+/// Where a UD packet came from, as its link layer saw it.
+#[derive(Clone, Copy)]
+pub(crate) struct UdSource<'a> {
+    /// The network headers.
+    pub(crate) from: PacketSource<'a>,
+    /// The service level: LRH:SL on native IB, the 802.1Q priority of a tagged RoCEv2 frame
+    /// (0 untagged: RoCEv2 has no LRH).
+    pub(crate) sl: u8,
+}
+
+impl UdSource<'_> {
+    /// True when the packet is addressed to a multicast group: a multicast destination GID
+    /// (RoCEv2 IP header, native GRH) or a multicast DLID.
+    fn is_multicast(&self) -> bool {
+        match self.from {
+            PacketSource::Roce(ip) => is_multicast_gid(&ip_gids(ip).1),
+            PacketSource::Native { lrh, grh } => {
+                is_multicast_lid(lrh.dlid) || grh.is_some_and(|g| is_multicast_gid(&Gid(g.dgid)))
+            }
+        }
+    }
+
+    /// The 40 bytes for the GRH area of the receive buffer; `None` when the packet has no
+    /// network header to place there (native IB without a GRH: the area is left untouched).
+    fn grh_area(&self) -> Option<[u8; GRH_AREA]> {
+        match self.from {
+            PacketSource::Roce(ip) => Some(grh_area(ip)),
+            PacketSource::Native { grh, .. } => grh.map(|g| {
+                let mut area = [0u8; GRH_AREA];
+                // The parsed GRH keeps every bit (reserved ones too): this is the GRH as received.
+                let _ = g.emit(&mut area);
+                area
+            }),
+        }
+    }
 }
 
 /// The 40-byte GRH area of a UD receive buffer for a packet with network header `ip`.
@@ -140,10 +197,22 @@ impl Hca {
             port.and_then(|p| p.gids.get(usize::from(g.sgid_index)))
                 .map(|e| e.gid)
         });
-        let (Some(grh), Some(_)) = (dest.av.grh, local) else {
-            // A RoCE address vector always has a GRH and a valid SGID index (create_ah).
+        let native = port.is_some_and(|p| p.link_layer == LinkLayer::InfiniBand);
+        if local.is_none() && (dest.av.grh.is_some() || !native) {
+            // A RoCE address vector always has a GRH, and every GRH a valid SGID index
+            // (create_ah); a native one may be LID-routed (no GRH).
             self.ud_send_error(qpn, WcStatus::LocQpOpErr);
             return false;
+        }
+        // Whether the HCA holds members of the destination group, which get a local copy.
+        let local_members = match dest.av.grh {
+            _ if native && is_multicast_lid(dest.av.dlid) => {
+                self.mcast.values().any(|g| g.mlid == dest.av.dlid)
+            }
+            Some(grh) if !native && is_multicast_gid(&grh.dgid) => {
+                self.mcast.contains_key(&grh.dgid)
+            }
+            _ => false,
         };
         let psn = qp.transport.next_psn;
         let (opcode, imm) = match w.opcode {
@@ -202,7 +271,7 @@ impl Hca {
             let _ = self.complete_or_error(Qpn::new(qpn), send_cq, wc, false);
         }
         self.check_sq_drained(Qpn::new(qpn));
-        if is_multicast_gid(&grh.dgid) && self.mcast.contains_key(&grh.dgid) {
+        if local_members {
             // The local members of the group get their copy here; the fabric never sends a
             // frame back to the port it came from.
             let frame = out.clone();
@@ -228,41 +297,71 @@ impl Hca {
 
     // ----- responder ----------------------------------------------------------------------
 
-    /// A parsed packet with a good ICRC for UD QP `qpn`.
-    pub(crate) fn ud_handle_packet(&mut self, _now: Instant, qpn: u32, p: &RocePacket<'_>) {
-        let (_, dst) = ip_gids(&p.ip);
-        if is_multicast_gid(&dst) {
-            // A multicast GID needs DQPN 0xFFFFFF (handled by ud_handle_mcast).
+    /// A transport packet with good CRCs for UD QP `qpn`.
+    pub(crate) fn ud_handle_packet(
+        &mut self,
+        qpn: u32,
+        t: &TransportPacket<'_>,
+        src: UdSource<'_>,
+    ) {
+        if src.is_multicast() {
+            // A multicast GID or LID needs DQPN 0xFFFFFF (handled by ud_handle_mcast).
             self.counters.mcast_bad_dest += 1;
             return;
         }
-        self.ud_receive(qpn, p);
+        self.ud_receive(qpn, t, src);
     }
 
-    /// A parsed packet with a good ICRC for DQPN 0xFFFFFF: one copy for every QP attached to
-    /// the destination group.
-    pub(crate) fn ud_handle_mcast(&mut self, _now: Instant, p: &RocePacket<'_>) {
-        let (_, dst) = ip_gids(&p.ip);
-        if !is_multicast_gid(&dst) {
-            self.counters.mcast_bad_dest += 1;
-            return;
-        }
-        let Some(members) = self.mcast.get(&dst) else {
+    /// A transport packet with good CRCs for DQPN 0xFFFFFF: one copy for every QP attached to
+    /// the destination group. RoCEv2 names the group by the destination GID; native IB by the
+    /// MGID in the GRH and the MLID in LRH:DLID, both required (a multicast address is an MGID
+    /// and its MLID, IBA 10.5).
+    pub(crate) fn ud_handle_mcast(&mut self, t: &TransportPacket<'_>, src: UdSource<'_>) {
+        let group = match src.from {
+            PacketSource::Roce(ip) => {
+                let (_, dst) = ip_gids(ip);
+                if !is_multicast_gid(&dst) {
+                    self.counters.mcast_bad_dest += 1;
+                    return;
+                }
+                self.mcast.get(&dst)
+            }
+            PacketSource::Native { lrh, grh } => {
+                let mgid = grh.map(|g| Gid(g.dgid)).filter(is_multicast_gid);
+                let Some(mgid) = mgid.filter(|_| is_multicast_lid(lrh.dlid)) else {
+                    self.counters.mcast_bad_dest += 1;
+                    return;
+                };
+                self.mcast.get(&mgid).filter(|g| g.mlid == lrh.dlid)
+            }
+        };
+        let Some(group) = group else {
             self.counters.mcast_no_member += 1;
             return;
         };
         // The list is short (max_mcast_qp_attach); delivery may detach nothing, but the QPs are
         // looked up one by one so that a QP destroyed meanwhile is simply skipped.
-        let members = members.clone();
+        let members = group.qpns.clone();
         for qpn in members {
-            self.ud_receive(qpn, p);
+            self.ud_receive(qpn, t, src);
         }
     }
 
     /// A frame with a reserved opcode of the UD class (0x66..=0x7F): dropped (C9-206). Frames
-    /// that fail an earlier check (framing, ICRC, QP, service) count under that check.
+    /// that fail an earlier check (framing, CRCs, DLID, QP, service) count under that check.
     pub(crate) fn handle_reserved_ud_opcode(&mut self, frame: &[u8]) {
-        let Some((bth, _)) = reserved_opcode_frame(frame) else {
+        let bth = if self.native_link() {
+            match reserved_opcode_native(frame) {
+                Some((_, lrh, _)) if !self.dlid_accepted(lrh.dlid) => {
+                    self.counters.wrong_dlid += 1;
+                    return;
+                }
+                found => found.map(|(bth, _, _)| bth),
+            }
+        } else {
+            reserved_opcode_frame(frame).map(|(bth, _)| bth)
+        };
+        let Some(bth) = bth else {
             self.counters.malformed += 1;
             return;
         };
@@ -273,6 +372,13 @@ impl Hca {
             Some(qp) if qp.qp_type != QpType::Ud => self.counters.wrong_service += 1,
             Some(_) => self.counters.ud_bad_opcode += 1,
         }
+    }
+
+    /// True when a native IB port takes a packet for `dlid`: one of its LIDs, the permissive
+    /// LID, or the MLID of a group with local members.
+    pub(crate) fn dlid_accepted(&self, dlid: u16) -> bool {
+        self.port(1).is_some_and(|port| dlid_is_port(port, dlid))
+            || (is_multicast_lid(dlid) && self.mcast.values().any(|g| g.mlid == dlid))
     }
 
     /// The index of the P_Key table entry that admits `pkey` for a UD QP: the QP's own entry,
@@ -294,12 +400,11 @@ impl Hca {
     }
 
     /// Validates one UD packet for QP `qpn` and delivers it into a receive WQE.
-    fn ud_receive(&mut self, qpn: u32, p: &RocePacket<'_>) {
+    fn ud_receive(&mut self, qpn: u32, t: &TransportPacket<'_>, src: UdSource<'_>) {
         let Some(qp) = self.qps.get(&qpn) else {
             self.counters.no_such_qp += 1;
             return;
         };
-        let t = &p.transport;
         let h = &t.headers;
         let Ok(info) = t.info() else {
             self.counters.malformed += 1;
@@ -337,9 +442,18 @@ impl Hca {
             self.counters.ud_bad_opcode += 1;
             return;
         }
-        let mtu = self
-            .port(qp.attr.port_num.max(1))
-            .map_or(4096, |port| port.active_mtu.bytes() as usize);
+        let port = self.port(qp.attr.port_num.max(1));
+        let mtu = port.map_or(4096, |port| port.active_mtu.bytes() as usize);
+        // The DLID's path bits when it is one of the port's LIDs (not for multicast or the
+        // permissive LID).
+        let dlid_path_bits = match (src.from, port) {
+            (PacketSource::Native { lrh, .. }, Some(port))
+                if lrh.dlid != PERMISSIVE_LID && dlid_is_port(port, lrh.dlid) =>
+            {
+                (lrh.dlid & lmc_mask(port)) as u8
+            }
+            _ => 0,
+        };
         let len = t.payload.len();
         if len > mtu {
             self.counters.ud_bad_length += 1;
@@ -369,8 +483,8 @@ impl Hca {
             return;
         };
         self.counters.rcvd_pkts += 1;
-        let area = grh_area(&p.ip);
-        let ok = self.scatter(pd, &wqe.sg_list, 0, &area)
+        let area = src.grh_area();
+        let ok = area.is_none_or(|area| self.scatter(pd, &wqe.sg_list, 0, &area))
             && self.scatter(pd, &wqe.sg_list, GRH_AREA as u64, t.payload);
         if !ok {
             // A local error of the responder: the WQE completes in error and the QP enters ERR
@@ -385,28 +499,41 @@ impl Hca {
         if let Some(imm) = h.immdt {
             wc = wc.with_imm(imm.imm);
         }
-        wc.wc_flags |= WcFlags::GRH;
+        if area.is_some() {
+            wc.wc_flags |= WcFlags::GRH;
+        }
         wc.src_qp = deth.src_qp;
         wc.pkey_index = pkey_index;
-        wc.sl = p.eth.vlan.map_or(0, |v| v.pcp);
+        wc.sl = src.sl;
+        if let PacketSource::Native { lrh, .. } = src.from {
+            wc.slid = lrh.slid;
+            wc.dlid_path_bits = dlid_path_bits;
+        }
         let _ = self.complete_or_error(qpn_w, recv_cq, wc, h.bth.solicited);
     }
 
     // ----- multicast ----------------------------------------------------------------------
 
     /// Attaches UD QP `qpn` to the multicast group `gid` (`ibv_attach_mcast`). `lid` is the
-    /// group's multicast LID on an InfiniBand port and ignored on a RoCE port. Attaching a QP
-    /// that is already attached succeeds and changes nothing (as rxe).
+    /// group's multicast LID (MLID) on an InfiniBand port, recorded with the group: the port
+    /// then accepts packets for that DLID. It is ignored on a RoCE port. One MGID has one MLID
+    /// (the SA assigns it), so attaching to a group with local members under another MLID
+    /// fails. Attaching a QP that is already attached succeeds and changes nothing (as rxe).
     pub fn attach_mcast(&mut self, qpn: Qpn, gid: Gid, lid: u16) -> Result<(), McastError> {
         let qp = self
             .qps
             .get(&qpn.value())
             .ok_or(McastError::NoSuchQp(qpn))?;
-        self.check_mcast_args(qp, gid, lid)?;
+        let mlid = self.check_mcast_args(qp, gid, lid)?;
         let (max_grp, max_attach) = (self.device.max_mcast_grp, self.device.max_mcast_qp_attach);
         match self.mcast.get_mut(&gid) {
-            Some(members) if members.contains(&qpn.value()) => Ok(()),
-            Some(members) => {
+            Some(group) if group.mlid != mlid => Err(McastError::MlidMismatch {
+                gid,
+                mlid: group.mlid,
+                lid,
+            }),
+            Some(group) if group.qpns.contains(&qpn.value()) => Ok(()),
+            Some(McastGroup { qpns: members, .. }) => {
                 if members.len() >= max_attach as usize {
                     return Err(McastError::GroupFull {
                         gid,
@@ -426,24 +553,37 @@ impl Hca {
                         max: max_attach,
                     });
                 }
-                self.mcast.insert(gid, vec![qpn.value()]);
+                let group = McastGroup {
+                    mlid,
+                    qpns: vec![qpn.value()],
+                };
+                self.mcast.insert(gid, group);
                 Ok(())
             }
         }
     }
 
-    /// Detaches UD QP `qpn` from the multicast group `gid` (`ibv_detach_mcast`).
+    /// Detaches UD QP `qpn` from the multicast group `gid` (`ibv_detach_mcast`); on an
+    /// InfiniBand port `lid` must be the group's MLID.
     pub fn detach_mcast(&mut self, qpn: Qpn, gid: Gid, lid: u16) -> Result<(), McastError> {
         let qp = self
             .qps
             .get(&qpn.value())
             .ok_or(McastError::NoSuchQp(qpn))?;
-        self.check_mcast_args(qp, gid, lid)?;
-        let members = self
+        let mlid = self.check_mcast_args(qp, gid, lid)?;
+        let group = self
             .mcast
             .get_mut(&gid)
-            .filter(|m| m.contains(&qpn.value()))
+            .filter(|g| g.qpns.contains(&qpn.value()))
             .ok_or(McastError::NotAttached { qpn, gid })?;
+        if group.mlid != mlid {
+            return Err(McastError::MlidMismatch {
+                gid,
+                mlid: group.mlid,
+                lid,
+            });
+        }
+        let members = &mut group.qpns;
         members.retain(|&q| q != qpn.value());
         if members.is_empty() {
             self.mcast.remove(&gid);
@@ -455,11 +595,13 @@ impl Hca {
     pub fn mcast_members(&self, gid: Gid) -> Vec<Qpn> {
         self.mcast
             .get(&gid)
-            .map(|m| m.iter().map(|&q| Qpn::new(q)).collect())
+            .map(|g| g.qpns.iter().map(|&q| Qpn::new(q)).collect())
             .unwrap_or_default()
     }
 
-    fn check_mcast_args(&self, qp: &Qp, gid: Gid, lid: u16) -> Result<(), McastError> {
+    /// Checks the arguments of `attach_mcast` / `detach_mcast`; returns the MLID to record
+    /// (`lid` on an InfiniBand port, 0 on a RoCE port).
+    fn check_mcast_args(&self, qp: &Qp, gid: Gid, lid: u16) -> Result<u16, McastError> {
         if qp.qp_type != QpType::Ud {
             return Err(McastError::NotUd {
                 qpn: qp.qpn,
@@ -472,17 +614,17 @@ impl Hca {
         let ib = self
             .port(qp.attr.port_num.max(1))
             .is_some_and(|p| p.link_layer == LinkLayer::InfiniBand);
-        if ib && !(0xC000..=0xFFFE).contains(&lid) {
+        if ib && !is_multicast_lid(lid) {
             return Err(McastError::NotMulticastLid(lid));
         }
-        Ok(())
+        Ok(if ib { lid } else { 0 })
     }
 
     /// Removes `qpn` from every group (the QP is being destroyed).
     pub(crate) fn mcast_detach_all(&mut self, qpn: u32) {
-        self.mcast.retain(|_, members| {
-            members.retain(|&q| q != qpn);
-            !members.is_empty()
+        self.mcast.retain(|_, group| {
+            group.qpns.retain(|&q| q != qpn);
+            !group.qpns.is_empty()
         });
     }
 }

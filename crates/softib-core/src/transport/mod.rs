@@ -70,8 +70,9 @@ pub struct Counters {
     pub ud_no_recv_wqe: u64,
     /// UD: multicast packets (DQPN 0xFFFFFF) for a group no local QP is attached to.
     pub mcast_no_member: u64,
-    /// UD: packets whose destination QP and GID disagree about multicast (DQPN 0xFFFFFF to
-    /// a unicast GID, or a multicast GID with another DQPN).
+    /// UD: packets whose destination QP and address disagree about multicast (DQPN 0xFFFFFF
+    /// to a unicast GID or LID, a multicast GID or LID with another DQPN, or on native IB a
+    /// multicast packet without its MGID in a GRH).
     pub mcast_bad_dest: u64,
     /// UC responder: MIDDLE / LAST packets dropped because their PSN was not the ePSN
     /// (C9-183, C9-186).
@@ -108,7 +109,7 @@ pub struct Counters {
     /// Native IB: packets dropped because LRH:PktLen disagrees with the packet's length.
     pub bad_pkt_len: u64,
     /// Native IB: packets whose DLID is not one of the port's LIDs (outside base LID ..
-    /// base LID + 2^LMC, a multicast LID, or reserved LID 0).
+    /// base LID + 2^LMC, a multicast LID no local QP is attached under, or reserved LID 0).
     pub wrong_dlid: u64,
     /// Raw IPv6 packets whose IPv6 Next Header names an IBA transport header (C9-208).
     pub raw_iba_next_header: u64,

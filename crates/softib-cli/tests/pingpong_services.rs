@@ -1,0 +1,174 @@
+//! `softib pingpong --service uc` and `--service ud` between two softib processes on loopback
+//! (127.0.0.1 and 127.0.0.2 style addresses, each test its own /24 and TCP port): both roles
+//! print the lines of `ibv_uc_pingpong` / `ibv_ud_pingpong`, and the captured frames carry the
+//! service's opcodes (UC SEND, UD SEND Only with a DETH of the pingpong Q_Key).
+
+use std::process::{Child, Command, Output, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use softib_wire::pcap::PcapReader;
+use softib_wire::roce::RocePacket;
+use softib_wire::Service;
+
+fn softib() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_softib"))
+}
+
+fn spawn(args: &[&str]) -> Child {
+    softib()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run softib")
+}
+
+/// Waits for a child with a deadline (kills it on timeout).
+fn finish(mut c: Child, what: &str) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if c.try_wait().expect("wait").is_some() {
+            return c.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = c.kill();
+            let out = c.wait_with_output().expect("output");
+            panic!("{what} timed out: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        sleep(Duration::from_millis(10));
+    }
+}
+
+fn ok(out: &Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{what} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Runs the server with `common` + `--bind net.1`, then the client with `common` +
+/// `--bind net.2` + `--pcap pcap` + the server's address; returns both outputs.
+fn pingpong(common: &[&str], net: &str, pcap: &str) -> (String, String) {
+    let server_ip = format!("{net}.1");
+    let client_ip = format!("{net}.2");
+    let mut sargs = vec!["pingpong", "--bind", &server_ip];
+    sargs.extend_from_slice(common);
+    let s = spawn(&sargs);
+    sleep(Duration::from_millis(300));
+    let mut cargs = vec!["pingpong", "--bind", &client_ip, "--pcap", pcap];
+    cargs.extend_from_slice(common);
+    cargs.push(&server_ip);
+    let c = spawn(&cargs);
+    let cout = finish(c, "client");
+    let sout = finish(s, "server");
+    (ok(&sout, "server"), ok(&cout, "client"))
+}
+
+fn check_lines(out: &str, own_ip: &str, peer_ip: &str, bytes: u64, iters: u32) {
+    assert!(
+        out.contains("  local address:  LID 0x0000, QPN 0x000011, PSN 0x"),
+        "{out}"
+    );
+    assert!(out.contains(&format!("GID ::ffff:{own_ip}\n")), "{out}");
+    assert!(
+        out.contains("  remote address: LID 0x0000, QPN 0x000011, PSN 0x"),
+        "{out}"
+    );
+    assert!(out.contains(&format!("GID ::ffff:{peer_ip}\n")), "{out}");
+    assert!(out.contains(&format!("\n{bytes} bytes in ")), "{out}");
+    assert!(out.contains(" Mbit/sec"), "{out}");
+    assert!(out.contains(&format!("\n{iters} iters in ")), "{out}");
+    assert!(out.contains(" usec/iter"), "{out}");
+}
+
+/// The frames of a capture: (service, opcode, payload length, DETH Q_Key).
+fn captured(path: &std::path::Path) -> Vec<(Service, u8, usize, Option<u32>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let r = PcapReader::new(&bytes).unwrap();
+    r.records()
+        .map(|rec| {
+            let rec = rec.unwrap();
+            let p = RocePacket::parse(rec.data).unwrap();
+            assert!(p.icrc_ok());
+            let t = &p.transport;
+            let info = t.info().unwrap();
+            (
+                info.service,
+                t.headers.bth.opcode.0,
+                t.payload.len(),
+                t.headers.deth.map(|d| d.qkey),
+            )
+        })
+        .collect()
+}
+
+fn temp_pcap(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("softib-pp-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("pp.pcap");
+    (dir, pcap)
+}
+
+#[test]
+fn uc_pingpong_between_two_processes() {
+    let (dir, pcap) = temp_pcap("uc");
+    let common = ["--service", "uc", "-p", "18851", "-n", "150", "-s", "2500"];
+    let (s, c) = pingpong(&common, "127.0.11", pcap.to_str().unwrap());
+    check_lines(&s, "127.0.11.1", "127.0.11.2", 2500 * 150 * 2, 150);
+    check_lines(&c, "127.0.11.2", "127.0.11.1", 2500 * 150 * 2, 150);
+    // 2500 bytes at MTU 1024: SEND First, Middle, Last (UC opcodes 0x20..0x22), both ways.
+    let frames = captured(&pcap);
+    assert_eq!(frames.len(), 150 * 3 * 2);
+    assert!(frames.iter().all(|f| f.0 == Service::Uc), "{frames:?}");
+    let mut ops: Vec<u8> = frames.iter().map(|f| f.1).collect();
+    ops.sort_unstable();
+    ops.dedup();
+    assert_eq!(ops, vec![0x20, 0x21, 0x22]);
+    let bytes: usize = frames.iter().map(|f| f.2).sum();
+    assert_eq!(bytes, 2500 * 150 * 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ud_pingpong_between_two_processes() {
+    let (dir, pcap) = temp_pcap("ud");
+    // The ibv_ud_pingpong default size: 2048 bytes, one datagram each.
+    let common = ["--service", "ud", "-p", "18852", "-n", "150"];
+    let (s, c) = pingpong(&common, "127.0.12", pcap.to_str().unwrap());
+    check_lines(&s, "127.0.12.1", "127.0.12.2", 2048 * 150 * 2, 150);
+    check_lines(&c, "127.0.12.2", "127.0.12.1", 2048 * 150 * 2, 150);
+    let frames = captured(&pcap);
+    assert_eq!(frames.len(), 150 * 2);
+    for f in &frames {
+        // SEND Only, 2048 bytes, the Q_Key of ibv_ud_pingpong.
+        assert_eq!(*f, (Service::Ud, 0x64, 2048, Some(0x1111_1111)));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ud_pingpong_refuses_a_size_above_the_port_mtu() {
+    let out = softib()
+        .args([
+            "pingpong",
+            "--service",
+            "ud",
+            "--bind",
+            "127.0.13.2",
+            "-s",
+            "4097",
+            "127.0.13.1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Requested size larger than port MTU (4096)"),
+        "{err}"
+    );
+}
