@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# interop-rxe.sh - softib against a real Linux Soft-RoCE (rdma_rxe) peer in a qemu guest.
+#
+# Boots one guest of ../shared/interop/rxe-vm (building the image first if it is missing) with its
+# RoCEv2 NIC on a tap device inside a network namespace; softib runs in that namespace on an
+# ordinary UDP socket bound to 10.99.0.1:4791, the guest's rxe1 is 10.99.0.2 (GID index 1 =
+# ::ffff:10.99.0.2). For each of rc, uc and ud:
+#   - softib pingpong (client) -> guest ibv_<svc>_pingpong (server)   (exchange: hostfwd 18515)
+#   - guest ibv_<svc>_pingpong (client) -> softib pingpong (server)   (exchange: guestfwd
+#     10.0.2.100:18515 -> 127.0.0.1:18516 in the namespace)
+#   - the capture of each run taken on the tap (what the kernels really put on the wire, rxe's
+#     packets included): every packet's ICRC checks out (`softib pcap check`) and tshark decodes
+#     every packet as InfiniBand with no malformed packet
+# A run passes when both programs exit 0 and neither side retransmitted (the tap loses nothing,
+# so a retransmission means the peer silently dropped a packet, e.g. for a bad ICRC).
+#
+# Prints "N passed, M failed"; exits non-zero on failure. Prints "SKIPPED: why" and exits 0 when
+# root, /dev/net/tun, network namespaces, qemu or the guest image are unavailable.
+#
+# Environment:
+#   SOFTIB_BIN            softib binary [built: cargo build --release -p softib --bin softib]
+#   RXE_VM_DIR            the rig [<repo>/../shared/interop/rxe-vm]
+#   RXE_VM_CACHE          where the rig keeps the guest image [~/.cache/softib-rxe-vm]
+#   SOFTIB_INTEROP_OUT    logs and captures [<target dir>/interop-rxe]
+#   SOFTIB_INTEROP_ITERS  pingpong iterations [10]; SOFTIB_INTEROP_SIZE message size [64]
+#   SOFTIB_INTEROP_NO_INSTALL=1  do not apt-get qemu / tcpdump (skip instead)
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+RIG=${RXE_VM_DIR:-$REPO/../shared/interop/rxe-vm}
+TARGET=${CARGO_TARGET_DIR:-$REPO/target}
+OUT=${SOFTIB_INTEROP_OUT:-$TARGET/interop-rxe}
+ITERS=${SOFTIB_INTEROP_ITERS:-10}
+SIZE=${SOFTIB_INTEROP_SIZE:-64}
+NS=softib-rxe          # network namespace (qemu, the tap and softib live in it)
+TAP=sibtap0
+VM=softib-interop      # run-vm.sh instance name
+HOST_IP=10.99.0.1
+GUEST_IP=10.99.0.2
+GUEST_DEV=rxe1
+GUEST_GID=1            # ::ffff:10.99.0.2
+PP_PORT=18515          # guest as TCP server: hostfwd 127.0.0.1:18515 -> guest :18515
+SRV_PORT=18516         # softib as TCP server: guest 10.0.2.100:18515 -> 127.0.0.1:18516
+T0=$SECONDS
+
+log() { echo "[interop-rxe +$((SECONDS - T0))s] $*"; }
+skip() { echo "SKIPPED: $*"; exit 0; }
+
+# --- can this machine run the stage? ----------------------------------------------------------
+[ "$(uname -s)" = Linux ] || skip "not Linux"
+[ "$(id -u)" = 0 ] || skip "needs root (network namespace, tap device, qemu networking)"
+[ -x "$RIG/run-vm.sh" ] || skip "the rxe-vm rig is not at $RIG (set RXE_VM_DIR)"
+[ -c /dev/net/tun ] || skip "/dev/net/tun is missing (no tap devices)"
+command -v ip >/dev/null || skip "iproute2 (ip) is missing"
+probe=softib-probe-$$
+if ! ip netns add "$probe" 2>/dev/null; then skip "cannot create network namespaces (ip netns add)"; fi
+ip netns del "$probe"
+
+apt_install() {
+    [ "${SOFTIB_INTEROP_NO_INSTALL:-0}" = 1 ] && return 1
+    command -v apt-get >/dev/null || return 1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" \
+        >"$OUT/apt.log" 2>&1 \
+        || { DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$OUT/apt.log" 2>&1 \
+            && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" \
+            >>"$OUT/apt.log" 2>&1; }
+}
+
+mkdir -p "$OUT"
+rm -f "$OUT"/*.pcap "$OUT"/*.log "$OUT"/*.txt
+CACHE=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/softib-rxe-vm}
+if ! command -v qemu-system-x86_64 >/dev/null || [ ! -e "$CACHE/rootfs.img" ]; then
+    [ "${SOFTIB_INTEROP_NO_INSTALL:-0}" = 1 ] && ! command -v qemu-system-x86_64 >/dev/null \
+        && skip "qemu-system-x86_64 is missing (SOFTIB_INTEROP_NO_INSTALL=1)"
+    log "building the guest image (build-vm.sh --install-host-deps; log $OUT/build-vm.log)"
+    if ! timeout 600 "$RIG/build-vm.sh" --install-host-deps >"$OUT/build-vm.log" 2>&1; then
+        tail -n 15 "$OUT/build-vm.log"
+        command -v qemu-system-x86_64 >/dev/null || skip "qemu is unavailable (install failed, see above)"
+        skip "cannot build the guest image (no Debian mirror? see above)"
+    fi
+fi
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is missing"
+command -v tcpdump >/dev/null || apt_install tcpdump || true
+command -v tshark >/dev/null || apt_install tshark || true
+HAVE_TCPDUMP=0; command -v tcpdump >/dev/null && HAVE_TCPDUMP=1
+HAVE_TSHARK=0; command -v tshark >/dev/null && HAVE_TSHARK=1
+
+# --- softib -----------------------------------------------------------------------------------
+if [ -z "${SOFTIB_BIN:-}" ]; then
+    log "building softib (cargo build --release -p softib --bin softib)"
+    (cd "$REPO" && cargo build --release -q -p softib --bin softib) || { echo "FAIL: cargo build"; echo "0 passed, 1 failed"; exit 1; }
+    SOFTIB_BIN=$TARGET/release/softib
+fi
+[ -x "$SOFTIB_BIN" ] || { echo "FAIL: no softib binary at $SOFTIB_BIN"; echo "0 passed, 1 failed"; exit 1; }
+
+# --- guest ------------------------------------------------------------------------------------
+R=$RIG/run-vm.sh
+pass=0 fail=0
+ok()  { echo "PASS: $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+BG_PIDS=()
+cleanup() {
+    local p
+    for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    "$R" stop --name "$VM" >/dev/null 2>&1
+    ip netns del "$NS" 2>/dev/null
+    true
+}
+finish() {
+    cleanup
+    trap - EXIT
+    log "done"
+    echo "$pass passed, $fail failed"
+    [ "$fail" = 0 ]
+    exit
+}
+trap cleanup EXIT
+trap 'echo "interrupted"; bad "interrupted"; finish' INT TERM
+
+# A namespace or guest left by an earlier, killed run.
+"$R" stop --name "$VM" >/dev/null 2>&1
+ip netns del "$NS" 2>/dev/null
+
+gssh() { timeout 60 "$R" ssh --name "$VM" "$@"; }
+nsx() { ip netns exec "$NS" "$@"; }
+
+log "booting the guest (TCG; $NS / $TAP; guest $GUEST_IP)"
+t=$SECONDS
+if ! timeout 300 "$R" start --name "$VM" --netns "$NS" --tap "$TAP" --tap-ip "$HOST_IP/24" \
+    --ip1 "$GUEST_IP/24" --fwd-tcp "$PP_PORT:$PP_PORT" --guestfwd "10.0.2.100:$PP_PORT:$SRV_PORT" \
+    >"$OUT/boot.log" 2>&1; then
+    tail -n 20 "$OUT/boot.log"
+    bad "guest boot"
+    finish
+fi
+ok "guest boot ($((SECONDS - t)) s)"
+if gssh "rdma link show | grep -q \"^link $GUEST_DEV/1 state ACTIVE\""; then ok "guest $GUEST_DEV active"; else
+    bad "guest $GUEST_DEV active"; finish; fi
+gssh "uname -r; ibv_devinfo -d $GUEST_DEV | grep -E 'active_mtu|link_layer'" >"$OUT/guest.txt" 2>&1
+
+# rxe's retransmission counters, summed (requester retries + duplicate requests seen).
+rxe_retries() {
+    gssh "cd /sys/class/infiniband/$GUEST_DEV/ports/1/hw_counters && echo \$((\$(cat completer_retry_err) + \$(cat duplicate_request) + \$(cat rcvd_seq_err)))" 2>/dev/null || echo -1
+}
+# Polls CMD for up to $1 seconds.
+wait_for() {
+    local n=$1; shift
+    local i
+    for i in $(seq 1 $((n * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+    return 1
+}
+start_capture() { # file
+    CAP_PID=
+    [ "$HAVE_TCPDUMP" = 1 ] || return 0
+    # Not through nsx (a function): $! must be tcpdump itself (ip netns exec execs it).
+    ip netns exec "$NS" tcpdump -i "$TAP" -U --immediate-mode -Z root -w "$1" udp port 4791 >"$1.tcpdump.log" 2>&1 &
+    CAP_PID=$!
+    BG_PIDS+=("$CAP_PID")
+    wait_for 5 grep -q listening "$1.tcpdump.log"
+}
+stop_capture() {
+    [ -n "$CAP_PID" ] || return 0
+    sleep 1
+    kill -INT "$CAP_PID" 2>/dev/null
+    wait_for 5 sh -c "! kill -0 $CAP_PID" || kill -KILL "$CAP_PID" 2>/dev/null
+    wait "$CAP_PID" 2>/dev/null
+}
+# The softib side's flags towards rxe: see docs/interop.md.
+SOFTIB_FLAGS=(--bind "$HOST_IP" --no-gso --no-ipv4-icrc-check --stats --timeout 60 -s "$SIZE" -n "$ITERS")
+softib_retries() { # log: retransmitted_pkts + duplicate_request from --stats
+    local r d
+    r=$(grep -o 'retransmitted_pkts: [0-9]*' "$1" | grep -o '[0-9]*$')
+    d=$(grep -o 'duplicate_request: [0-9]*' "$1" | grep -o '[0-9]*$')
+    echo $(( ${r:-1} + ${d:-1} ))
+}
+check_wire() { # name pcap
+    local name=$1 pcap=$2
+    [ "$HAVE_TCPDUMP" = 1 ] || { echo "note: no tcpdump, wire capture not checked"; return; }
+    local out n
+    out=$("$SOFTIB_BIN" pcap check "$pcap" 2>&1)
+    n=$(echo "$out" | sed -n 's/.*: \([0-9]*\) packets, \([0-9]*\) icrc ok, 0 bad.*/\1 \2/p')
+    if [ -n "$n" ] && [ "${n% *}" = "${n#* }" ] && [ "${n% *}" -gt 0 ]; then
+        ok "$name: wire capture, ICRC of all ${n% *} packets (both sides) ok"
+    else
+        bad "$name: wire capture ICRC: $out"
+    fi
+    [ "$HAVE_TSHARK" = 1 ] || { echo "note: no tshark, decode not checked"; return; }
+    local total ib malformed
+    total=$(tshark -r "$pcap" 2>/dev/null | wc -l)
+    ib=$(tshark -r "$pcap" --disable-protocol rpcordma -Y infiniband.bth 2>/dev/null | wc -l)
+    malformed=$(tshark -r "$pcap" --disable-protocol rpcordma -Y _ws.malformed 2>/dev/null | wc -l)
+    if [ "$total" -gt 0 ] && [ "$ib" = "$total" ] && [ "$malformed" = 0 ]; then
+        ok "$name: tshark decodes all $total packets as InfiniBand BTH, none malformed"
+    else
+        bad "$name: tshark: $total packets, $ib with a BTH, $malformed malformed"
+    fi
+}
+
+for svc in rc uc ud; do
+    tool=ibv_${svc}_pingpong
+    # 1. guest server, softib client
+    name="softib $svc client -> $tool server"
+    base=$OUT/$svc-softib-client
+    gssh "pkill -x $tool; rm -f /tmp/pp.rc; (timeout 60 $tool -d $GUEST_DEV -g $GUEST_GID -s $SIZE -n $ITERS >/tmp/pp.log 2>&1; echo \$? >/tmp/pp.rc) >/dev/null 2>&1 &"
+    wait_for 10 gssh "ss -Hltn 'sport = :$PP_PORT' | grep -q LISTEN"
+    before=$(rxe_retries)
+    start_capture "$base.wire.pcap"
+    t=$SECONDS
+    nsx timeout 90 "$SOFTIB_BIN" pingpong --service "$svc" "${SOFTIB_FLAGS[@]}" \
+        --pcap "$base.softib.pcap" 127.0.0.1 >"$base.log" 2>&1
+    src=$?
+    wait_for 20 gssh "test -s /tmp/pp.rc"
+    grc=$(gssh "cat /tmp/pp.rc" 2>/dev/null)
+    gssh "cat /tmp/pp.log" >"$base.guest.log" 2>&1
+    stop_capture
+    after=$(rxe_retries)
+    sr=$(softib_retries "$base.log")
+    if [ "$src" = 0 ] && [ "$grc" = 0 ] && [ "$before" -ge 0 ] && [ "$after" = "$before" ] && [ "$sr" = 0 ]; then
+        ok "$name ($((SECONDS - t)) s; $(grep -o '[0-9.]* usec/iter' "$base.log"))"
+    else
+        bad "$name (softib exit $src, guest exit ${grc:-none}, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
+        tail -n 5 "$base.log" "$base.guest.log"
+    fi
+    check_wire "$name" "$base.wire.pcap"
+
+    # 2. softib server, guest client
+    name="$tool client -> softib $svc server"
+    base=$OUT/$svc-softib-server
+    before=$(rxe_retries)
+    start_capture "$base.wire.pcap"
+    t=$SECONDS
+    nsx timeout 90 "$SOFTIB_BIN" pingpong --service "$svc" -p "$SRV_PORT" "${SOFTIB_FLAGS[@]}" \
+        --pcap "$base.softib.pcap" >"$base.log" 2>&1 &
+    spid=$!
+    BG_PIDS+=("$spid")
+    wait_for 10 nsx sh -c "ss -Hltn 'sport = :$SRV_PORT' | grep -q LISTEN"
+    gssh "timeout 60 $tool -d $GUEST_DEV -g $GUEST_GID -s $SIZE -n $ITERS 10.0.2.100" >"$base.guest.log" 2>&1
+    grc=$?
+    wait "$spid"
+    src=$?
+    stop_capture
+    after=$(rxe_retries)
+    sr=$(softib_retries "$base.log")
+    if [ "$src" = 0 ] && [ "$grc" = 0 ] && [ "$before" -ge 0 ] && [ "$after" = "$before" ] && [ "$sr" = 0 ]; then
+        ok "$name ($((SECONDS - t)) s; $(grep -o '[0-9.]* usec/iter' "$base.log"))"
+    else
+        bad "$name (softib exit $src, guest exit $grc, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
+        tail -n 5 "$base.log" "$base.guest.log"
+    fi
+    check_wire "$name" "$base.wire.pcap"
+done
+
+gssh "cd /sys/class/infiniband/$GUEST_DEV/ports/1/hw_counters && grep . *" >"$OUT/rxe-hw-counters.txt" 2>&1
+log "logs and captures in $OUT"
+finish
