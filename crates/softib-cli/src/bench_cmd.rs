@@ -292,14 +292,14 @@ fn client(args: &BenchArgs) -> Result<(), Error> {
             add: 1,
         },
     };
-    // WRs are built once and reused: each post only renumbers them.
+    // WRs are built once and reused: each post only renumbers them (no allocation per WR).
     let template = SendWr::new(0, op).with_sge(Sge::new(mr.addr, size as u32, mr.lkey));
-    let mut batch: Vec<SendWr> = Vec::new();
     let qpn = ep.qpn;
     let mode = args.dev.mode();
     let n = args.iters.max(1);
     let start = Instant::now();
     let deadline = start + Duration::from_secs(args.timeout);
+    let mut batch: Vec<SendWr> = vec![template; depth.min(n) as usize];
     let (mut posted, mut done) = (0u64, 0u64);
     let mut samples: Vec<(u64, Instant)> = vec![(0, start)];
     let mut lats: Vec<f64> = Vec::new();
@@ -307,8 +307,7 @@ fn client(args: &BenchArgs) -> Result<(), Error> {
     while done < n {
         let room = (n - posted).min(depth - (posted - done)) as usize;
         if room > 0 {
-            batch.resize(room, template.clone());
-            for (k, wr) in batch.iter_mut().enumerate() {
+            for (k, wr) in batch[..room].iter_mut().enumerate() {
                 let i = posted + k as u64;
                 wr.wr_id = i;
                 wr.flags = if lat || (i + 1) % CQ_MOD == 0 || i + 1 == n || depth <= CQ_MOD {

@@ -150,12 +150,16 @@ pub fn frame_of_datagram(
 }
 
 /// [`frame_of_datagram`] with the headers of the last (source, source port, destination)
-/// kept: datagrams of one peer (a GRO batch, a stream) only get their lengths patched.
+/// kept: datagrams of one peer (a GRO batch, a stream) reuse them, and their lengths and IPv4
+/// header checksum are patched only when the payload length changes (every segment of a GRO
+/// batch but the last has the same length).
 #[derive(Debug, Clone, Default)]
 pub struct FrameBuilder {
     key: Option<(IpAddr, u16, IpAddr)>,
-    /// Ethernet + IP + UDP header of the key, lengths to be patched.
+    /// Ethernet + IP + UDP header of the key, patched for `payload_len`.
     header: Vec<u8>,
+    /// Payload length the lengths and checksum in `header` are patched for.
+    payload_len: Option<usize>,
 }
 
 impl FrameBuilder {
@@ -168,42 +172,66 @@ impl FrameBuilder {
         payload: &[u8],
         out: &mut Vec<u8>,
     ) -> bool {
-        let key = (canonical_ip(src), sport, canonical_ip(dst));
-        if self.key != Some(key) {
-            if !frame_of_datagram(key.0, sport, key.2, &[], out) {
-                self.key = None;
-                return false;
-            }
-            let hlen = match key.0 {
-                IpAddr::V4(_) => ETH_LEN + IPV4_LEN + UDP_LEN,
-                IpAddr::V6(_) => ETH_LEN + IPV6_LEN + UDP_LEN,
-            };
-            self.header.clear();
-            self.header.extend_from_slice(&out[..hlen]);
-            self.key = Some(key);
-        }
         out.clear();
-        if payload.len() > MAX_DATAGRAM {
+        let Some(header) = self.header(src, sport, dst, payload.len()) else {
             return false;
-        }
-        out.extend_from_slice(&self.header);
-        let udp_len = (UDP_LEN + payload.len()) as u16;
-        let udp_at = self.header.len() - UDP_LEN;
-        out[udp_at + 4..udp_at + 6].copy_from_slice(&udp_len.to_be_bytes());
-        if udp_at == ETH_LEN + IPV4_LEN {
-            let total = (IPV4_LEN as u16) + udp_len;
-            out[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&total.to_be_bytes());
-            let mut view = Ipv4View::new_unchecked(&mut out[ETH_LEN..ETH_LEN + IPV4_LEN]);
-            view.set_checksum(0);
-            view.fill_checksum();
-        } else {
-            out[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
-        }
+        };
+        out.extend_from_slice(header);
         out.extend_from_slice(payload);
         if out.len() < MIN_FRAME_LEN {
             out.resize(MIN_FRAME_LEN, 0);
         }
         true
+    }
+
+    /// The Ethernet + IP + UDP header [`frame_of_datagram`] puts in front of a payload of
+    /// `payload_len` bytes from `src`:`sport` to `dst` (without the padding it adds to frames
+    /// shorter than the Ethernet minimum), or `None` where it returns false. A receiver can
+    /// write it straight in front of a datagram in its receive buffer instead of copying the
+    /// datagram behind it.
+    pub fn header(
+        &mut self,
+        src: IpAddr,
+        sport: u16,
+        dst: IpAddr,
+        payload_len: usize,
+    ) -> Option<&[u8]> {
+        if payload_len > MAX_DATAGRAM {
+            return None;
+        }
+        let key = (canonical_ip(src), sport, canonical_ip(dst));
+        if self.key != Some(key) {
+            let mut h = std::mem::take(&mut self.header);
+            if !frame_of_datagram(key.0, sport, key.2, &[], &mut h) {
+                self.key = None;
+                self.header = h;
+                return None;
+            }
+            h.truncate(match key.0 {
+                IpAddr::V4(_) => ETH_LEN + IPV4_LEN + UDP_LEN,
+                IpAddr::V6(_) => ETH_LEN + IPV6_LEN + UDP_LEN,
+            });
+            self.header = h;
+            self.key = Some(key);
+            self.payload_len = None;
+        }
+        if self.payload_len != Some(payload_len) {
+            let out = &mut self.header;
+            let udp_len = (UDP_LEN + payload_len) as u16;
+            let udp_at = out.len() - UDP_LEN;
+            out[udp_at + 4..udp_at + 6].copy_from_slice(&udp_len.to_be_bytes());
+            if udp_at == ETH_LEN + IPV4_LEN {
+                let total = (IPV4_LEN as u16) + udp_len;
+                out[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&total.to_be_bytes());
+                let mut view = Ipv4View::new_unchecked(&mut out[ETH_LEN..ETH_LEN + IPV4_LEN]);
+                view.set_checksum(0);
+                view.fill_checksum();
+            } else {
+                out[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
+            }
+            self.payload_len = Some(payload_len);
+        }
+        Some(&self.header)
     }
 }
 
@@ -287,13 +315,18 @@ mod tests {
         let v4a = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
         let v4b = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
         let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
-        let cases: [(IpAddr, u16, IpAddr, usize); 6] = [
+        // Repeated and returning lengths and keys exercise the cached header and checksum.
+        let cases: [(IpAddr, u16, IpAddr, usize); 10] = [
+            (v4a, 4791, v4b, 80),
             (v4a, 4791, v4b, 80),
             (v4a, 4791, v4b, 20),
             (v4a, 4791, v4b, 4112),
+            (v4a, 4791, v4b, 80),
             (v4b, 50000, v4a, 3),
             (v6, 7, v6, 100),
             (v6, 7, v4a, 100),
+            (v6, 7, v6, 100),
+            (v4a, 4791, v4b, 80),
         ];
         for (src, sport, dst, len) in cases {
             let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
@@ -302,6 +335,11 @@ mod tests {
             assert_eq!(b.build(src, sport, dst, &payload, &mut got), ok);
             if ok {
                 assert_eq!(got, want, "{src} {sport} {dst} {len}");
+                // The header alone, followed by the payload, is the frame (padding aside).
+                let h = b.header(src, sport, dst, len).unwrap().to_vec();
+                assert_eq!([&h[..], &payload[..]].concat(), want[..h.len() + len]);
+            } else {
+                assert!(b.header(src, sport, dst, len).is_none());
             }
         }
     }

@@ -41,6 +41,10 @@ use softib_wire::udp::ROCEV2_PORT;
 
 /// Bytes of one receive slot: a GRO batch is at most 64 KiB.
 const RX_SLOT: usize = 1 << 16;
+/// Room in front of every receive slot for the rebuilt Ethernet + IP + UDP header (at most
+/// 14 + 40 + 8 bytes): a datagram's frame is assembled in place, not copied (see
+/// [`Device::receive`]).
+const RX_HEADROOM: usize = 64;
 /// Datagrams gathered before a send batch is flushed.
 const TX_BATCH: usize = 64;
 /// Largest GSO transmit (total UDP payload bytes).
@@ -303,7 +307,7 @@ impl Device {
             tx_frame: Vec::with_capacity(softib_core::MAX_FRAME),
             tx_buf: Vec::with_capacity(TX_BATCH * 4200),
             tx: Vec::with_capacity(TX_BATCH),
-            rx_buf: vec![0u8; RX_SLOT * BATCH_SIZE],
+            rx_buf: vec![0u8; (RX_HEADROOM + RX_SLOT) * BATCH_SIZE],
             rx_meta: vec![RecvMeta::default(); BATCH_SIZE],
             rx_frame: Vec::with_capacity(RX_SLOT + 64),
             rx_builder: frame::FrameBuilder::default(),
@@ -626,11 +630,19 @@ impl Device {
     }
 
     /// Receives one batch and hands every datagram to the HCA; returns the datagram count.
+    ///
+    /// Every receive slot has [`RX_HEADROOM`] bytes in front of it. A datagram's frame is
+    /// assembled where it landed: its rebuilt header is written in front of it, into the
+    /// headroom for the first datagram of a slot and over the tail of the previous GRO segment
+    /// (already handed to the HCA) for the others. Only frames shorter than the Ethernet
+    /// minimum, whose padding would overwrite the next segment, are copied.
     fn receive(&mut self, now: Instant) -> io::Result<usize> {
+        const STRIDE: usize = RX_HEADROOM + RX_SLOT;
         let n = {
-            let mut chunks = self.rx_buf.chunks_exact_mut(RX_SLOT);
-            let mut slices: [IoSliceMut<'_>; BATCH_SIZE] =
-                std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
+            let mut chunks = self.rx_buf.chunks_exact_mut(STRIDE);
+            let mut slices: [IoSliceMut<'_>; BATCH_SIZE] = std::array::from_fn(|_| {
+                IoSliceMut::new(chunks.next().map_or(&mut [][..], |c| &mut c[RX_HEADROOM..]))
+            });
             match self.state.recv(
                 UdpSockRef::from(&self.socket),
                 &mut slices,
@@ -650,28 +662,44 @@ impl Device {
             let meta = self.rx_meta[i];
             let src = self.route_from(meta.addr);
             let dst = meta.dst_ip.unwrap_or(self.local.ip());
-            let slot = &self.rx_buf[i * RX_SLOT..i * RX_SLOT + meta.len.min(RX_SLOT)];
+            let data = i * STRIDE + RX_HEADROOM;
+            let len = meta.len.min(RX_SLOT);
             let stride = meta.stride.max(1);
             // An empty datagram is one (malformed) datagram, not none.
-            let segs = slot.len().div_ceil(stride).max(1);
+            let segs = len.div_ceil(stride).max(1);
             for k in 0..segs {
-                let seg = &slot[(k * stride).min(slot.len())..((k + 1) * stride).min(slot.len())];
+                let (start, end) = (
+                    data + (k * stride).min(len),
+                    data + ((k + 1) * stride).min(len),
+                );
                 count += 1;
                 self.stats.rx_datagrams += 1;
-                if !self
+                let Some(header) = self
                     .rx_builder
-                    .build(src, meta.addr.port(), dst, seg, &mut self.rx_frame)
-                {
+                    .header(src, meta.addr.port(), dst, end - start)
+                else {
                     self.stats.rx_unframed += 1;
                     continue;
-                }
+                };
+                let at = start - header.len();
+                let frame = if end - at >= softib_wire::ethernet::MIN_FRAME_LEN {
+                    self.rx_buf[at..start].copy_from_slice(header);
+                    &mut self.rx_buf[at..end]
+                } else {
+                    self.rx_frame.clear();
+                    self.rx_frame.extend_from_slice(header);
+                    self.rx_frame.extend_from_slice(&self.rx_buf[start..end]);
+                    self.rx_frame
+                        .resize(softib_wire::ethernet::MIN_FRAME_LEN, 0);
+                    &mut self.rx_frame[..]
+                };
                 if self.icrc == IcrcPolicy::AcceptIpv4Unverified {
-                    frame::reseal_ipv4_icrc(&mut self.rx_frame);
+                    frame::reseal_ipv4_icrc(frame);
                 }
                 if let Some(p) = &mut self.pcap {
-                    p.write_record(unix_ns(), &self.rx_frame)?;
+                    p.write_record(unix_ns(), frame)?;
                 }
-                self.hca.handle_frame(now, &self.rx_frame);
+                self.hca.handle_frame(now, frame);
             }
         }
         Ok(count)

@@ -56,14 +56,17 @@ pub const MAX_FRAME: usize = 4096 + 14 + 40 + 8 + 64 + 4 + 64;
 /// bytes of an IPv6 group, RFC 2464); `02:00:a:b:c:d` for the IPv4-mapped GID of a.b.c.d; for
 /// an IPv6 GID with a modified EUI-64 interface identifier (`..ff:fe..`) the MAC it was
 /// derived from; otherwise `02:` followed by the last five GID bytes.
+#[inline(always)]
 pub fn mac_for_gid(gid: &Gid) -> [u8; 6] {
     let g = gid.0;
     if g[0] == 0xff {
         [0x33, 0x33, g[12], g[13], g[14], g[15]]
-    } else if let Some(v4) = ipv4_of(gid).filter(|a| a[0] & 0xf0 == 0xe0) {
-        [0x01, 0x00, 0x5e, v4[1] & 0x7f, v4[2], v4[3]]
     } else if let Some(v4) = ipv4_of(gid) {
-        [0x02, 0x00, v4[0], v4[1], v4[2], v4[3]]
+        if v4[0] & 0xf0 == 0xe0 {
+            [0x01, 0x00, 0x5e, v4[1] & 0x7f, v4[2], v4[3]]
+        } else {
+            [0x02, 0x00, v4[0], v4[1], v4[2], v4[3]]
+        }
     } else if g[11] == 0xff && g[12] == 0xfe {
         [g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]]
     } else {
@@ -72,9 +75,11 @@ pub fn mac_for_gid(gid: &Gid) -> [u8; 6] {
 }
 
 /// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`).
+#[inline]
 pub fn ipv4_of(gid: &Gid) -> Option<[u8; 4]> {
     let g = gid.0;
-    (g[..10] == [0; 10] && g[10] == 0xff && g[11] == 0xff).then(|| [g[12], g[13], g[14], g[15]])
+    // Bytes 0..10 zero and bytes 10..12 0xff: the top 96 bits are ::ffff.
+    (u128::from_be_bytes(g) >> 32 == 0xffff).then(|| [g[12], g[13], g[14], g[15]])
 }
 
 /// The GID of an IPv4 address (IPv4-mapped form).

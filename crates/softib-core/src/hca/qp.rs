@@ -15,6 +15,9 @@ use crate::verbs::PdHandle;
 use softib_wire::psn::MASK24;
 use softib_wire::Qpn;
 
+/// Most scatter-list allocations [`Hca::recycle_sge_list`] keeps.
+const SGE_LISTS_KEPT: usize = 4096;
+
 /// First QPN handed out (rxe: QPN 0 and 1 are the special QPs, indices below 0x11 unused).
 pub(crate) const MIN_QPN: u32 = 0x11;
 
@@ -546,40 +549,44 @@ impl Hca {
             state => return Err(PostSendError::InvalidState { state }),
         };
         let max_send_wr = qp.attr.cap.max_send_wr;
-        if let ([wr], false) = (wrs, flush) {
-            // One WR (the common case): validate and queue it without a staging vector.
-            if qp.sq.len() >= max_send_wr as usize {
-                return Err(PostSendError::QueueFull {
-                    index: 0,
-                    max_send_wr,
-                });
+        if !flush {
+            // Each WR is validated and queued straight into the send queue (no staging
+            // vector, no second copy); a WR that fails takes back the ones queued before it,
+            // so that a failed post queues nothing.
+            let base = qp.sq.len();
+            let v = qpn.value();
+            for (index, wr) in wrs.iter().enumerate() {
+                let qp = &self.qps[&v];
+                let wqe = if base + index >= max_send_wr as usize {
+                    Err(PostSendError::QueueFull { index, max_send_wr })
+                } else {
+                    self.validate_send_wr(qp, index, wr)
+                };
+                let sq = &mut self.qps.get_mut(&v).expect("looked up above").sq;
+                match wqe {
+                    Ok(wqe) => sq.push_back(wqe),
+                    Err(e) => {
+                        sq.truncate(base);
+                        return Err(e);
+                    }
+                }
             }
-            let wqe = self.validate_send_wr(qp, 0, wr);
-            if let Some(qp) = self.qps.get_mut(&qpn.value()) {
-                qp.sq.push_back(wqe?);
+            if !wrs.is_empty() {
+                self.schedule_tx(v);
             }
-            self.schedule_tx(qpn.value());
             return Ok(());
         }
         let mut wqes = Vec::with_capacity(wrs.len());
         for (index, wr) in wrs.iter().enumerate() {
-            if !flush && qp.sq.len() + index >= max_send_wr as usize {
-                return Err(PostSendError::QueueFull { index, max_send_wr });
-            }
             wqes.push(self.validate_send_wr(qp, index, wr)?);
         }
-        if flush {
-            let cq = qp.send_cq;
-            for wqe in wqes {
-                let _ = self.push_completion(
-                    cq,
-                    WorkCompletion::flushed(wqe.wr_id, wqe.opcode.wc_opcode(), qpn),
-                    false,
-                );
-            }
-        } else if let Some(qp) = self.qps.get_mut(&qpn.value()) {
-            qp.sq.extend(wqes);
-            self.schedule_tx(qpn.value());
+        let cq = qp.send_cq;
+        for wqe in wqes {
+            let _ = self.push_completion(
+                cq,
+                WorkCompletion::flushed(wqe.wr_id, wqe.opcode.wc_opcode(), qpn),
+                false,
+            );
         }
         Ok(())
     }
@@ -721,6 +728,14 @@ impl Hca {
         })
     }
 
+    /// Keeps the scatter-list allocation of a finished receive WQE for the next `post_recv`.
+    pub(crate) fn recycle_sge_list(&mut self, mut sg_list: Vec<crate::verbs::wr::Sge>) {
+        if self.sge_lists.len() < SGE_LISTS_KEPT && sg_list.capacity() > 0 {
+            sg_list.clear();
+            self.sge_lists.push(sg_list);
+        }
+    }
+
     /// Posts receive WRs (`ibv_post_recv`): all of them or, on error, none. Allowed from INIT
     /// on; in ERR the WRs complete at once with flush error. A QP with an SRQ refuses (post to
     /// the SRQ).
@@ -765,7 +780,18 @@ impl Hca {
             }
         } else if let Some(qp) = self.qps.get_mut(&qpn.value()) {
             for wr in wrs {
-                qp.rq.push_back(RecvWqe::from(wr));
+                let sg_list = match self.sge_lists.pop() {
+                    Some(mut v) => {
+                        v.extend_from_slice(&wr.sg_list);
+                        v
+                    }
+                    None => wr.sg_list.clone(),
+                };
+                qp.rq.push_back(RecvWqe {
+                    wr_id: wr.wr_id,
+                    sg_list,
+                    length: wr.buffer_len(),
+                });
             }
             // One end-to-end credit per receive WQE (C9-155, C9-157.2.1); the requester may be
             // waiting for them.
