@@ -264,7 +264,7 @@ fn server(args: &BenchArgs) -> Result<(), Error> {
 
 fn client(args: &BenchArgs) -> Result<(), Error> {
     let server = args.server.as_deref().unwrap_or_default();
-    let s = TcpStream::connect((server, args.port))
+    let s = nc::connect_exchange(server, args.port)
         .map_err(|e| format!("couldn't connect to {server}:{}: {e}", args.port))?;
     s.set_nodelay(true)?;
     let size = msg_size(args.op, args.size);

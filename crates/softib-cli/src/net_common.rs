@@ -164,6 +164,23 @@ pub fn parse_pp_message(m: &[u8]) -> Result<EndpointInfo, Error> {
 }
 
 /// Reads exactly `buf.len()` bytes (the peer may split its writes).
+/// Connects to the out-of-band exchange of a server, retrying for up to five seconds while the
+/// connection is refused (a server started just before may not be listening yet).
+pub fn connect_exchange(server: &str, port: u16) -> std::io::Result<TcpStream> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match TcpStream::connect((server, port)) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
 pub fn read_full(s: &mut TcpStream, buf: &mut [u8]) -> Result<(), Error> {
     s.read_exact(buf)
         .map_err(|e| format!("exchange: couldn't read remote address: {e}").into())

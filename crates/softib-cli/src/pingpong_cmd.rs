@@ -3,7 +3,7 @@
 //! `LID:QPN:PSN:GID` message each way, then `done` from the client), the same work request
 //! pattern and the same result lines, so either side can be softib or the rdma-core tool.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -155,7 +155,7 @@ fn pingpong(args: &PingpongArgs) -> Result<(), Error> {
     let mut ah: Option<AhHandle> = None;
     let remote = match &args.server {
         Some(server) => {
-            let mut s = TcpStream::connect((server.as_str(), args.port))
+            let mut s = nc::connect_exchange(server, args.port)
                 .map_err(|e| format!("Couldn't connect to {server}:{}: {e}", args.port))?;
             nc::write_all(&mut s, &nc::pp_message(&me))?;
             let mut m = [0u8; nc::PP_MSG_LEN];

@@ -3,52 +3,14 @@
 //! print the lines of `ibv_uc_pingpong` / `ibv_ud_pingpong`, and the captured frames carry the
 //! service's opcodes (UC SEND, UD SEND Only with a DETH of the pingpong Q_Key).
 
-use std::process::{Child, Command, Output, Stdio};
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+mod procs;
 
+use procs::{finish, ok, softib, spawn};
 use softib_wire::pcap::PcapReader;
 use softib_wire::roce::RocePacket;
 use softib_wire::Service;
-
-fn softib() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_softib"))
-}
-
-fn spawn(args: &[&str]) -> Child {
-    softib()
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run softib")
-}
-
-/// Waits for a child with a deadline (kills it on timeout).
-fn finish(mut c: Child, what: &str) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if c.try_wait().expect("wait").is_some() {
-            return c.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            let out = c.wait_with_output().expect("output");
-            panic!("{what} timed out: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        sleep(Duration::from_millis(10));
-    }
-}
-
-fn ok(out: &Output, what: &str) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "{what} failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
+use std::thread::sleep;
+use std::time::Duration;
 
 /// Runs the server with `common` + `--bind net.1`, then the client with `common` +
 /// `--bind net.2` + `--pcap pcap` + the server's address; returns both outputs.

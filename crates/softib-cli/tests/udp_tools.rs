@@ -5,48 +5,11 @@
 //!
 //! Every test uses its own 127.0.x.0/24 addresses and TCP port, so they can run in parallel.
 
-use std::process::{Child, Command, Output, Stdio};
+mod procs;
+
+use procs::{finish, ok, softib, spawn};
 use std::thread::sleep;
-use std::time::{Duration, Instant};
-
-fn softib() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_softib"))
-}
-
-fn spawn(args: &[&str]) -> Child {
-    softib()
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run softib")
-}
-
-/// Waits for a child with a deadline (kills it on timeout).
-fn finish(mut c: Child, what: &str) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if c.try_wait().expect("wait").is_some() {
-            return c.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            let out = c.wait_with_output().expect("output");
-            panic!("{what} timed out: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        sleep(Duration::from_millis(10));
-    }
-}
-
-fn ok(out: &Output, what: &str) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "{what} failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
+use std::time::Duration;
 
 /// Runs a server and a client (the client gets `server_ip` appended) and returns both outputs.
 fn pair(server: &[&str], client: &[&str], server_ip: &str) -> (String, String) {
