@@ -791,17 +791,24 @@ impl SimReport {
                 "  link:        native InfiniBand (LIDs {LID_A} and {LID_B})"
             );
         }
+        // The PSN window and the transport timer belong to RC; the other services have neither.
+        let rc_only = if c.service.is_unreliable() {
+            String::new()
+        } else {
+            format!(
+                "; window {} PSNs, Ttr 4.096 us x 2^{}",
+                c.window_psns, c.timeout
+            )
+        };
         let _ = writeln!(
             s,
-            "  fabric:      {:.0} Gb/s links, {} ns latency, loss {}, dup {}, reorder {}, corrupt {}; window {} PSNs, Ttr 4.096 us x 2^{}",
+            "  fabric:      {:.0} Gb/s links, {} ns latency, loss {}, dup {}, reorder {}, corrupt {}{rc_only}",
             c.bandwidth_bps as f64 / 1e9,
             c.latency_ns,
             c.loss,
             c.dup,
             c.reorder,
             c.corrupt,
-            c.window_psns,
-            c.timeout
         );
         let _ = writeln!(
             s,
