@@ -26,12 +26,9 @@ use softib_wire::{Psn, Qpn};
 
 pub mod uc;
 
-/// Which way a frame travels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dir {
-    AtoB,
-    BtoA,
-}
+#[path = "../shuttle/mod.rs"]
+mod shuttle;
+pub use shuttle::{Dir, Filter};
 
 /// One side of the pair.
 pub struct Side {
@@ -41,9 +38,6 @@ pub struct Side {
     pub qpn: Qpn,
     pub mr: MrInfo,
 }
-
-/// Decides whether a frame is delivered (false: dropped).
-pub type Filter = Box<dyn FnMut(Dir, &[u8]) -> bool>;
 
 pub struct Pair {
     pub a: Side,
@@ -167,39 +161,14 @@ impl Pair {
 
     /// Moves frames until both sides are idle and no timer is pending before `limit_ns`.
     pub fn run(&mut self, limit_ns: u64) {
-        let mut buf = Vec::new();
-        loop {
-            let mut moved = false;
-            while self.a.hca.poll_transmit(self.now, &mut buf) {
-                moved = true;
-                if (self.filter)(Dir::AtoB, &buf) {
-                    self.log.push((Dir::AtoB, buf.clone()));
-                    self.b.hca.handle_frame(self.now, &buf);
-                }
-            }
-            while self.b.hca.poll_transmit(self.now, &mut buf) {
-                moved = true;
-                if (self.filter)(Dir::BtoA, &buf) {
-                    self.log.push((Dir::BtoA, buf.clone()));
-                    self.a.hca.handle_frame(self.now, &buf);
-                }
-            }
-            if moved {
-                continue;
-            }
-            let next = [self.a.hca.poll_timeout(), self.b.hca.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .min();
-            match next {
-                Some(t) if t.as_nanos() <= limit_ns => {
-                    self.now = self.now.max(t);
-                    self.a.hca.handle_timeout(self.now);
-                    self.b.hca.handle_timeout(self.now);
-                }
-                _ => return,
-            }
-        }
+        shuttle::run(
+            &mut self.a.hca,
+            &mut self.b.hca,
+            &mut self.now,
+            &mut self.filter,
+            &mut self.log,
+            limit_ns,
+        );
     }
 
     /// (direction, opcode, PSN) of every delivered frame.

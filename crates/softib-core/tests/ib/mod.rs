@@ -28,12 +28,9 @@ pub struct Node {
     pub mr: MrInfo,
 }
 
-/// Which way a frame travels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dir {
-    AtoB,
-    BtoA,
-}
+#[path = "../shuttle/mod.rs"]
+mod shuttle;
+pub use shuttle::{Dir, Filter};
 
 pub fn node(node_id: u32, mtu: Mtu) -> Node {
     let mut cfg = HcaConfig::infiniband(node_id);
@@ -58,9 +55,6 @@ pub fn cap() -> QpCap {
         max_inline_data: 256,
     }
 }
-
-/// Decides whether a frame is delivered (false: dropped).
-pub type Filter = Box<dyn FnMut(Dir, &[u8]) -> bool>;
 
 /// Two native IB nodes, A (LID 1) and B (LID 2).
 pub struct IbPair {
@@ -126,39 +120,14 @@ impl IbPair {
 
     /// Moves frames until both sides are idle and no timer is due before `limit_ns`.
     pub fn run(&mut self, limit_ns: u64) {
-        let mut buf = Vec::new();
-        loop {
-            let mut moved = false;
-            while self.a.hca.poll_transmit(self.now, &mut buf) {
-                moved = true;
-                if (self.filter)(Dir::AtoB, &buf) {
-                    self.log.push((Dir::AtoB, buf.clone()));
-                    self.b.hca.handle_frame(self.now, &buf);
-                }
-            }
-            while self.b.hca.poll_transmit(self.now, &mut buf) {
-                moved = true;
-                if (self.filter)(Dir::BtoA, &buf) {
-                    self.log.push((Dir::BtoA, buf.clone()));
-                    self.a.hca.handle_frame(self.now, &buf);
-                }
-            }
-            if moved {
-                continue;
-            }
-            let next = [self.a.hca.poll_timeout(), self.b.hca.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .min();
-            match next {
-                Some(t) if t.as_nanos() <= limit_ns => {
-                    self.now = self.now.max(t);
-                    self.a.hca.handle_timeout(self.now);
-                    self.b.hca.handle_timeout(self.now);
-                }
-                _ => return,
-            }
-        }
+        shuttle::run(
+            &mut self.a.hca,
+            &mut self.b.hca,
+            &mut self.now,
+            &mut self.filter,
+            &mut self.log,
+            limit_ns,
+        );
     }
 
     /// Every logged frame parses as a native IB packet with good ICRC and VCRC.
