@@ -167,14 +167,8 @@ impl Hca {
         let parsed = RocePacket::parse(frame);
         let p = match &parsed {
             Ok(p) => p,
-            Err(softib_wire::Error::UnknownOpcode(op)) if op >> 5 == 0 => {
-                // A reserved RC opcode: the responder answers it (C9-84).
-                self.handle_reserved_rc_opcode(now, frame);
-                return;
-            }
-            Err(softib_wire::Error::UnknownOpcode(op)) if op >> 5 == 3 => {
-                // A reserved UD opcode: silently dropped (C9-206), counted by reason.
-                self.handle_reserved_ud_opcode(frame);
+            Err(softib_wire::Error::UnknownOpcode(op)) if matches!(op >> 5, 0 | 3) => {
+                self.handle_reserved_opcode(now, frame, *op);
                 return;
             }
             Err(_) => {
@@ -221,17 +215,23 @@ impl Hca {
             .is_some_and(|p| p.link_layer == LinkLayer::InfiniBand)
     }
 
+    /// A frame (either framing) whose opcode is reserved in the RC class (answered by the
+    /// responder, C9-84) or in the UD class (silently dropped and counted, C9-206).
+    fn handle_reserved_opcode(&mut self, now: Instant, frame: &[u8], op: u8) {
+        if op >> 5 == 0 {
+            self.handle_reserved_rc_opcode(now, frame);
+        } else {
+            self.handle_reserved_ud_opcode(frame);
+        }
+    }
+
     /// A native IB packet received on port 1 (see [`Hca::handle_frame`]).
     fn handle_native_frame(&mut self, now: Instant, frame: &[u8]) {
         let parsed = NativePacket::parse(frame);
         let p = match &parsed {
             Ok(p) => p,
-            Err(softib_wire::Error::UnknownOpcode(op)) if op >> 5 == 0 => {
-                self.handle_reserved_rc_opcode(now, frame);
-                return;
-            }
-            Err(softib_wire::Error::UnknownOpcode(op)) if op >> 5 == 3 => {
-                self.handle_reserved_ud_opcode(frame);
+            Err(softib_wire::Error::UnknownOpcode(op)) if matches!(op >> 5, 0 | 3) => {
+                self.handle_reserved_opcode(now, frame, *op);
                 return;
             }
             Err(softib_wire::Error::BadField {

@@ -283,8 +283,7 @@ impl Hca {
         if r.timer.is_none() {
             r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
         }
-        let pd = qp.pd;
-        match self.build_request(qpn, cur, pd, plan, t.headers, out) {
+        match self.build_request(qpn, cur, plan, t.headers, None, out) {
             Ok(built) => built,
             Err(status) => {
                 self.rc_complete_error(qpn, cur, status);
@@ -294,7 +293,8 @@ impl Hca {
     }
 
     /// Writes the request packet with `headers` of send WQE `cur` of `qpn` into `out`, its
-    /// payload as `plan` says (RC and UC). When the payload lies in one place (inline data, or
+    /// payload as `plan` says, towards the QP's own address vector (RC, UC) or towards `to`
+    /// (port and address vector of a UD WQE). When the payload lies in one place (inline data, or
     /// within one SGE) the frame is built straight from it; otherwise it is gathered into the
     /// scratch buffer first. `Ok(false)` when the QP has no usable address;
     /// `Err(IBV_WC_LOC_PROT_ERR)` when the gather list fails its L_Key checks.
@@ -302,11 +302,12 @@ impl Hca {
         &mut self,
         qpn: u32,
         cur: usize,
-        pd: crate::verbs::PdHandle,
         plan: PayloadPlan,
         mut headers: TransportHeaders,
+        to: Option<(u8, crate::verbs::ah::AhAttr)>,
         out: &mut Vec<u8>,
     ) -> Result<bool, WcStatus> {
+        let pd = self.qps[&qpn].pd;
         if let PayloadPlan::Message { offset, len } = plan {
             let qp = &self.qps[&qpn];
             match self.contiguous_payload(pd, &qp.sq[cur].payload, offset, len) {
@@ -319,7 +320,10 @@ impl Hca {
                         payload: bytes,
                         pad: &ZERO_PAD[..pad],
                     };
-                    let (port, av) = (qp.attr.port_num, &qp.attr.ah_attr);
+                    let (port, av) = match &to {
+                        Some((port, av)) => (*port, av),
+                        None => (qp.attr.port_num, &qp.attr.ah_attr),
+                    };
                     let built = self.frame_into(port, av, ident, qpn, &direct, out);
                     self.ip_ident = ident;
                     return Ok(built);
@@ -348,7 +352,10 @@ impl Hca {
             payload: &scratch,
             pad: &ZERO_PAD[..pad],
         };
-        let built = self.build_frame(qpn, &t, out);
+        let built = match to {
+            Some((port, av)) => self.build_frame_to(port, &av, qpn, &t, out),
+            None => self.build_frame(qpn, &t, out),
+        };
         self.scratch = scratch;
         Ok(built)
     }

@@ -121,7 +121,6 @@ impl Hca {
         let mtu = qp.attr.path_mtu.bytes();
         let psn = qp.transport.next_psn;
         let dest_qp = Qpn::new(qp.attr.dest_qp_num);
-        let pd = qp.pd;
         let w = qp.sq.front_mut().expect("checked");
         if !w.tx.started {
             w.tx.started = true;
@@ -144,7 +143,7 @@ impl Hca {
         // Every request packet takes the next PSN (C9-175).
         qp.transport.next_psn = psn.next();
 
-        match self.build_request(qpn, 0, pd, plan, t.headers, out) {
+        match self.build_request(qpn, 0, plan, t.headers, None, out) {
             Ok(true) => {}
             Ok(false) => {
                 // The QP has no usable address: nothing can be sent, the WQE fails locally.

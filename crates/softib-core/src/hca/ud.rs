@@ -58,7 +58,7 @@ use super::datapath::{
     dlid_is_port, ip_gids, lmc_mask, reserved_opcode_frame, reserved_opcode_native, PacketSource,
     MULTICAST_LID_BASE, PERMISSIVE_LID,
 };
-use super::requester::DEFAULT_PKEY;
+use super::requester::{PayloadPlan, DEFAULT_PKEY};
 use super::Hca;
 use crate::error::McastError;
 use crate::time::Instant;
@@ -80,9 +80,6 @@ pub const GSI_QKEY: u32 = 0x8001_0000;
 pub const GRH_AREA: usize = 40;
 /// Bit of a WR's Q_Key that selects the QP's own Q_Key (controlled Q_Key).
 const QKEY_CONTROLLED: u32 = 0x8000_0000;
-
-/// Pad bytes of outgoing packets.
-static ZERO_PAD: [u8; 3] = [0; 3];
 
 /// True for a multicast GID: IPv6 `ff00::/8`, or an IPv4-mapped address in `224.0.0.0/4`.
 pub fn is_multicast_gid(gid: &Gid) -> bool {
@@ -233,30 +230,22 @@ impl Hca {
             src_qp: Qpn::new(qpn),
         });
         headers.immdt = imm.map(|imm| ImmDt { imm });
-        let (pd, length, signaled, wr_id) = (qp.pd, w.length, w.signaled, w.wr_id);
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        let gathered = {
-            let w = &self.qps[&qpn].sq[0];
-            self.gather(pd, &w.payload, 0, length, &mut scratch)
+        let (length, signaled, wr_id) = (w.length, w.signaled, w.wr_id);
+        let plan = PayloadPlan::Message {
+            offset: 0,
+            len: length,
         };
-        if !gathered {
-            self.scratch = scratch;
-            self.ud_send_error(qpn, WcStatus::LocProtErr);
-            return false;
-        }
-        let pad = softib_wire::transport::pad_for(scratch.len());
-        headers.bth.pad_cnt = pad as u8;
-        let t = TransportPacket {
-            headers,
-            payload: &scratch,
-            pad: &ZERO_PAD[..pad],
-        };
-        let built = self.build_frame_to(dest.av.port_num, &dest.av, qpn, &t, out);
-        self.scratch = scratch;
-        if !built {
-            self.ud_send_error(qpn, WcStatus::LocQpOpErr);
-            return false;
+        let to = Some((dest.av.port_num, dest.av));
+        match self.build_request(qpn, 0, plan, headers, to, out) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.ud_send_error(qpn, WcStatus::LocQpOpErr);
+                return false;
+            }
+            Err(status) => {
+                self.ud_send_error(qpn, status);
+                return false;
+            }
         }
         // On the wire: the PSN is used and the WQE is complete (9.8.3.1.2).
         let Some(qp) = self.qps.get_mut(&qpn) else {
