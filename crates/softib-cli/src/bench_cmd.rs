@@ -24,7 +24,7 @@
 //! time, each timed from post to completion (a full round trip for every operation; perftest
 //! halves the round trip of WRITE and SEND latency, softib does not).
 
-use std::io::{BufRead, BufReader, IoSliceMut, Write};
+use std::io::{BufRead, BufReader, IoSliceMut, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -37,6 +37,7 @@ use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, WrOpcode};
 use softib_udp::endpoint::{Endpoint, EndpointConfig};
 
 use crate::net_common::{self as nc, DeviceArgs, Error};
+use crate::perftest::{self, Exchange, Incoming, Keys, Report};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Op {
@@ -94,6 +95,11 @@ pub struct BenchArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    /// Client: speak perftest's exchange (to an `ib_write_bw`, `ib_read_bw`, `ib_send_bw` or
+    /// `ib_atomic_bw` server, or a softib server). A server recognises either exchange by
+    /// itself. With perftest both sides must be given the same size and iterations.
+    #[arg(long)]
+    perftest: bool,
     #[command(flatten)]
     dev: DeviceArgs,
 }
@@ -137,11 +143,11 @@ fn options(mtu: Mtu) -> ConnectOptions {
     }
 }
 
-fn endpoint(args: &BenchArgs, size: usize, recv_depth: u32) -> Result<Endpoint, Error> {
+fn endpoint(args: &BenchArgs, buf_len: usize, recv_depth: u32) -> Result<Endpoint, Error> {
     let dev = args.dev.open(args.mtu)?;
     let cfg = EndpointConfig {
         qp_type: QpType::Rc,
-        buf_len: size.max(8),
+        buf_len: buf_len.max(8),
         send_depth: args.tx_depth.max(1),
         recv_depth,
         max_inline: 0,
@@ -199,6 +205,12 @@ fn server(args: &BenchArgs) -> Result<(), Error> {
     let l = TcpListener::bind(("0.0.0.0", args.port))
         .map_err(|e| format!("couldn't listen to port {}: {e}", args.port))?;
     let (s, _) = l.accept()?;
+    // A perftest client opens with its version ("6.06"), a softib client with its hello.
+    let mut first = [0u8; 1];
+    s.peek(&mut first)?;
+    if perftest::looks_like_version(&first) {
+        return perftest_server(args, s);
+    }
     let mut r = BufReader::new(s.try_clone()?);
     let h = parse_hello(&read_line(&mut r)?)?;
     if h.op != args.op.name() {
@@ -263,6 +275,9 @@ fn server(args: &BenchArgs) -> Result<(), Error> {
 }
 
 fn client(args: &BenchArgs) -> Result<(), Error> {
+    if args.perftest {
+        return perftest_client(args);
+    }
     let server = args.server.as_deref().unwrap_or_default();
     let s = nc::connect_exchange(server, args.port)
         .map_err(|e| format!("couldn't connect to {server}:{}: {e}", args.port))?;
@@ -274,6 +289,40 @@ fn client(args: &BenchArgs) -> Result<(), Error> {
     let h = parse_hello(&read_line(&mut r)?)?;
     args.dev.route_peer(&mut ep.dev, &h.info.gid);
     ep.connect(&h.info, &options(args.mtu))?;
+    let run = run_ops(&mut ep, args, h.remote, size)?;
+    (&s).write_all(b"done\n")?;
+    let _ = read_line(&mut r);
+    ep.dev.flush_pcap()?;
+    args.dev.report(&ep.dev);
+    print_run(args, size, run);
+    Ok(())
+}
+
+/// What a client run measured.
+struct Run {
+    n: u64,
+    secs: f64,
+    peak_msgs: f64,
+    /// Per-WR latencies, µs (`--lat`).
+    lats: Vec<f64>,
+}
+
+fn print_run(args: &BenchArgs, size: usize, mut run: Run) {
+    if args.lat {
+        print_lat(args, size, &mut run.lats);
+    } else {
+        print_bw(args, size, run.n, run.secs, run.peak_msgs);
+    }
+}
+
+/// Runs `--iters` operations of `size` bytes on the connected QP of `ep` against `remote`
+/// (the peer's buffer for WRITE, READ and atomics).
+fn run_ops(
+    ep: &mut Endpoint,
+    args: &BenchArgs,
+    remote: RemoteAddr,
+    size: usize,
+) -> Result<Run, Error> {
     let lat = args.lat;
     let depth = match args.op {
         _ if lat => 1,
@@ -281,7 +330,6 @@ fn client(args: &BenchArgs) -> Result<(), Error> {
         _ => u64::from(args.tx_depth.max(1)),
     };
     let mr = ep.mr;
-    let remote = h.remote;
     let op = match args.op {
         Op::Write => WrOpcode::RdmaWrite { remote },
         Op::Read => WrOpcode::RdmaRead { remote },
@@ -338,17 +386,12 @@ fn client(args: &BenchArgs) -> Result<(), Error> {
         }
         samples.push((done, now));
     }
-    let secs = start.elapsed().as_secs_f64();
-    (&s).write_all(b"done\n")?;
-    let _ = read_line(&mut r);
-    ep.dev.flush_pcap()?;
-    args.dev.report(&ep.dev);
-    if lat {
-        print_lat(args, size, &mut lats);
-    } else {
-        print_bw(args, size, n, secs, peak_rate(&samples));
-    }
-    Ok(())
+    Ok(Run {
+        n,
+        secs: start.elapsed().as_secs_f64(),
+        peak_msgs: peak_rate(&samples),
+        lats,
+    })
 }
 
 /// Best messages/second over any window of at least a tenth of the run time (completions
@@ -449,6 +492,257 @@ fn print_lat(args: &BenchArgs, size: usize, lats: &mut [f64]) {
         lats.len()
     );
     println!("{line}");
+}
+
+// ----- perftest's exchange ---------------------------------------------------------------
+
+/// This side's keys: the QP, its first PSN, the buffer, the GID; out_reads is the READ/atomic
+/// depth this responder takes (1 for WRITE and SEND, as perftest announces).
+fn perftest_keys(args: &BenchArgs, ep: &Endpoint) -> Keys {
+    Keys {
+        lid: 0,
+        out_reads: match args.op {
+            Op::Read | Op::Atomic => u16::from(RD_ATOMIC),
+            _ => 1,
+        },
+        qpn: ep.qpn.value(),
+        psn: ep.psn.value(),
+        rkey: ep.mr.rkey,
+        vaddr: ep.mr.addr,
+        gid: ep.dev.gid(),
+        srqn: 0,
+    }
+}
+
+/// Connects the QP of `ep` to the peer's keys at the agreed MTU.
+fn perftest_connect(
+    args: &BenchArgs,
+    ep: &mut Endpoint,
+    theirs: &Keys,
+    mtu: Mtu,
+) -> Result<(), Error> {
+    // perftest refuses to mix an IPv4-mapped GID with an IPv6 one (ctx_check_gid_compatibility).
+    let v4 = |g: &softib_core::verbs::types::Gid| {
+        g.0[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]
+    };
+    if v4(&theirs.gid) != v4(&ep.dev.gid()) {
+        return Err(format!(
+            "the peer's GID {} and this side's {} are not both IPv4 (or both IPv6)",
+            nc::gid_text(&theirs.gid),
+            nc::gid_text(&ep.dev.gid())
+        )
+        .into());
+    }
+    let info = EndpointInfo {
+        qpn: softib_wire::Qpn::new(theirs.qpn),
+        psn: softib_wire::Psn::new(theirs.psn),
+        gid: theirs.gid,
+        lid: theirs.lid,
+    };
+    args.dev.route_peer(&mut ep.dev, &info.gid);
+    let o = ConnectOptions {
+        path_mtu: mtu,
+        // The peer responder takes at most its out_reads outstanding READs/atomics.
+        max_rd_atomic: RD_ATOMIC.min(theirs.out_reads.clamp(1, 255) as u8),
+        max_dest_rd_atomic: RD_ATOMIC,
+        ..ConnectOptions::default()
+    };
+    ep.connect(&info, &o)
+}
+
+/// Bytes of the buffer a perftest peer may target: perftest's client cycles its remote
+/// address through `max(size, cycle buffer)` bytes from the announced VA.
+fn perftest_buf_len(size: usize, cycle_buffer: u32) -> usize {
+    size.max(cycle_buffer as usize) + size
+}
+
+/// `softib bench --perftest SERVER`: the client's side of perftest's exchange (see
+/// [`crate::perftest`]).
+fn perftest_client(args: &BenchArgs) -> Result<(), Error> {
+    let server = args.server.as_deref().unwrap_or_default();
+    let s = nc::connect_exchange(server, args.port)
+        .map_err(|e| format!("couldn't connect to {server}:{}: {e}", args.port))?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(args.timeout)))?;
+    let mut x = Exchange::new(s, true);
+    let agreed = x.preamble(args.mtu)?;
+    let size = msg_size(args.op, args.size);
+    let mut ep = endpoint(args, size, 16)?;
+    let keys = perftest_keys(args, &ep);
+    let theirs = x.handshake(&keys)?;
+    perftest_connect(args, &mut ep, &theirs, agreed.mtu)?;
+    // The server is in RTR/RTS after the second handshake; perftest's SEND server has its
+    // receives posted by the fourth.
+    let syncs = if args.op == Op::Send { 3 } else { 2 };
+    for _ in 0..syncs {
+        x.handshake(&keys)?;
+    }
+    let run = run_ops(
+        &mut ep,
+        args,
+        RemoteAddr::new(theirs.vaddr, theirs.rkey),
+        size,
+    )?;
+    if args.op != Op::Send {
+        x.handshake(&keys)?;
+        let avg = run.n as f64 / run.secs;
+        let peak = run.peak_msgs.max(avg);
+        x.swap_report(&Report {
+            size: size as u64,
+            iters: run.n,
+            bw_peak: peak * size as f64 / 1048576.0,
+            bw_avg: avg * size as f64 / 1048576.0,
+            msg_rate: avg / 1e6,
+        })?;
+    }
+    x.handshake(&keys)?;
+    x.done();
+    ep.dev.flush_pcap()?;
+    args.dev.report(&ep.dev);
+    print_run(args, size, run);
+    Ok(())
+}
+
+/// The server's side of perftest's exchange: answers whatever the client sends (see
+/// [`crate::perftest`]) while driving the device. WRITE, READ and atomics print the client's
+/// report, SEND the rate this side received at.
+fn perftest_server(args: &BenchArgs, s: TcpStream) -> Result<(), Error> {
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(args.timeout)))?;
+    let mut x = Exchange::new(s.try_clone()?, false);
+    let agreed = x.preamble(args.mtu)?;
+    let size = msg_size(args.op, args.size);
+    let recvs = if args.op == Op::Send { SERVER_RECVS } else { 1 };
+    let mut ep = endpoint(args, perftest_buf_len(size, agreed.cycle_buffer), recvs)?;
+    let keys = perftest_keys(args, &ep);
+    let (mr, qpn) = (ep.mr, ep.qpn);
+    let rwr = RecvWr::new(0, vec![Sge::new(mr.addr, size as u32, mr.lkey)]);
+    if args.op == Op::Send {
+        let rwrs = vec![rwr.clone(); recvs as usize];
+        ep.dev.hca_mut().post_recv(qpn, &rwrs)?;
+    }
+    let iters_len = if x.peer_version >= 5.33 { 8 } else { 4 };
+    let report_fields = [8, iters_len, 8, 8, 8];
+    s.set_nonblocking(true)?;
+    let mode = args.dev.mode();
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let mut wcs = vec![softib_core::verbs::cq::WorkCompletion::default(); 64];
+    let rwrs = vec![rwr; wcs.len()];
+    let mut inbox: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 512];
+    let (mut connected, mut handshakes) = (false, 0u32);
+    let mut report: Vec<Vec<u8>> = Vec::new();
+    let mut received = 0u64;
+    let mut samples: Vec<(u64, Instant)> = Vec::new();
+    let mut last_check = Instant::now();
+    let mut finished = false;
+    while !finished {
+        ep.dev.progress(mode, Duration::from_millis(1))?;
+        if args.op == Op::Send {
+            let cq = ep.cq;
+            let n = ep.dev.hca_mut().poll_cq_into(cq, &mut wcs)?;
+            if let Some(wc) = wcs[..n].iter().find(|wc| wc.status != WcStatus::Success) {
+                return Err(format!("receive failed: {}", wc.status.name()).into());
+            }
+            if n > 0 {
+                ep.dev.hca_mut().post_recv(qpn, &rwrs[..n])?;
+                received += n as u64;
+                samples.push((received, Instant::now()));
+            }
+        }
+        // The control connection is looked at once a millisecond, not on every poll.
+        if last_check.elapsed() < Duration::from_millis(1) {
+            continue;
+        }
+        last_check = Instant::now();
+        if last_check > deadline {
+            return Err("timed out".into());
+        }
+        let mut closed = false;
+        match (&s).read(&mut chunk) {
+            Ok(0) => closed = true,
+            Ok(k) => inbox.extend_from_slice(&chunk[..k]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
+        }
+        // Answer every complete message.
+        loop {
+            let in_report = !report.is_empty() && report.len() < report_fields.len();
+            let want = if in_report {
+                report_fields[report.len()]
+            } else {
+                match Incoming::classify(&inbox) {
+                    Some(k) => k.len(),
+                    None if inbox.is_empty() => break,
+                    None => {
+                        return Err(format!(
+                            "perftest exchange: unexpected bytes {:02x?}",
+                            &inbox[..inbox.len().min(16)]
+                        )
+                        .into())
+                    }
+                }
+            };
+            if inbox.len() < want {
+                break;
+            }
+            let msg: Vec<u8> = inbox.drain(..want).collect();
+            s.set_nonblocking(false)?;
+            let in_report = !report.is_empty() && report.len() < report_fields.len();
+            if in_report || (report.is_empty() && msg[0] == 0) {
+                // A report field: answered with zeros of its size.
+                report.push(msg);
+                (&s).write_all(&vec![0u8; want])?;
+            } else if msg.as_slice() == perftest::DONE {
+                x.done();
+                finished = true;
+            } else {
+                let theirs = Keys::parse(&msg)?;
+                if !connected {
+                    perftest_connect(args, &mut ep, &theirs, agreed.mtu)?;
+                    connected = true;
+                }
+                (&s).write_all(&keys.to_message())?;
+                handshakes += 1;
+            }
+            s.set_nonblocking(true)?;
+        }
+        if closed && !finished {
+            if handshakes >= 2 {
+                break;
+            }
+            return Err("perftest exchange: the client went away".into());
+        }
+    }
+    ep.dev.flush_pcap()?;
+    args.dev.report(&ep.dev);
+    if args.op == Op::Send {
+        let n = args.iters.max(1);
+        if received < n {
+            return Err(format!("received {received} of {n} messages").into());
+        }
+        let (t0, t1) = (samples[0].1, samples[samples.len() - 1].1);
+        let secs = t1.duration_since(t0).as_secs_f64().max(1e-9);
+        // From the first completion to the last: the first message's own time is not seen.
+        let rate = (received - samples[0].0) as f64 / secs;
+        let secs = received as f64 / rate.max(1e-9);
+        print_bw(args, size, received, secs, peak_rate(&samples));
+    } else if report.len() == report_fields.len() {
+        let f = |i: usize| {
+            let mut a = [0u8; 8];
+            a[8 - report[i].len()..].copy_from_slice(&report[i]);
+            u64::from_be_bytes(a)
+        };
+        let (rsize, iters) = (f(0), f(1));
+        let (peak, rate) = (f64::from_bits(f(2)), f64::from_bits(f(4)));
+        let avg_msgs = rate * 1e6;
+        let peak_msgs = peak * 1048576.0 / (rsize.max(1) as f64);
+        let secs = iters as f64 / avg_msgs.max(1e-9);
+        print_bw(args, rsize as usize, iters, secs, peak_msgs);
+    } else {
+        return Err("perftest exchange: the client sent no report".into());
+    }
+    Ok(())
 }
 
 // ----- raw UDP baseline -------------------------------------------------------------------

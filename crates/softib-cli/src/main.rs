@@ -11,6 +11,7 @@ mod compliance;
 mod devinfo_cmd;
 mod net_common;
 mod pcap_cmd;
+mod perftest;
 mod pingpong_cmd;
 mod relay_cmd;
 mod sim_cmd;

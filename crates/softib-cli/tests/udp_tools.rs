@@ -84,6 +84,71 @@ fn rc_pingpong_between_two_processes_with_capture() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `softib bench --perftest` against a softib server, which recognises perftest's exchange:
+/// both sides agree on every step (version, MTU, keys, the report the server prints).
+#[test]
+fn bench_speaks_perftests_exchange() {
+    for (k, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
+        let port = (18841 + k).to_string();
+        let (s, c) = pair(
+            &[
+                "bench",
+                op,
+                "--bind",
+                "127.0.7.1",
+                "-p",
+                &port,
+                "-s",
+                "4096",
+                "-n",
+                "250",
+                "--json",
+            ],
+            &[
+                "bench",
+                op,
+                "--perftest",
+                "--bind",
+                "127.0.7.2",
+                "-p",
+                &port,
+                "-s",
+                "4096",
+                "-n",
+                "250",
+                "--json",
+            ],
+            "127.0.7.1",
+        );
+        let size = if *op == "atomic" { 8 } else { 4096 };
+        for (side, out) in [("server", &s), ("client", &c)] {
+            let v: serde_json::Value = serde_json::from_str(out.trim())
+                .unwrap_or_else(|e| panic!("{op} {side}: {e}: {out}"));
+            assert_eq!(v["iterations"], 250, "{op} {side}: {v}");
+            assert_eq!(v["bytes"], size, "{op} {side}: {v}");
+            assert!(
+                v["msg_rate_mpps"].as_f64().unwrap() > 0.0,
+                "{op} {side}: {v}"
+            );
+        }
+        if *op != "send" {
+            // The server prints the report the client sent: the same figures.
+            let (vs, vc): (serde_json::Value, serde_json::Value) = (
+                serde_json::from_str(s.trim()).unwrap(),
+                serde_json::from_str(c.trim()).unwrap(),
+            );
+            let (a, b) = (
+                vs["msg_rate_mpps"].as_f64().unwrap(),
+                vc["msg_rate_mpps"].as_f64().unwrap(),
+            );
+            assert!(
+                (a - b).abs() <= 1e-9 * b.max(1.0),
+                "{op}: server {a}, client {b}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bench_runs_every_operation() {
     for (k, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
