@@ -494,11 +494,17 @@ impl Hca {
         if !outstanding {
             return;
         }
+        // Where the retry resumes: a READ partly answered resumes at its next response PSN,
+        // the point a NAK-driven retry (`rc_retry`) names too. Comparing like with like
+        // matters: were this the READ's first PSN, a timeout and an implied NAK for the same
+        // missing response would alternate between two points, each look like forward
+        // progress to the other, and the counter would never run out (a READ whose
+        // first missing response is lost on every retry retried forever).
         let from = qp
             .sq
             .iter()
             .find(|w| !w.tx.done)
-            .map(|w| w.tx.first_psn)
+            .map(rewind_point)
             .unwrap_or_default();
         if r.last_retry_psn.is_some_and(|p| from.distance(p) > 0) {
             r.retries = 0;
@@ -521,12 +527,6 @@ impl Hca {
         r.retries += 1;
         r.retry_from = None;
         self.counters.retry_timeouts += 1;
-        let from = qp
-            .sq
-            .iter()
-            .find(|w| !w.tx.done)
-            .map(|w| w.tx.first_psn)
-            .unwrap_or_default();
         self.rc_rewind(qpn, from);
         if let Some(qp) = self.qps.get_mut(&qpn) {
             let t = transport_timer(qp.attr.timeout);
