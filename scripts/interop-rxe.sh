@@ -205,58 +205,67 @@ check_wire() { # name pcap
     fi
 }
 
-for svc in rc uc ud; do
-    tool=ibv_${svc}_pingpong
-    # 1. guest server, softib client
-    name="softib $svc client -> $tool server"
-    base=$OUT/$svc-softib-client
-    gssh "pkill -x $tool; rm -f /tmp/pp.rc; (timeout 60 $tool -d $GUEST_DEV -g $GUEST_GID -s $SIZE -n $ITERS >/tmp/pp.log 2>&1; echo \$? >/tmp/pp.rc) >/dev/null 2>&1 &"
+# One run with the guest as server: starts GUEST_CMD in the guest, then softib with ARGS
+# against it (the exchange through hostfwd 127.0.0.1). Sets src, grc, before, after, sr, t.
+softib_client_run() { # base tool guest_cmd softib-args...
+    local base=$1 tool=$2 gcmd=$3
+    shift 3
+    gssh "pkill -x $tool; rm -f /tmp/run.rc; (timeout 60 $gcmd >/tmp/run.log 2>&1; echo \$? >/tmp/run.rc) >/dev/null 2>&1 &"
     wait_for 10 gssh "ss -Hltn 'sport = :$PP_PORT' | grep -q LISTEN"
     before=$(rxe_retries)
     start_capture "$base.wire.pcap"
     t=$SECONDS
-    nsx timeout 90 "$SOFTIB_BIN" pingpong --service "$svc" "${SOFTIB_FLAGS[@]}" \
-        --pcap "$base.softib.pcap" 127.0.0.1 >"$base.log" 2>&1
+    nsx timeout 90 "$SOFTIB_BIN" "$@" --pcap "$base.softib.pcap" 127.0.0.1 >"$base.log" 2>&1
     src=$?
-    wait_for 20 gssh "test -s /tmp/pp.rc"
-    grc=$(gssh "cat /tmp/pp.rc" 2>/dev/null)
-    gssh "cat /tmp/pp.log" >"$base.guest.log" 2>&1
+    wait_for 20 gssh "test -s /tmp/run.rc"
+    grc=$(gssh "cat /tmp/run.rc" 2>/dev/null)
+    gssh "cat /tmp/run.log" >"$base.guest.log" 2>&1
     stop_capture
     after=$(rxe_retries)
     sr=$(softib_retries "$base.log")
-    if [ "$src" = 0 ] && [ "$grc" = 0 ] && [ "$before" -ge 0 ] && [ "$after" = "$before" ] && [ "$sr" = 0 ]; then
-        ok "$name ($((SECONDS - t)) s; $(grep -o '[0-9.]* usec/iter' "$base.log"))"
-    else
-        bad "$name (softib exit $src, guest exit ${grc:-none}, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
-        tail -n 5 "$base.log" "$base.guest.log"
-    fi
-    check_wire "$name" "$base.wire.pcap"
-
-    # 2. softib server, guest client
-    name="$tool client -> softib $svc server"
-    base=$OUT/$svc-softib-server
+}
+# One run with softib as server (ARGS, on -p SRV_PORT) and GUEST_CMD as client towards
+# 10.0.2.100 (guestfwd). Sets src, grc, before, after, sr, t.
+softib_server_run() { # base guest_cmd softib-args...
+    local base=$1 gcmd=$2
+    shift 2
     before=$(rxe_retries)
     start_capture "$base.wire.pcap"
     t=$SECONDS
-    nsx timeout 90 "$SOFTIB_BIN" pingpong --service "$svc" -p "$SRV_PORT" "${SOFTIB_FLAGS[@]}" \
-        --pcap "$base.softib.pcap" >"$base.log" 2>&1 &
-    spid=$!
+    nsx timeout 90 "$SOFTIB_BIN" "$@" -p "$SRV_PORT" --pcap "$base.softib.pcap" >"$base.log" 2>&1 &
+    local spid=$!
     BG_PIDS+=("$spid")
     wait_for 10 nsx sh -c "ss -Hltn 'sport = :$SRV_PORT' | grep -q LISTEN"
-    gssh "timeout 60 $tool -d $GUEST_DEV -g $GUEST_GID -s $SIZE -n $ITERS 10.0.2.100" >"$base.guest.log" 2>&1
+    gssh "timeout 60 $gcmd 10.0.2.100" >"$base.guest.log" 2>&1
     grc=$?
     wait "$spid"
     src=$?
     stop_capture
     after=$(rxe_retries)
     sr=$(softib_retries "$base.log")
-    if [ "$src" = 0 ] && [ "$grc" = 0 ] && [ "$before" -ge 0 ] && [ "$after" = "$before" ] && [ "$sr" = 0 ]; then
-        ok "$name ($((SECONDS - t)) s; $(grep -o '[0-9.]* usec/iter' "$base.log"))"
-    else
-        bad "$name (softib exit $src, guest exit $grc, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
-        tail -n 5 "$base.log" "$base.guest.log"
-    fi
-    check_wire "$name" "$base.wire.pcap"
+}
+
+for svc in rc uc ud; do
+    tool=ibv_${svc}_pingpong
+    gcmd="$tool -d $GUEST_DEV -g $GUEST_GID -s $SIZE -n $ITERS"
+    for role in client server; do
+        if [ "$role" = client ]; then
+            name="softib $svc client -> $tool server"
+            base=$OUT/$svc-softib-client
+            softib_client_run "$base" "$tool" "$gcmd" pingpong --service "$svc" "${SOFTIB_FLAGS[@]}"
+        else
+            name="$tool client -> softib $svc server"
+            base=$OUT/$svc-softib-server
+            softib_server_run "$base" "$gcmd" pingpong --service "$svc" "${SOFTIB_FLAGS[@]}"
+        fi
+        if [ "$src" = 0 ] && [ "$grc" = 0 ] && [ "$before" -ge 0 ] && [ "$after" = "$before" ] && [ "$sr" = 0 ]; then
+            ok "$name ($((SECONDS - t)) s; $(grep -o '[0-9.]* usec/iter' "$base.log"))"
+        else
+            bad "$name (softib exit $src, guest exit ${grc:-none}, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
+            tail -n 5 "$base.log" "$base.guest.log"
+        fi
+        check_wire "$name" "$base.wire.pcap"
+    done
 done
 
 # perftest: softib bench (perftest exchange) <-> ib_<op>_bw, both roles. Thousands of packets
@@ -272,59 +281,30 @@ for op in write read send atomic; do
     tool=ib_${op}_bw
     # perftest refuses a size for atomics (always 8 bytes).
     sz=(-s "$BENCH_SIZE"); [ "$op" = atomic ] && sz=()
-    # 1. guest server, softib client
-    name="softib bench $op client -> $tool server"
-    base=$OUT/bench-$op-softib-client
-    gssh "pkill -x $tool; rm -f /tmp/pt.rc; (timeout 60 $tool -d $GUEST_DEV -x $GUEST_GID -n $BENCH_ITERS ${sz[*]} >/tmp/pt.log 2>&1; echo \$? >/tmp/pt.rc) >/dev/null 2>&1 &"
-    wait_for 10 gssh "ss -Hltn 'sport = :$PP_PORT' | grep -q LISTEN"
-    before=$(rxe_retries)
-    start_capture "$base.wire.pcap"
-    t=$SECONDS
-    nsx timeout 90 "$SOFTIB_BIN" bench "$op" --perftest "${BENCH_FLAGS[@]}" "${sz[@]}" \
-        --pcap "$base.softib.pcap" 127.0.0.1 >"$base.log" 2>&1
-    src=$?
-    wait_for 20 gssh "test -s /tmp/pt.rc"
-    grc=$(gssh "cat /tmp/pt.rc" 2>/dev/null)
-    gssh "cat /tmp/pt.log" >"$base.guest.log" 2>&1
-    stop_capture
-    after=$(rxe_retries)
-    sr=$(softib_retries "$base.log")
-    # The server prints the client's report: the same iteration count on both sides.
-    rep=$(grep -cE "^ *[0-9]+ +$BENCH_ITERS " "$base.guest.log")
-    if [ "$src" = 0 ] && [ "$grc" = 0 ] && [ "$rep" -ge 1 ] && [ "$before" -ge 0 ]; then
-        ok "$name ($((SECONDS - t)) s; guest: $(grep -E "^ *[0-9]+ +$BENCH_ITERS " "$base.guest.log" | awk '{print $4 " MB/s"}'); $(retries_note "$((after - before))" "$sr"))"
-    else
-        bad "$name (softib exit $src, guest exit ${grc:-none}, guest report lines $rep, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
-        tail -n 5 "$base.log" "$base.guest.log"
-    fi
-    check_wire "$name" "$base.wire.pcap"
-
-    # 2. softib server, guest client
-    name="$tool client -> softib bench $op server"
-    base=$OUT/bench-$op-softib-server
-    before=$(rxe_retries)
-    start_capture "$base.wire.pcap"
-    t=$SECONDS
-    nsx timeout 90 "$SOFTIB_BIN" bench "$op" -p "$SRV_PORT" "${BENCH_FLAGS[@]}" "${sz[@]}" \
-        --pcap "$base.softib.pcap" >"$base.log" 2>&1 &
-    spid=$!
-    BG_PIDS+=("$spid")
-    wait_for 10 nsx sh -c "ss -Hltn 'sport = :$SRV_PORT' | grep -q LISTEN"
-    gssh "timeout 60 $tool -d $GUEST_DEV -x $GUEST_GID -n $BENCH_ITERS ${sz[*]} 10.0.2.100" >"$base.guest.log" 2>&1
-    grc=$?
-    wait "$spid"
-    src=$?
-    stop_capture
-    after=$(rxe_retries)
-    sr=$(softib_retries "$base.log")
-    rep=$(grep -cE "^ *[0-9]+ +$BENCH_ITERS " "$base.log")
-    if [ "$src" = 0 ] && [ "$grc" = 0 ] && [ "$rep" -ge 1 ] && [ "$before" -ge 0 ]; then
-        ok "$name ($((SECONDS - t)) s; guest: $(grep -E "^ *[0-9]+ +$BENCH_ITERS " "$base.guest.log" | awk '{print $4 " MB/s"}'); $(retries_note "$((after - before))" "$sr"))"
-    else
-        bad "$name (softib exit $src, guest exit $grc, softib report lines $rep, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
-        tail -n 5 "$base.log" "$base.guest.log"
-    fi
-    check_wire "$name" "$base.wire.pcap"
+    gcmd="$tool -d $GUEST_DEV -x $GUEST_GID -n $BENCH_ITERS ${sz[*]}"
+    for role in client server; do
+        if [ "$role" = client ]; then
+            name="softib bench $op client -> $tool server"
+            base=$OUT/bench-$op-softib-client
+            softib_client_run "$base" "$tool" "$gcmd" bench "$op" --perftest "${BENCH_FLAGS[@]}" "${sz[@]}"
+            # perftest's server prints the client's report (SEND: its own).
+            report=$base.guest.log
+        else
+            name="$tool client -> softib bench $op server"
+            base=$OUT/bench-$op-softib-server
+            softib_server_run "$base" "$gcmd" bench "$op" "${BENCH_FLAGS[@]}" "${sz[@]}"
+            report=$base.log
+        fi
+        # The report line: "<bytes> <iterations> ..." with the iteration count asked for.
+        rep=$(grep -cE "^ *[0-9]+ +$BENCH_ITERS " "$report")
+        if [ "$src" = 0 ] && [ "$grc" = 0 ] && [ "$rep" -ge 1 ] && [ "$before" -ge 0 ]; then
+            ok "$name ($((SECONDS - t)) s; guest: $(grep -E "^ *[0-9]+ +$BENCH_ITERS " "$base.guest.log" | awk '{print $4 " MB/s"}'); $(retries_note "$((after - before))" "$sr"))"
+        else
+            bad "$name (softib exit $src, guest exit ${grc:-none}, report lines $rep, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
+            tail -n 5 "$base.log" "$base.guest.log"
+        fi
+        check_wire "$name" "$base.wire.pcap"
+    done
 done
 
 gssh "cd /sys/class/infiniband/$GUEST_DEV/ports/1/hw_counters && grep . *" >"$OUT/rxe-hw-counters.txt" 2>&1

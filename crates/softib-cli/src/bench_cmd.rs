@@ -242,14 +242,7 @@ fn server(args: &BenchArgs) -> Result<(), Error> {
     loop {
         ep.dev.progress(mode, Duration::from_millis(1))?;
         if args.op == Op::Send {
-            let cq = ep.cq;
-            let n = ep.dev.hca_mut().poll_cq_into(cq, &mut wcs)?;
-            if let Some(wc) = wcs[..n].iter().find(|wc| wc.status != WcStatus::Success) {
-                return Err(format!("receive failed: {}", wc.status.name()).into());
-            }
-            if n > 0 {
-                ep.dev.hca_mut().post_recv(qpn, &rwrs[..n])?;
-            }
+            take_receives(&mut ep, &mut wcs, &rwrs)?;
         }
         // The control connection is looked at once a millisecond, not on every poll.
         if last_check.elapsed() < Duration::from_millis(1) {
@@ -272,6 +265,24 @@ fn server(args: &BenchArgs) -> Result<(), Error> {
     ep.dev.flush_pcap()?;
     args.dev.report(&ep.dev);
     Ok(())
+}
+
+/// Takes the receive completions of a SEND server's CQ (all must be successful) and posts as
+/// many receives again; returns how many.
+fn take_receives(
+    ep: &mut Endpoint,
+    wcs: &mut [softib_core::verbs::cq::WorkCompletion],
+    rwrs: &[RecvWr],
+) -> Result<usize, Error> {
+    let (cq, qpn) = (ep.cq, ep.qpn);
+    let n = ep.dev.hca_mut().poll_cq_into(cq, wcs)?;
+    if let Some(wc) = wcs[..n].iter().find(|wc| wc.status != WcStatus::Success) {
+        return Err(format!("receive failed: {}", wc.status.name()).into());
+    }
+    if n > 0 {
+        ep.dev.hca_mut().post_recv(qpn, &rwrs[..n])?;
+    }
+    Ok(n)
 }
 
 fn client(args: &BenchArgs) -> Result<(), Error> {
@@ -639,13 +650,8 @@ fn perftest_server(args: &BenchArgs, s: TcpStream) -> Result<(), Error> {
     while !finished {
         ep.dev.progress(mode, Duration::from_millis(1))?;
         if args.op == Op::Send {
-            let cq = ep.cq;
-            let n = ep.dev.hca_mut().poll_cq_into(cq, &mut wcs)?;
-            if let Some(wc) = wcs[..n].iter().find(|wc| wc.status != WcStatus::Success) {
-                return Err(format!("receive failed: {}", wc.status.name()).into());
-            }
+            let n = take_receives(&mut ep, &mut wcs, &rwrs)?;
             if n > 0 {
-                ep.dev.hca_mut().post_recv(qpn, &rwrs[..n])?;
                 received += n as u64;
                 samples.push((received, Instant::now()));
             }
