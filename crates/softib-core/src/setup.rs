@@ -80,6 +80,18 @@ pub fn connect(
         &init,
         QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS,
     )?;
+    connect_from_init(hca, qpn, local_psn, remote, o)
+}
+
+/// The second half of [`connect`]: moves a connected (RC or UC) QP already in INIT (where
+/// receives may have been posted) through RTR to RTS towards `remote`.
+pub fn connect_from_init(
+    hca: &mut Hca,
+    qpn: Qpn,
+    local_psn: Psn,
+    remote: &EndpointInfo,
+    o: &ConnectOptions,
+) -> Result<(), ModifyQpError> {
     // A remote that gave no GID (all zeros) is reached by LID alone: a LID-routed address
     // vector, so native IB packets carry no GRH (LRH:LNH = IBA local).
     let mut av = if remote.gid == Gid::default() {

@@ -6,7 +6,6 @@ use std::io;
 use std::time::{Duration, Instant as WallInstant};
 
 use softib_core::setup::{ConnectOptions, EndpointInfo};
-use softib_core::verbs::ah::AhAttr;
 use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::mr::MrInfo;
 use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
@@ -132,71 +131,27 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Moves the QP from INIT to RTS towards `remote` (RC: the attributes of
-    /// `ibv_rc_pingpong`, from `o`; UC: without the READ/atomic and RNR attributes; UD:
-    /// state and SQ PSN only).
+    /// Moves the QP from INIT to RTS towards `remote`: RC and UC as
+    /// [`softib_core::setup::connect_from_init`] does (RC: the attributes of `ibv_rc_pingpong`,
+    /// from `o`; UC without the READ/atomic and RNR attributes); UD: state and SQ PSN only.
     pub fn connect(&mut self, remote: &EndpointInfo, o: &ConnectOptions) -> Result<(), Error> {
-        let qpn = self.qpn;
-        let psn = self.psn;
-        let qp_type = self.qp_type;
+        let (qpn, psn) = (self.qpn, self.psn);
         let hca = self.dev.hca_mut();
-        let av = AhAttr::global(o.port_num, remote.gid, o.sgid_index);
-        let mut rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            ah_attr: av,
-            path_mtu: o.path_mtu,
-            dest_qp_num: remote.qpn.value(),
-            rq_psn: remote.psn,
-            max_dest_rd_atomic: o.max_dest_rd_atomic,
-            min_rnr_timer: o.min_rnr_timer,
-            ..QpAttr::default()
-        };
-        let mut rts = QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: psn,
-            timeout: o.timeout,
-            retry_cnt: o.retry_cnt,
-            rnr_retry: o.rnr_retry,
-            max_rd_atomic: o.max_rd_atomic,
-            ..QpAttr::default()
-        };
-        let (rtr_mask, rts_mask) = match qp_type {
-            QpType::Rc => (
-                QpAttrMask::STATE
-                    | QpAttrMask::AV
-                    | QpAttrMask::PATH_MTU
-                    | QpAttrMask::DEST_QPN
-                    | QpAttrMask::RQ_PSN
-                    | QpAttrMask::MAX_DEST_RD_ATOMIC
-                    | QpAttrMask::MIN_RNR_TIMER,
-                QpAttrMask::STATE
-                    | QpAttrMask::SQ_PSN
-                    | QpAttrMask::TIMEOUT
-                    | QpAttrMask::RETRY_CNT
-                    | QpAttrMask::RNR_RETRY
-                    | QpAttrMask::MAX_QP_RD_ATOMIC,
-            ),
-            QpType::Uc => (
-                QpAttrMask::STATE
-                    | QpAttrMask::AV
-                    | QpAttrMask::PATH_MTU
-                    | QpAttrMask::DEST_QPN
-                    | QpAttrMask::RQ_PSN,
-                QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-            ),
+        match self.qp_type {
+            QpType::Rc | QpType::Uc => {
+                softib_core::setup::connect_from_init(hca, qpn, psn, remote, o)?;
+            }
             QpType::Ud => {
-                rtr = QpAttr::to_state(QpState::Rtr);
-                rts = QpAttr {
+                hca.modify_qp(qpn, &QpAttr::to_state(QpState::Rtr), QpAttrMask::STATE)?;
+                let rts = QpAttr {
                     qp_state: QpState::Rts,
                     sq_psn: psn,
                     ..QpAttr::default()
                 };
-                (QpAttrMask::STATE, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+                hca.modify_qp(qpn, &rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)?;
             }
             other => return Err(format!("unsupported QP type {other:?}").into()),
-        };
-        hca.modify_qp(qpn, &rtr, rtr_mask)?;
-        hca.modify_qp(qpn, &rts, rts_mask)?;
+        }
         Ok(())
     }
 
