@@ -90,36 +90,16 @@ fn rc_pingpong_between_two_processes_with_capture() {
 fn bench_speaks_perftests_exchange() {
     for (k, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
         let port = (18841 + k).to_string();
-        let (s, c) = pair(
-            &[
-                "bench",
-                op,
-                "--bind",
-                "127.0.7.1",
-                "-p",
-                &port,
-                "-s",
-                "4096",
-                "-n",
-                "250",
-                "--json",
-            ],
-            &[
-                "bench",
-                op,
-                "--perftest",
-                "--bind",
-                "127.0.7.2",
-                "-p",
-                &port,
-                "-s",
-                "4096",
-                "-n",
-                "250",
-                "--json",
-            ],
-            "127.0.7.1",
-        );
+        let common = ["-p", &port, "-s", "4096", "-n", "250", "--json"];
+        let server: Vec<&str> = ["bench", op, "--bind", "127.0.7.1"]
+            .into_iter()
+            .chain(common)
+            .collect();
+        let client: Vec<&str> = ["bench", op, "--perftest", "--bind", "127.0.7.2"]
+            .into_iter()
+            .chain(common)
+            .collect();
+        let (s, c) = pair(&server, &client, "127.0.7.1");
         let size = if *op == "atomic" { 8 } else { 4096 };
         for (side, out) in [("server", &s), ("client", &c)] {
             let v: serde_json::Value = serde_json::from_str(out.trim())
