@@ -27,8 +27,10 @@ pub struct DeviceArgs {
     /// Sleep in poll(2) while waiting instead of busy polling.
     #[arg(short = 'e', long)]
     pub events: bool,
-    /// Accept IPv4 packets without checking their ICRC (for Linux rxe peers, whose IPv4
-    /// identification a UDP socket cannot see). Default: verify every ICRC.
+    /// Accept IPv4 packets without checking their ICRC (an opt-out for debugging a peer with
+    /// wrong ICRCs). Default: verify every ICRC; for IPv4, whose Identification a UDP socket
+    /// cannot see, the Identification is solved from the ICRC (16 of its 32 bits remain a
+    /// check), which covers Linux rxe peers too.
     #[arg(long)]
     pub no_ipv4_icrc_check: bool,
     /// Send batches with sendmmsg only (no UDP GSO).

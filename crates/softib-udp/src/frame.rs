@@ -9,7 +9,8 @@
 //! The rebuilt header holds what the ICRC covers and the socket reports: source address and
 //! port (from `recvfrom`), destination address (the bound address, or `IP_PKTINFO`),
 //! destination port 4791, lengths from the datagram, IPv4 identification 0 and DF (what an
-//! unconnected socket with `IP_PMTUDISC_DO` sends, see [`crate::IcrcPolicy`]). TOS / traffic
+//! unconnected socket with `IP_PMTUDISC_DO` sends; [`verify_ipv4_icrc_any_ident`] replaces it
+//! by the Identification the ICRC was computed over, see [`crate::IcrcPolicy`]). TOS / traffic
 //! class, TTL / hop limit, flow label and the checksums are masked out of the ICRC, so the
 //! values written for them (0, 64, 0, computed / 0) do not matter for the check.
 
@@ -236,20 +237,12 @@ impl FrameBuilder {
 }
 
 /// Replaces the ICRC of a rebuilt IPv4 frame with the one computed over its own header
-/// (the [`crate::IcrcPolicy::AcceptIpv4Unverified`] policy). Returns false if the frame is
+/// (the [`crate::IcrcPolicy::AcceptIpv4Unverified`] opt-out). Returns false if the frame is
 /// not an IPv4 frame from [`frame_of_datagram`] with room for an ICRC.
 pub fn reseal_ipv4_icrc(frame: &mut [u8]) -> bool {
-    if frame.len() < ETH_LEN + IPV4_LEN + UDP_LEN
-        || u16::from_be_bytes([frame[12], frame[13]]) != ETHERTYPE_IPV4
-    {
+    let Some((udp_at, end)) = ipv4_parts(frame) else {
         return false;
-    }
-    let udp_at = ETH_LEN + IPV4_LEN;
-    let udp_len = usize::from(u16::from_be_bytes([frame[udp_at + 4], frame[udp_at + 5]]));
-    let end = udp_at + udp_len;
-    if udp_len < UDP_LEN + softib_wire::roce::ICRC_LEN || end > frame.len() {
-        return false;
-    }
+    };
     let icrc_at = end - softib_wire::roce::ICRC_LEN;
     let icrc = softib_wire::icrc::roce_v4(
         &frame[ETH_LEN..udp_at],
@@ -258,6 +251,63 @@ pub fn reseal_ipv4_icrc(frame: &mut [u8]) -> bool {
     );
     frame[icrc_at..end].copy_from_slice(&icrc.to_le_bytes());
     true
+}
+
+/// The IPv4, UDP and BTH .. ICRC parts of a rebuilt IPv4 frame (as [`frame_of_datagram`]
+/// builds it: no VLAN tag, no IP options), or `None` for any other frame.
+fn ipv4_parts(frame: &[u8]) -> Option<(usize, usize)> {
+    if frame.len() < ETH_LEN + IPV4_LEN + UDP_LEN
+        || u16::from_be_bytes([frame[12], frame[13]]) != ETHERTYPE_IPV4
+        || frame[ETH_LEN] != 0x45
+    {
+        return None;
+    }
+    let udp_at = ETH_LEN + IPV4_LEN;
+    let udp_len = usize::from(u16::from_be_bytes([frame[udp_at + 4], frame[udp_at + 5]]));
+    let end = udp_at + udp_len;
+    if udp_len < UDP_LEN + softib_wire::roce::ICRC_LEN || end > frame.len() {
+        return None;
+    }
+    Some((udp_at, end))
+}
+
+/// Verifies the ICRC of a rebuilt IPv4 frame for any IPv4 Identification (the
+/// [`crate::IcrcPolicy::Verify`] policy): the rebuilt header carries Identification 0, the
+/// fast path; otherwise the Identification that makes the ICRC match is solved for
+/// ([`softib_wire::icrc::solve_roce_v4_ident`], which also says how much weaker that check
+/// is) and written, with the header checksum, into the frame, so that the frame holds the
+/// header the sender covered. Returns false, leaving the frame unchanged, when no
+/// Identification matches or the frame is not an IPv4 frame from [`frame_of_datagram`].
+pub fn verify_ipv4_icrc_any_ident(frame: &mut [u8]) -> bool {
+    let Some((udp_at, end)) = ipv4_parts(frame) else {
+        return false;
+    };
+    let solved = softib_wire::icrc::solve_roce_v4_ident(
+        &frame[ETH_LEN..udp_at],
+        &frame[udp_at..udp_at + UDP_LEN],
+        &frame[udp_at + UDP_LEN..end],
+    );
+    let Ok(ident) = solved else {
+        return false;
+    };
+    let mut view = Ipv4View::new_unchecked(&mut frame[ETH_LEN..udp_at]);
+    if view.ident() != ident {
+        view.set_ident(ident);
+        view.set_checksum(0);
+        view.fill_checksum();
+    }
+    true
+}
+
+/// XORs the ICRC change for IPv4 Identification `ident` (from 0) into the ICRC at the end of
+/// `datagram` (a UDP payload, BTH .. ICRC, sent without IP options); `shift` is
+/// `Ipv4IdentShift::new(IPV4_LEN, datagram.len())`. Does nothing to a datagram shorter than
+/// an ICRC.
+pub fn retag_ipv4_icrc(datagram: &mut [u8], shift: &softib_wire::icrc::Ipv4IdentShift, ident: u16) {
+    if let Some(icrc) = datagram.last_chunk_mut::<{ softib_wire::roce::ICRC_LEN }>() {
+        let v = u32::from_le_bytes(*icrc) ^ shift.delta(ident);
+        *icrc = v.to_le_bytes();
+    }
 }
 
 #[cfg(test)]
@@ -367,5 +417,62 @@ mod tests {
             &f[udp_at + UDP_LEN..],
         )
         .unwrap();
+    }
+
+    /// Segment k of a GSO run gets the ICRC a full recomputation with Identification k gives,
+    /// and the receiver, rebuilding Identification 0, solves k back and writes it.
+    #[test]
+    fn retagged_segments_match_recomputation_and_are_solved() {
+        let a = IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3));
+        let b = IpAddr::V4(Ipv4Addr::new(10, 1, 2, 4));
+        for len in [16usize, 60, 1036, 4108] {
+            let mut body: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            body[..4].copy_from_slice(&[0x07, 0, 0xff, 0xff]); // RC RDMA WRITE MIDDLE
+            let mut f = Vec::new();
+            assert!(frame_of_datagram(a, 4791, b, &body, &mut f));
+            assert!(reseal_ipv4_icrc(&mut f));
+            let sent = datagram_of_frame(&f).unwrap().1.to_vec();
+            let shift = softib_wire::icrc::Ipv4IdentShift::new(IPV4_LEN, len);
+            for k in [1u16, 2, 7, 63] {
+                let mut seg = sent.clone();
+                retag_ipv4_icrc(&mut seg, &shift, k);
+                // What the wire carries: Identification k and the retagged ICRC.
+                let mut want = f.clone();
+                Ipv4View::new_unchecked(&mut want[ETH_LEN..ETH_LEN + IPV4_LEN]).set_ident(k);
+                assert!(reseal_ipv4_icrc(&mut want));
+                assert_eq!(
+                    datagram_of_frame(&want).unwrap().1,
+                    &seg[..],
+                    "len {len} k {k}"
+                );
+                // The receiver's rebuild (Identification 0) fails as is and is solved.
+                let mut got = Vec::new();
+                assert!(frame_of_datagram(a, 4791, b, &seg, &mut got));
+                assert!(softib_wire::roce::RocePacket::parse_verified(&got).is_err());
+                assert!(verify_ipv4_icrc_any_ident(&mut got));
+                let ip = Ipv4View::new_unchecked(&got[ETH_LEN..ETH_LEN + IPV4_LEN]);
+                assert_eq!(ip.ident(), k);
+                assert!(ip.checksum_ok());
+                let r = softib_wire::roce::RocePacket::parse_verified(&got);
+                assert!(r.is_ok(), "len {len} k {k}: {r:?}");
+                // A corrupted segment is not accepted, and is left unchanged.
+                let mut bad = got.clone();
+                Ipv4View::new_unchecked(&mut bad[ETH_LEN..ETH_LEN + IPV4_LEN]).set_ident(0);
+                let at = bad.len() / 2;
+                bad[at] ^= 0x10;
+                let before = bad.clone();
+                assert!(!verify_ipv4_icrc_any_ident(&mut bad));
+                assert_eq!(bad, before);
+            }
+            // Identification 0: the fast path, the frame untouched.
+            let mut same = f.clone();
+            assert!(verify_ipv4_icrc_any_ident(&mut same));
+            assert_eq!(same, f);
+        }
+        assert!(!verify_ipv4_icrc_any_ident(&mut [0u8; 10]));
+        let mut v6 = Vec::new();
+        let l6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        assert!(frame_of_datagram(l6, 1, l6, &[0; 40], &mut v6));
+        assert!(!verify_ipv4_icrc_any_ident(&mut v6));
     }
 }

@@ -11,17 +11,20 @@
 //!
 //! The HCA is built with [`HcaConfig::udp_socket_port`](softib_core::HcaConfig) set, so the
 //! ICRC it computes covers the header the kernel will actually write (IPv4 identification
-//! 0, DF, UDP source port = the bound port). See [`IcrcPolicy`] for the receive side.
+//! 0, DF, UDP source port = the bound port); segment k of an IPv4 GSO send, which the kernel
+//! numbers k, gets the ICRC of Identification k. See [`IcrcPolicy`] for the receive side.
 //!
 //! The runtime is single-threaded and sans-callback: the application owns the `Device`,
 //! drives the verbs through [`Device::hca_mut`] and calls [`Device::progress`] (busy-poll or
 //! blocking) whenever it waits for completions.
 
-#![forbid(unsafe_code)]
+// No unsafe code except the one `setsockopt` call of `sockopt` (which allows it).
+#![deny(unsafe_code)]
 
 pub mod endpoint;
 pub mod frame;
 pub mod relay;
+mod sockopt;
 
 use std::fs::File;
 use std::io::{self, BufWriter, IoSlice, IoSliceMut};
@@ -97,20 +100,26 @@ pub fn idle_step(
 
 /// What the receive side does with the ICRC of an IPv4 packet.
 ///
-/// A UDP socket does not show the IPv4 identification of a received packet, yet the ICRC
+/// A UDP socket does not show the IPv4 Identification of a received packet, yet the ICRC
 /// covers it. softib peers send through an unconnected socket with `IP_PMTUDISC_DO`, for which
-/// Linux writes identification 0, so the rebuilt header (identification 0) is exactly the one
-/// the sender covered and the ICRC is fully verified. Linux rxe numbers its packets, so their
-/// ICRC cannot be checked from a UDP socket.
+/// Linux writes Identification 0, except that the kernel numbers the segments of a UDP GSO
+/// send 0, 1, 2, ... (softib's sender gives segment k the ICRC for Identification k). Linux
+/// rxe writes its own, varying Identifications.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IcrcPolicy {
-    /// Verify every ICRC against the rebuilt header (IPv4 identification 0). Right for softib
-    /// peers; rxe's IPv4 packets fail it and are dropped (counted as `icrc_err`).
+    /// Verify every ICRC. IPv4: against the rebuilt header with Identification 0 first (one
+    /// ICRC pass), else for the one Identification that makes the ICRC match, solved from the
+    /// difference without a second pass ([`softib_wire::icrc::solve_roce_v4_ident`]); the
+    /// solved Identification is written into the frame the HCA and the pcap capture see. With
+    /// the Identification unknown, 16 of the 32 ICRC bits remain a check (a corrupted packet
+    /// passes with probability 2^-16). A packet whose ICRC matches no Identification is
+    /// dropped and counted by the HCA (`icrc_err`). IPv6 packets, whose header the socket
+    /// fully reveals, are verified in full. Right for softib and rxe peers alike.
     #[default]
     Verify,
-    /// IPv4 packets are accepted without an ICRC check (the runtime writes the ICRC of the
-    /// rebuilt header before the HCA sees the frame); IPv6 packets, whose header the socket
-    /// fully reveals, are still verified. For rxe peers over IPv4.
+    /// Opt-out: IPv4 packets are accepted without an ICRC check (the runtime writes the ICRC
+    /// of the rebuilt header before the HCA sees the frame); IPv6 packets are still verified.
+    /// For debugging a peer whose ICRCs are wrong.
     AcceptIpv4Unverified,
 }
 
@@ -267,6 +276,8 @@ impl Device {
         let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
         if cfg.bind.is_ipv6() {
             s.set_only_v6(true)?;
+            // rxe sends UDP checksum 0 over IPv6; the ICRC protects the packet.
+            sockopt::set_udp_no_check6_rx(&s, true)?;
         }
         // Best effort: the kernel clamps to net.core.{r,w}mem_max.
         let _ = s.set_recv_buffer_size(cfg.socket_buffer);
@@ -563,6 +574,9 @@ impl Device {
                     total += self.tx[j].len;
                     j += 1;
                 }
+                if first.dest.is_ipv4() && j - i > 1 {
+                    self.retag_gso_run(i, j);
+                }
                 let t = Transmit {
                     destination: first.dest,
                     ecn: None,
@@ -580,6 +594,30 @@ impl Device {
         self.tx.clear();
         self.tx_buf.clear();
         Ok(n)
+    }
+
+    /// Gives segment k of the IPv4 GSO run `tx[i..j]` the ICRC for IPv4 Identification k.
+    ///
+    /// The HCA covers Identification 0, what the kernel writes for a single datagram on an
+    /// unconnected socket with DF set. When the kernel (or the NIC) cuts a GSO send into
+    /// segments, segment k carries Identification 0 + k (`inet_gso_segment`), so the ICRC of
+    /// every segment but the first is patched for it: one carry-less multiplication per
+    /// segment, no pass over the payload ([`softib_wire::icrc::Ipv4IdentShift`]). Where the
+    /// send is not cut (loopback hands the whole run to the receiver), the segments arrive
+    /// with Identification 0 and the receiver solves for k ([`IcrcPolicy::Verify`]).
+    fn retag_gso_run(&mut self, i: usize, j: usize) {
+        let seg = self.tx[i].len;
+        let shift = softib_wire::icrc::Ipv4IdentShift::new(frame::IPV4_LEN, seg);
+        for (k, e) in self.tx[i..j].iter().enumerate().skip(1) {
+            let d = &mut self.tx_buf[e.start..e.start + e.len];
+            let ident = k as u16;
+            if e.len == seg {
+                frame::retag_ipv4_icrc(d, &shift, ident);
+            } else {
+                let last = softib_wire::icrc::Ipv4IdentShift::new(frame::IPV4_LEN, e.len);
+                frame::retag_ipv4_icrc(d, &last, ident);
+            }
+        }
     }
 
     /// `sendmmsg` of the whole batch (no GSO).
@@ -693,13 +731,21 @@ impl Device {
                         .resize(softib_wire::ethernet::MIN_FRAME_LEN, 0);
                     &mut self.rx_frame[..]
                 };
-                if self.icrc == IcrcPolicy::AcceptIpv4Unverified {
-                    frame::reseal_ipv4_icrc(frame);
-                }
+                // IPv4: the runtime checks (or, opted out, reseals) the ICRC, so the HCA need
+                // not compute it again; a frame that fails goes to the HCA as it is, which
+                // drops and counts it. IPv6: the HCA checks.
+                let checked = match self.icrc {
+                    IcrcPolicy::Verify => frame::verify_ipv4_icrc_any_ident(frame),
+                    IcrcPolicy::AcceptIpv4Unverified => frame::reseal_ipv4_icrc(frame),
+                };
                 if let Some(p) = &mut self.pcap {
                     p.write_record(unix_ns(), frame)?;
                 }
-                self.hca.handle_frame(now, frame);
+                if checked {
+                    self.hca.handle_frame_icrc_verified(now, frame);
+                } else {
+                    self.hca.handle_frame(now, frame);
+                }
             }
         }
         Ok(count)
@@ -762,4 +808,55 @@ fn unix_ns() -> u64 {
 /// `loopback(1)` and `loopback(2)`.
 pub fn loopback(n: u8) -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, n)), ROCEV2_PORT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv6Addr;
+
+    /// An IPv6 datagram with UDP checksum 0 (sent with `UDP_NO_CHECK6_TX`, as Linux rxe sends
+    /// RoCEv2 over IPv6) reaches the device and the HCA: its ICRC verifies and the transport
+    /// looks for the QP it names. Without `UDP_NO_CHECK6_RX` the kernel would drop it.
+    #[test]
+    fn ipv6_datagram_with_zero_checksum_is_handled() {
+        let lo = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        let mut dev = Device::open(&DeviceConfig::new(SocketAddr::new(lo, 0))).unwrap();
+        let to = dev.local_addr();
+        let tx = socket2::Socket::new(
+            socket2::Domain::IPV6,
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )
+        .unwrap();
+        tx.bind(&SocketAddr::new(lo, 0).into()).unwrap();
+        sockopt::set_udp_no_check6_tx(&tx, true).unwrap();
+        let from = tx.local_addr().unwrap().as_socket().unwrap();
+        // RC SEND_ONLY to QP 0x123, which does not exist; P_Key 0xFFFF; 8 payload bytes; ICRC
+        // over the header the device rebuilds.
+        let mut body = vec![0x04, 0, 0xff, 0xff, 0, 0, 0x01, 0x23, 0x80, 0, 0, 1];
+        body.extend_from_slice(&[0xab; 8]);
+        body.extend_from_slice(&[0; 4]);
+        let mut f = Vec::new();
+        assert!(frame::frame_of_datagram(
+            from.ip(),
+            from.port(),
+            to.ip(),
+            &body,
+            &mut f
+        ));
+        let (ip, udp, end) = (14..54, 54..62, 62 + body.len());
+        let icrc = softib_wire::icrc::roce_v6(&f[ip], &f[udp], &f[62..end - 4]);
+        let n = body.len();
+        body[n - 4..].copy_from_slice(&icrc.to_le_bytes());
+        tx.send_to(&body, &to.into()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while dev.stats().rx_datagrams == 0 && std::time::Instant::now() < deadline {
+            dev.progress(PollMode::Blocking, Duration::from_millis(50))
+                .unwrap();
+        }
+        assert_eq!(dev.stats().rx_datagrams, 1);
+        let c = dev.hca().counters();
+        assert_eq!((c.icrc_err, c.malformed, c.no_such_qp), (0, 0, 1), "{c:?}");
+    }
 }

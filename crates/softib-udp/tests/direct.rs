@@ -15,7 +15,8 @@ fn direct_write_is_icrc_verified_and_captured() {
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("a.pcap");
     let mut a = endpoint(addr(3, 1), 7, 1 << 16, Some(pcap.to_str().unwrap()));
-    let mut b = endpoint(addr(3, 2), 9, 1 << 16, None);
+    let b_pcap = dir.join("b.pcap");
+    let mut b = endpoint(addr(3, 2), 9, 1 << 16, Some(b_pcap.to_str().unwrap()));
     connect(&mut a, &mut b);
     let (amr, bmr) = (a.mr, b.mr);
     let data = pattern(3, 5000);
@@ -65,6 +66,33 @@ fn direct_write_is_icrc_verified_and_captured() {
     }
     // 5 WRITE packets out (MTU 1024) and at least one ACK in.
     assert!(frames >= 6, "{frames}");
+    // The receiver's capture: with GSO, the WRITE packets left as one run whose segment k
+    // carries the ICRC of IPv4 Identification k; the receiver solved k from the ICRC and
+    // wrote it into the frame it captured and handed to the HCA (which verified it).
+    b.dev.flush_pcap().unwrap();
+    let bytes = std::fs::read(&b_pcap).unwrap();
+    let r = softib_wire::pcap::PcapReader::new(&bytes).unwrap();
+    let mut idents = Vec::new();
+    for rec in r.records() {
+        let rec = rec.unwrap();
+        let p = softib_wire::roce::RocePacket::parse_verified(rec.data).unwrap();
+        if let softib_wire::roce::IpHeader::V4(ip) = p.ip {
+            // RC RDMA WRITE first .. only with immediate (BTH byte 0 behind IPv4 + UDP).
+            if (0x06..=0x0b).contains(&rec.data[14 + 20 + 8]) {
+                idents.push(ip.ident);
+            }
+        }
+    }
+    // Every send starts at 0 and a run counts up; `a` sent only the WRITE packets, so fewer
+    // send calls than datagrams means at least one run of two or more.
+    let st = a.dev.stats();
+    assert_eq!(idents.len(), 5, "{idents:?}");
+    assert_eq!(idents[0], 0);
+    for w in idents.windows(2) {
+        assert!(w[1] == 0 || w[1] == w[0] + 1, "{idents:?}");
+    }
+    let runs = a.dev.uses_gso() && st.tx_syscalls < st.tx_datagrams;
+    assert_eq!(idents.iter().any(|&i| i != 0), runs, "{idents:?} {st:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -6,8 +6,8 @@
 //! - IPv6: the socket shows everything the ICRC covers, so every rebuilt rxe packet verifies.
 //! - IPv4: rxe numbers its packets (IPv4 Identification), which the socket hides; the rebuilt
 //!   header (Identification 0) verifies only where rxe happened to send 0, and
-//!   `IcrcPolicy::AcceptIpv4Unverified` (re-sealing the rebuilt frame) accepts every packet
-//!   with its transport bytes unchanged.
+//!   `IcrcPolicy::Verify` solves every other packet's Identification from its ICRC
+//!   (`frame::verify_ipv4_icrc_any_ident`), recovering the one rxe wrote.
 
 use std::net::IpAddr;
 
@@ -56,20 +56,30 @@ fn rebuilt_ipv6_rxe_packets_verify() {
 }
 
 #[test]
-fn rebuilt_ipv4_rxe_packets_need_the_unverified_policy() {
+fn rebuilt_ipv4_rxe_packets_verify_with_the_solved_identification() {
     let (mut zero_id, mut numbered) = (0, 0);
     for name in ["rc_pingpong_s3000_n2.pcap", "write_bw_s4096_n5.pcap"] {
         for (src, sport, dst, payload, ident) in datagrams(name) {
             let mut f = Vec::new();
             assert!(frame::frame_of_datagram(src, sport, dst, &payload, &mut f));
-            // Verify: right exactly when rxe's Identification was the 0 the rebuild assumes.
+            // As rebuilt (Identification 0): right exactly when rxe sent 0.
             assert_eq!(verifies(&f), ident == 0, "{name}: ident {ident:#x}");
             if ident == 0 {
                 zero_id += 1;
             } else {
                 numbered += 1;
             }
-            // AcceptIpv4Unverified: accepted, transport bytes untouched.
+            // Verify: the Identification rxe wrote is solved and written into the frame,
+            // which then verifies as captured; transport bytes untouched.
+            let mut g = f.clone();
+            assert!(frame::verify_ipv4_icrc_any_ident(&mut g), "{name}");
+            let p = RocePacket::parse_verified(&g).unwrap();
+            let IpHeader::V4(ip) = p.ip else {
+                panic!("IPv4 expected")
+            };
+            assert_eq!(ip.ident, ident);
+            assert_eq!(frame::datagram_of_frame(&g).unwrap().1, &payload[..]);
+            // AcceptIpv4Unverified (opt-out): accepted, transport bytes untouched.
             assert!(frame::reseal_ipv4_icrc(&mut f));
             let p = RocePacket::parse_verified(&f).unwrap();
             let (_, rebuilt) = frame::datagram_of_frame(&f).unwrap();
@@ -77,6 +87,6 @@ fn rebuilt_ipv4_rxe_packets_need_the_unverified_policy() {
             assert_eq!(p.udp.src_port, sport);
         }
     }
-    // rxe really numbers its IPv4 packets, which is why the policy exists.
+    // rxe really numbers its IPv4 packets.
     assert!(numbered > 0, "zero {zero_id}, numbered {numbered}");
 }

@@ -53,6 +53,14 @@
 //! [`crate::roce::build`] does better still: it owns the frame, so it writes the masked headers
 //! and the LRH stand-in (over the end of the Ethernet header) into the frame itself, computes
 //! the ICRC over the frame in one pass, and then puts the variant bytes back.
+//!
+//! # The IPv4 Identification
+//!
+//! RoCEv2 over IPv4 covers the Identification, which a UDP socket neither lets the sender
+//! choose per segment nor shows the receiver. CRC-32 being affine in the message bits,
+//! [`Ipv4IdentShift`] gives the ICRC change for a new Identification without a pass over the
+//! packet, and [`solve_roce_v4_ident`] finds the Identification an ICRC was computed over (at
+//! the price of a 16-bit instead of a 32-bit check, documented there).
 
 use std::sync::OnceLock;
 
@@ -341,6 +349,313 @@ pub fn verify_roce_v6(ip_hdr: &[u8], udp_hdr: &[u8], transport_and_icrc: &[u8]) 
 pub fn verify_native(grh: Option<&[u8]>, transport_and_icrc: &[u8]) -> Result<()> {
     let (covered, found) = split(transport_and_icrc)?;
     compare(native(grh, covered), found)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The IPv4 Identification.
+//
+// CRC-32 is affine in the message bits: for two messages of equal length,
+// crc(A ^ D) = crc(A) ^ lin(D), where lin is the CRC with initial value and final XOR 0, i.e.
+// D(x) * x^32 mod P. A change confined to the 16 Identification bits, followed by n covered
+// bytes, changes the ICRC by lin(id bytes) * x^(8n) mod P: a linear, injective map of the
+// 16-bit change (P has a non-zero constant term, so x is invertible mod P). Polynomials are in
+// the reflected representation of zlib's crc32_combine: bit 31 holds x^0, bit 0 holds x^31.
+// ---------------------------------------------------------------------------------------------
+
+/// The reflected CRC-32 polynomial.
+const POLY: u32 = 0xEDB8_8320;
+/// x^0, the multiplicative identity, in the reflected representation.
+const ONE: u32 = 1 << 31;
+/// Byte offset of the Identification in the IPv4 header.
+const IDENT_AT: usize = 4;
+
+/// a(x) * b(x) mod P.
+const fn multmodp(mut a: u32, mut b: u32) -> u32 {
+    let mut p = 0;
+    while a != 0 {
+        if a & ONE != 0 {
+            p ^= b;
+        }
+        a <<= 1;
+        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+    }
+    p
+}
+
+/// a(x) * b(x) mod P, as [`multmodp`] but faster at run time (no branch on the bits of `a`):
+/// the 63-bit carry-less product is formed four bits of `a` at a time, then its upper 32
+/// coefficients are reduced with four steps of the byte-wise CRC table, as four zero bytes
+/// fed to a CRC register would.
+#[inline]
+fn mul(a: u32, b: u32) -> u32 {
+    let b = u64::from(b);
+    let mut t = [0u64; 16];
+    t[1] = b;
+    t[2] = b << 1;
+    t[4] = b << 2;
+    t[8] = b << 3;
+    t[3] = t[2] ^ b;
+    t[5] = t[4] ^ b;
+    t[6] = t[4] ^ t[2];
+    t[7] = t[6] ^ b;
+    let mut i = 9;
+    while i < 16 {
+        t[i] = t[8] ^ t[i - 8];
+        i += 1;
+    }
+    let a = u64::from(a);
+    let mut p = 0u64;
+    let mut k = 0;
+    while k < 32 {
+        p ^= t[((a >> k) & 0xf) as usize] << k;
+        k += 4;
+    }
+    // Reflected: bit 63 - m of `p << 1` holds x^m.
+    let p = p << 1;
+    let mut c = p as u32;
+    for _ in 0..4 {
+        c = (c >> 8) ^ CRC_TABLE[(c & 0xff) as usize];
+    }
+    (p >> 32) as u32 ^ c
+}
+
+/// `X2N[k]` = x^(2^k) mod P.
+const X2N: [u32; 32] = {
+    let mut t = [0u32; 32];
+    t[0] = ONE >> 1;
+    let mut k = 1;
+    while k < 32 {
+        t[k] = multmodp(t[k - 1], t[k - 1]);
+        k += 1;
+    }
+    t
+};
+
+/// x^(8n) mod P: the effect of `n` more bytes after a change (O(log n) multiplications).
+fn x8n(mut n: u64) -> u32 {
+    let mut p = ONE;
+    let mut k = 3;
+    while n != 0 {
+        if n & 1 != 0 {
+            p = mul(X2N[k % 32], p);
+        }
+        n >>= 1;
+        k += 1;
+    }
+    p
+}
+
+/// x^-1 mod P. With P = x^32 + p(x) and p(0) = 1: x * (x^31 + (p(x) - 1) / x) = x^32 + p(x) - 1
+/// = 1 mod P. In the normal representation that is 0x8260_8EDB; bit-reversed here.
+const X_INV: u32 = (0x8000_0000u32 | (0x04C1_1DB7u32 >> 1)).reverse_bits();
+
+/// Powers of x^-8: `.0[a]` = x^(-8a), `.1[b]` = x^(-2048b), so that x^(-8n) for n < 65536 is
+/// one product.
+const X_INV8N: ([u32; 256], [u32; 256]) = {
+    let mut x_inv8 = ONE;
+    let mut i = 0;
+    while i < 8 {
+        x_inv8 = multmodp(x_inv8, X_INV);
+        i += 1;
+    }
+    let mut lo = [0u32; 256];
+    let mut hi = [0u32; 256];
+    lo[0] = ONE;
+    let mut a = 1;
+    while a < 256 {
+        lo[a] = multmodp(lo[a - 1], x_inv8);
+        a += 1;
+    }
+    let x_inv2048 = multmodp(lo[255], x_inv8);
+    hi[0] = ONE;
+    let mut b = 1;
+    while b < 256 {
+        hi[b] = multmodp(hi[b - 1], x_inv2048);
+        b += 1;
+    }
+    (lo, hi)
+};
+
+/// The byte-wise CRC table: `CRC_TABLE[b]` = lin(b), one byte.
+const CRC_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut n = 0;
+    while n < 256 {
+        let mut c = n as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+            k += 1;
+        }
+        t[n] = c;
+        n += 1;
+    }
+    t
+};
+
+/// lin(hi byte, 0): the high (first) Identification byte, followed by one more byte.
+const IDENT_HI: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut n = 0;
+    while n < 256 {
+        let c = CRC_TABLE[n];
+        t[n] = CRC_TABLE[(c & 0xff) as usize] ^ (c >> 8);
+        n += 1;
+    }
+    t
+};
+
+/// lin of the two Identification bytes (big-endian on the wire) with nothing after them.
+#[inline]
+const fn ident_lin(id: u16) -> u32 {
+    IDENT_HI[(id >> 8) as usize] ^ CRC_TABLE[(id & 0xff) as usize]
+}
+
+/// The left inverse of [`ident_lin`] as four byte tables: `IDENT_OF[j][b]` is the Identification
+/// contribution of byte `j` (bits 8j..8j+8) of a 32-bit value. For y = ident_lin(id) the XOR of
+/// the four contributions is id; for y outside the image it is some id with ident_lin(id) != y.
+const IDENT_OF: [[u16; 256]; 4] = {
+    // Reduced echelon form of the 16 images ident_lin(1 << i): every pivot bit is set in
+    // exactly one basis vector, so y = XOR of the basis vectors whose pivot bits y has set.
+    let mut y = [0u32; 16];
+    let mut id = [0u16; 16];
+    let mut pivot = [0u32; 16];
+    let mut i = 0;
+    while i < 16 {
+        y[i] = ident_lin(1 << i);
+        id[i] = 1 << i;
+        let mut j = 0;
+        while j < i {
+            if y[i] & pivot[j] != 0 {
+                y[i] ^= y[j];
+                id[i] ^= id[j];
+            }
+            j += 1;
+        }
+        // Non-zero: the images are linearly independent (ident_lin is injective).
+        pivot[i] = 1 << (31 - y[i].leading_zeros());
+        let mut j = 0;
+        while j < i {
+            if y[j] & pivot[i] != 0 {
+                y[j] ^= y[i];
+                id[j] ^= id[i];
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    let mut t = [[0u16; 256]; 4];
+    let mut byte = 0;
+    while byte < 4 {
+        let mut b = 0;
+        while b < 256 {
+            let v = (b as u32) << (8 * byte);
+            let mut acc = 0u16;
+            let mut k = 0;
+            while k < 16 {
+                if v & pivot[k] != 0 {
+                    acc ^= id[k];
+                }
+                k += 1;
+            }
+            t[byte][b] = acc;
+            b += 1;
+        }
+        byte += 1;
+    }
+    t
+};
+
+/// The Identification change whose ICRC change, with `after` covered bytes behind the
+/// Identification, is `diff`; `None` if no change of the Identification yields `diff`.
+#[inline]
+fn ident_change_for(diff: u32, after: usize) -> Option<u16> {
+    if after >= 1 << 16 {
+        // Longer than any IPv4 packet.
+        return None;
+    }
+    let undo = mul(X_INV8N.0[after & 0xff], X_INV8N.1[after >> 8]);
+    let y = mul(undo, diff);
+    let id = IDENT_OF[0][(y & 0xff) as usize]
+        ^ IDENT_OF[1][((y >> 8) & 0xff) as usize]
+        ^ IDENT_OF[2][((y >> 16) & 0xff) as usize]
+        ^ IDENT_OF[3][(y >> 24) as usize];
+    (ident_lin(id) == y).then_some(id)
+}
+
+/// Covered bytes behind the Identification of a RoCEv2/IPv4 packet whose IPv4 header is
+/// `ip_hdr_len` bytes and whose UDP payload (BTH through ICRC) is `udp_payload_len` bytes.
+fn bytes_after_ident(ip_hdr_len: usize, udp_payload_len: usize) -> usize {
+    (ip_hdr_len + udp::LEN + udp_payload_len).saturating_sub(IDENT_AT + 2 + LEN)
+}
+
+/// How the ICRC of a RoCEv2/IPv4 packet of a given size changes with its IPv4 Identification,
+/// without a pass over the packet.
+///
+/// The ICRC covers the Identification, so a packet whose Identification is rewritten (the
+/// kernel numbers the segments of a UDP GSO send base, base + 1, ...) needs a new ICRC:
+/// `icrc(id) = icrc(0) ^ shift.delta(id)`. [`Ipv4IdentShift::new`] costs O(log n) carry-less
+/// multiplications for n bytes; [`Ipv4IdentShift::delta`] one, plus two table look-ups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4IdentShift {
+    /// x^(8n) mod P, n = covered bytes behind the Identification.
+    shift: u32,
+}
+
+impl Ipv4IdentShift {
+    /// For packets with an IPv4 header of `ip_hdr_len` bytes (20 without options) and a UDP
+    /// payload of `udp_payload_len` bytes (BTH through ICRC: what a UDP socket sends).
+    pub fn new(ip_hdr_len: usize, udp_payload_len: usize) -> Ipv4IdentShift {
+        Ipv4IdentShift {
+            shift: x8n(bytes_after_ident(ip_hdr_len, udp_payload_len) as u64),
+        }
+    }
+
+    /// The value to XOR into the ICRC when the Identification changes by `change` (from `a` to
+    /// `b`: `change = a ^ b`; from 0 to `id`: `change = id`).
+    #[inline]
+    pub fn delta(&self, change: u16) -> u32 {
+        mul(self.shift, ident_lin(change))
+    }
+}
+
+/// The IPv4 Identification under which the ICRC at the end of `transport_and_icrc` (BTH ..
+/// ICRC) of a RoCEv2/IPv4 packet is right, the other header fields as in `ip_hdr` and
+/// `udp_hdr`.
+///
+/// A receiver on a UDP socket does not see the Identification the sender's kernel wrote, yet
+/// the ICRC covers it. This returns the Identification found in `ip_hdr` when the ICRC
+/// verifies as the header stands (one ICRC pass, the cost of [`verify_roce_v4`]); otherwise
+/// it solves for the one Identification (if any) that makes the ICRC match, from the
+/// difference alone: two carry-less multiplications and six table look-ups, no second pass.
+/// The Identification is unique when it exists. If none matches, the error is the
+/// [`Error::Icrc`] of the header as given.
+///
+/// Strength: with the Identification unknown, 16 of the 32 ICRC bits remain a check. The ICRC
+/// differences that some Identification explains form a 16-dimensional subspace of the 2^32
+/// possible ones, so a randomly corrupted packet is accepted with probability 2^-16 (instead
+/// of 2^-32), and the CRC-32 guarantees for short bursts and few bit errors no longer hold for
+/// every pattern: an error that an Identification change happens to cancel passes. Everything
+/// but the Identification is still covered.
+pub fn solve_roce_v4_ident(
+    ip_hdr: &[u8],
+    udp_hdr: &[u8],
+    transport_and_icrc: &[u8],
+) -> Result<u16> {
+    let given = match ip_hdr.get(IDENT_AT..IDENT_AT + 2) {
+        Some(b) => u16::from_be_bytes([b[0], b[1]]),
+        None => return Err(Error::truncated(Header::Ipv4, ipv4::LEN, ip_hdr.len())),
+    };
+    let (covered, found) = split(transport_and_icrc)?;
+    let computed = roce_v4(ip_hdr, udp_hdr, covered);
+    if computed == found {
+        return Ok(given);
+    }
+    let after = (ip_hdr.len() - IDENT_AT - 2) + udp_hdr.len() + covered.len();
+    match ident_change_for(computed ^ found, after) {
+        Some(change) => Ok(given ^ change),
+        None => Err(Error::Icrc { computed, found }),
+    }
 }
 
 #[cfg(test)]
@@ -732,6 +1047,275 @@ mod tests {
             let ratio = t_plain / t_icrc;
             println!("IP header {} bytes: relative speed {ratio:.3}", ip.len());
             assert!(ratio >= 0.8, "ICRC runs at {ratio:.2}x crc32fast");
+        }
+    }
+
+    /// A deterministic xorshift generator for the tests below.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn bytes(&mut self, n: usize) -> Vec<u8> {
+            (0..n).map(|_| self.next() as u8).collect()
+        }
+    }
+
+    fn with_ident(ip: &[u8], id: u16) -> Vec<u8> {
+        let mut v = ip.to_vec();
+        v[4..6].copy_from_slice(&id.to_be_bytes());
+        v
+    }
+
+    #[test]
+    fn fast_multiplication_matches_bitwise() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        for _ in 0..100_000 {
+            let (a, b) = (rng.next() as u32, (rng.next() >> 32) as u32);
+            assert_eq!(mul(a, b), multmodp(a, b), "{a:#x} {b:#x}");
+        }
+        for (a, b) in [
+            (0, 0),
+            (0, 5),
+            (u32::MAX, u32::MAX),
+            (ONE, 7),
+            (1, 1),
+            (1, u32::MAX),
+        ] {
+            assert_eq!(mul(a, b), multmodp(a, b), "{a:#x} {b:#x}");
+        }
+    }
+
+    #[test]
+    fn polynomial_arithmetic() {
+        assert_eq!(multmodp(ONE >> 1, X_INV), ONE);
+        assert_eq!(multmodp(ONE, 0x1234_5678), 0x1234_5678);
+        assert_eq!(x8n(0), ONE);
+        for n in [1usize, 2, 255, 256, 257, 4000, 65_535] {
+            let undo = multmodp(X_INV8N.0[n & 0xff], X_INV8N.1[n >> 8]);
+            assert_eq!(multmodp(undo, x8n(n as u64)), ONE, "n = {n}");
+        }
+        // x^(8n) is what n zero bytes do to the linear CRC: lin(b, 0 x n) = lin(b) * x^(8n).
+        let mut c = CRC_TABLE[0xa7];
+        for _ in 0..300 {
+            c = CRC_TABLE[(c & 0xff) as usize] ^ (c >> 8);
+        }
+        assert_eq!(multmodp(x8n(300), CRC_TABLE[0xa7]), c);
+        // The Identification map is injective and the left inverse inverts it.
+        for id in 0..=u16::MAX {
+            let y = ident_lin(id);
+            assert_eq!(y == 0, id == 0);
+            let back = IDENT_OF[0][(y & 0xff) as usize]
+                ^ IDENT_OF[1][((y >> 8) & 0xff) as usize]
+                ^ IDENT_OF[2][((y >> 16) & 0xff) as usize]
+                ^ IDENT_OF[3][(y >> 24) as usize];
+            assert_eq!(back, id);
+        }
+    }
+
+    /// The ICRC change for a new Identification equals a full recomputation with it written.
+    #[test]
+    fn ident_delta_matches_recomputation() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for len in [0usize, 1, 3, 12, 16, 44, 76, 1000, 4108, 8192, 65_000] {
+            for ihl in [20usize, 24, 60] {
+                let ip = rng.bytes(ihl);
+                let udp = rng.bytes(8);
+                let t = rng.bytes(len);
+                let base = roce_v4(&with_ident(&ip, 0), &udp, &t);
+                let shift = Ipv4IdentShift::new(ihl, len + LEN);
+                for k in [1u16, 2, 63, 0x8000, rng.next() as u16] {
+                    let want = roce_v4(&with_ident(&ip, k), &udp, &t);
+                    assert_eq!(base ^ shift.delta(k), want, "len {len} ihl {ihl} id {k}");
+                    // From any Identification to any other.
+                    let a = rng.next() as u16;
+                    let from = roce_v4(&with_ident(&ip, a), &udp, &t);
+                    assert_eq!(from ^ shift.delta(a ^ k), want);
+                }
+            }
+        }
+    }
+
+    /// Real rxe packets carry real Identifications: blanked, they are solved back.
+    #[test]
+    fn solve_recovers_rxe_identifications() {
+        let pkts = roce_packets();
+        let mut solved = 0;
+        let mut idents = std::collections::HashSet::new();
+        for (file, p) in pkts.iter().filter(|(_, p)| !p.v6) {
+            let real = u16::from_be_bytes([p.ip[4], p.ip[5]]);
+            // Fast path: the header as captured.
+            assert_eq!(
+                solve_roce_v4_ident(&p.ip, &p.udp, &p.rest),
+                Ok(real),
+                "{file}"
+            );
+            let blank = with_ident(&p.ip, 0);
+            assert_eq!(
+                solve_roce_v4_ident(&blank, &p.udp, &p.rest),
+                Ok(real),
+                "{file}"
+            );
+            let other = with_ident(&p.ip, real ^ 0x5a5a);
+            assert_eq!(solve_roce_v4_ident(&other, &p.udp, &p.rest), Ok(real));
+            solved += usize::from(real != 0);
+            idents.insert(real);
+        }
+        assert!(
+            solved > 200,
+            "only {solved} IPv4 packets with an Identification"
+        );
+        assert!(
+            idents.len() > 100,
+            "only {} distinct Identifications",
+            idents.len()
+        );
+    }
+
+    /// Corruption outside the Identification is rejected: deterministic flips over every rxe
+    /// IPv4 packet (none of these happens to fall in the 2^-16 the solve cannot see).
+    #[test]
+    fn solve_rejects_corrupted_rxe_packets() {
+        let pkts = roce_packets();
+        let mut rng = Rng(7);
+        let mut tried = 0;
+        for (file, p) in pkts.iter().filter(|(_, p)| !p.v6) {
+            let blank = with_ident(&p.ip, 0);
+            let n = p.rest.len();
+            for at in [0, 8, n / 2, n - LEN - 1, n - 1, (rng.next() as usize) % n] {
+                let mut bad = p.rest.clone();
+                bad[at] ^= 1 << (rng.next() % 8);
+                if at == 4 {
+                    continue; // BTH byte 4 is variant
+                }
+                assert!(
+                    matches!(
+                        solve_roce_v4_ident(&blank, &p.udp, &bad),
+                        Err(Error::Icrc { .. })
+                    ),
+                    "{file}: flip at {at} accepted"
+                );
+                tried += 1;
+            }
+            let mut src = blank.clone();
+            src[12] ^= 0x01;
+            assert!(solve_roce_v4_ident(&src, &p.udp, &p.rest).is_err());
+            let mut port = p.udp.clone();
+            port[1] ^= 0x10;
+            assert!(solve_roce_v4_ident(&blank, &port, &p.rest).is_err());
+        }
+        assert!(tried > 1000);
+    }
+
+    /// With the Identification unknown the check keeps 16 bits: of uniformly random ICRC
+    /// differences, a fraction 2^-16 is explained by some Identification.
+    #[test]
+    fn solve_acceptance_rate_is_two_to_minus_sixteen() {
+        let mut rng = Rng(0x51b1_5eed);
+        let trials = 1u32 << 21;
+        let accepted = (0..trials)
+            .filter(|_| {
+                let diff = rng.next() as u32 | 1;
+                let after = 14 + (rng.next() as usize % 4200);
+                ident_change_for(diff, after).is_some()
+            })
+            .count();
+        // Expected 32 (Poisson); the bounds fail with probability below 1e-6.
+        assert!((8..=70).contains(&accepted), "{accepted} of {trials}");
+    }
+
+    #[test]
+    fn solve_short_inputs_do_not_panic() {
+        for a in 0..26 {
+            for b in [0usize, 3, 8, 9] {
+                for c in 0..20 {
+                    let r = solve_roce_v4_ident(&vec![0x45; a], &vec![1; b], &vec![2; c]);
+                    if a < 6 || c < LEN {
+                        assert!(r.is_err());
+                    }
+                }
+            }
+        }
+        // Longer than any IPv4 packet: checked as given, never solved.
+        let huge = vec![0u8; 70_000];
+        assert!(matches!(
+            solve_roce_v4_ident(&[0x45; 20], &[0; 8], &huge),
+            Err(Error::Icrc { .. })
+        ));
+    }
+
+    proptest::proptest! {
+        /// Any packet, any Identification: the ICRC written for it is solved from a header
+        /// carrying any other Identification, and a corrupted ICRC byte is not.
+        #[test]
+        fn solve_finds_the_written_identification(
+            ip in proptest::collection::vec(proptest::num::u8::ANY, 20..=24),
+            udp in proptest::collection::vec(proptest::num::u8::ANY, 8),
+            t in proptest::collection::vec(proptest::num::u8::ANY, 12..600),
+            id: u16,
+            guess: u16,
+        ) {
+            let covered = roce_v4(&with_ident(&ip, id), &udp, &t);
+            let mut wire = t.clone();
+            wire.extend_from_slice(&covered.to_le_bytes());
+            proptest::prop_assert_eq!(
+                solve_roce_v4_ident(&with_ident(&ip, guess), &udp, &wire),
+                Ok(id)
+            );
+            // The sender's arithmetic gives the same ICRC from the ID-0 one.
+            let zero = roce_v4(&with_ident(&ip, 0), &udp, &t);
+            proptest::prop_assert_eq!(
+                zero ^ Ipv4IdentShift::new(ip.len(), wire.len()).delta(id),
+                covered
+            );
+        }
+    }
+
+    /// Per-packet cost of the solve against a plain ICRC check, 64-byte and 4 KiB payloads:
+    /// the fast path (Identification as given) and the solve (Identification blanked).
+    /// `cargo test --release -p softib-wire ident_solve_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn ident_solve_speed() {
+        use std::hint::black_box;
+        use std::time::Instant;
+        const N: u32 = 200_000;
+        let ns = |f: &dyn Fn() -> bool| {
+            (0..7)
+                .map(|_| {
+                    let t = Instant::now();
+                    let mut ok = 0u32;
+                    for _ in 0..N {
+                        ok += u32::from(f());
+                    }
+                    assert_eq!(ok, N);
+                    t.elapsed().as_nanos() as f64 / f64::from(N)
+                })
+                .fold(f64::MAX, f64::min)
+        };
+        let mut rng = Rng(99);
+        for payload in [64usize, 4096] {
+            let ip = with_ident(&[0x45; 20], 0x1234);
+            let udp = [0x12u8, 0x34, 0x12, 0xb7, 0, 0, 0, 0];
+            let t = rng.bytes(12 + payload);
+            let icrc = roce_v4(&ip, &udp, &t);
+            let mut wire = t.clone();
+            wire.extend_from_slice(&icrc.to_le_bytes());
+            let blank = with_ident(&ip, 0);
+            let verify = ns(&|| verify_roce_v4(black_box(&ip), &udp, black_box(&wire)).is_ok());
+            let fast = ns(&|| solve_roce_v4_ident(black_box(&ip), &udp, black_box(&wire)).is_ok());
+            let solve =
+                ns(&|| solve_roce_v4_ident(black_box(&blank), &udp, black_box(&wire)).is_ok());
+            let shift = Ipv4IdentShift::new(20, wire.len());
+            let delta = ns(&|| black_box(shift.delta(black_box(7))) != 1);
+            let new = ns(&|| black_box(Ipv4IdentShift::new(20, black_box(wire.len()))).shift != 0);
+            println!(
+                "payload {payload:>4} B: verify {verify:.1} ns, solve (ID as given) {fast:.1} ns, \
+                 solve (ID blanked) {solve:.1} ns, Ipv4IdentShift::new {new:.1} ns, delta {delta:.1} ns"
+            );
         }
     }
 }
