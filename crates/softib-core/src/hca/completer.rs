@@ -362,8 +362,9 @@ impl Hca {
                 break;
             }
             if matches!(w.opcode, WrOpcode::RdmaRead { .. }) || w.opcode.is_atomic() {
-                // An unanswered READ / ATOMIC passed over: implied NAK.
-                implied_nak = Some(w.tx.first_psn);
+                // An unanswered READ / ATOMIC passed over: implied NAK, retried from where the
+                // READ's responses stopped (the point every retry path names).
+                implied_nak = Some(super::requester::rewind_point(w));
                 break;
             }
             w.tx.done = true;

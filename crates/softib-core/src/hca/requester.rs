@@ -494,12 +494,12 @@ impl Hca {
         if !outstanding {
             return;
         }
-        // Where the retry resumes: a READ partly answered resumes at its next response PSN,
-        // the point a NAK-driven retry (`rc_retry`) names too. Comparing like with like
-        // matters: were this the READ's first PSN, a timeout and an implied NAK for the same
-        // missing response would alternate between two points, each look like forward
-        // progress to the other, and the counter would never run out (a READ whose
-        // first missing response is lost on every retry retried forever).
+        // Where the retry resumes: a READ partly answered resumes at its next response PSN
+        // (`rewind_point`), the point the NAK-driven retries (`rc_retry`: sequence NAKs,
+        // implied NAKs, missing READ responses) name too. Comparing like with like matters:
+        // were two paths to name different points for the same missing response, they would
+        // alternate, each look like forward progress to the other, and the counter would
+        // never run out (seen: a READ retried forever).
         let from = qp
             .sq
             .iter()
@@ -589,7 +589,7 @@ pub(crate) fn wqe_npsn(w: &SendWqe, mtu: u32) -> u32 {
 
 /// Where retransmission of a started WQE resumes: READ from the first response not yet
 /// received, others from their first PSN.
-fn rewind_point(w: &SendWqe) -> Psn {
+pub(super) fn rewind_point(w: &SendWqe) -> Psn {
     if matches!(w.opcode, WrOpcode::RdmaRead { .. }) {
         w.tx.resp_next_psn
     } else {
