@@ -124,7 +124,6 @@ impl Hca {
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 qp.sq[i].tx.done = true;
                 let r = &mut qp.transport.req;
-                r.rd_atomic_outstanding = r.rd_atomic_outstanding.saturating_sub(1);
                 // Forward progress: the retry counters start over (C9-137, C9-142).
                 r.retries = 0;
                 r.rnr_retries = 0;
@@ -266,8 +265,6 @@ impl Hca {
         w.tx.resp_next_psn = psn.next();
         if ends {
             w.tx.done = true;
-            qp.transport.req.rd_atomic_outstanding =
-                qp.transport.req.rd_atomic_outstanding.saturating_sub(1);
         }
         let r = &mut qp.transport.req;
         r.retries = 0;
@@ -481,6 +478,16 @@ impl Hca {
                 )
                 .with_byte_len(byte_len)
             });
+            // A READ / ATOMIC stops counting against max_rd_atomic when it retires, in order,
+            // not when its response arrives: an answered ATOMIC behind a READ still being
+            // retried keeps its slot, so the requester never has more READ / ATOMIC requests
+            // unretired than the responder keeps for duplicates (max_dest_rd_atomic), and the
+            // retried READ is still in the responder's history when it asks again (as rxe,
+            // which returns the slot when the WQE completes).
+            if matches!(w.opcode, WrOpcode::RdmaRead { .. }) || w.opcode.is_atomic() {
+                let r = &mut qp.transport.req;
+                r.rd_atomic_outstanding = r.rd_atomic_outstanding.saturating_sub(1);
+            }
             qp.sq.pop_front();
             qp.transport.req.cur = qp.transport.req.cur.saturating_sub(1);
             let c = &mut qp.transport.req.credits;
