@@ -100,6 +100,12 @@ pub struct BenchArgs {
     /// itself. With perftest both sides must be given the same size and iterations.
     #[arg(long)]
     perftest: bool,
+    /// raw-udp --bw: the sender numbers every datagram (a 64-bit sequence number, little
+    /// endian, in its first bytes) and the receiver reads every number and counts gaps and
+    /// reordering, the least a real receiver does with each datagram. Without it the receiver
+    /// only adds up the lengths the kernel reports and never touches a payload.
+    #[arg(long)]
+    seq: bool,
     #[command(flatten)]
     dev: DeviceArgs,
 }
@@ -757,7 +763,10 @@ fn perftest_server(args: &BenchArgs, s: TcpStream) -> Result<(), Error> {
 /// datagrams of at most `--mtu` bytes, sent in GSO batches of up to 64 equal segments
 /// (`sendmsg` with UDP_SEGMENT; the same batching softib's runtime uses), received with
 /// `recvmmsg` + GRO; the receiver (the side without SERVER) reports the rate it saw, from its
-/// first to its last data datagram. An empty datagram ends the stream. `--lat` bounces one
+/// first to its last data datagram. An empty datagram ends the stream. With `--seq` (both
+/// sides) the sender numbers its datagrams and the receiver reads every number, as any real
+/// receiver at least looks at each datagram it gets; without it the receiver never reads a
+/// payload. `--lat` bounces one
 /// `--size` datagram back and forth `iters` times with busy polling and prints usec/iter
 /// like pingpong. Idle polls yield the CPU, or sleep in poll(2) with `-e`, as softib's
 /// progress engine does. Both sides use `--bind` (default 127.0.0.1:4791) locally; the client sends
@@ -862,7 +871,8 @@ fn raw_udp(args: &BenchArgs) -> Result<(), Error> {
             let total: Vec<usize> = (0..args.iters)
                 .flat_map(|_| msg_datagrams.iter().copied())
                 .collect();
-            let data = vec![0x5au8; 65536];
+            let mut data = vec![0x5au8; 65536];
+            let mut seq = 0u64;
             let max_segs = state.max_gso_segments().clamp(1, 64);
             let mut i = 0;
             let mut syscalls = 0u64;
@@ -877,6 +887,15 @@ fn raw_udp(args: &BenchArgs) -> Result<(), Error> {
                 {
                     bytes += total[j];
                     j += 1;
+                }
+                if args.seq {
+                    // Every segment but the last is total[i] bytes long.
+                    for k in 0..j - i {
+                        let at = k * total[i];
+                        let n = total[i + k].min(8);
+                        data[at..at + n].copy_from_slice(&seq.to_le_bytes()[..n]);
+                        seq += 1;
+                    }
                 }
                 let t = Transmit {
                     destination: p,
@@ -908,12 +927,15 @@ fn raw_udp(args: &BenchArgs) -> Result<(), Error> {
         }
         None => {
             let (mut bytes, mut datagrams) = (0u64, 0u64);
+            // --seq: the next sequence number expected, datagrams missing, datagrams that
+            // arrived after a later one.
+            let (mut next_seq, mut lost, mut reordered) = (0u64, 0u64, 0u64);
             let mut first: Option<Instant> = None;
             let mut last = Instant::now();
             'outer: loop {
                 let n = recv(&mut bufs, &mut meta)?;
                 let now = Instant::now();
-                for m in meta.iter().take(n) {
+                for (m, buf) in meta.iter().take(n).zip(bufs.chunks_exact(65536)) {
                     if m.len == 0 {
                         if first.is_some() {
                             break 'outer;
@@ -924,6 +946,29 @@ fn raw_udp(args: &BenchArgs) -> Result<(), Error> {
                     last = now;
                     bytes += m.len as u64;
                     datagrams += m.len.div_ceil(m.stride.max(1)) as u64;
+                    if args.seq {
+                        for d in buf[..m.len].chunks(m.stride.max(1)) {
+                            let (got, want) = match d.first_chunk::<8>() {
+                                Some(b) => (u64::from_le_bytes(*b), next_seq),
+                                None => {
+                                    // A datagram under 8 bytes holds the low bytes.
+                                    let mut b = [0u8; 8];
+                                    b[..d.len()].copy_from_slice(d);
+                                    let mask = u64::MAX >> (64 - 8 * d.len());
+                                    (u64::from_le_bytes(b), next_seq & mask)
+                                }
+                            };
+                            if got == want {
+                                next_seq += 1;
+                            } else if got > want {
+                                lost += got - want;
+                                next_seq += got - want + 1;
+                            } else {
+                                reordered += 1;
+                                lost = lost.saturating_sub(1);
+                            }
+                        }
+                    }
                 }
                 if now > deadline {
                     return Err("timed out".into());
@@ -945,12 +990,18 @@ fn raw_udp(args: &BenchArgs) -> Result<(), Error> {
                     serde_json::json!({"tool": "softib bench", "op": "raw-udp", "mode": "bw",
                         "bytes": size, "iterations": msgs, "datagrams": datagrams,
                         "sent_iterations": args.iters, "seconds": secs,
-                        "bw_avg_gbps": gbps, "bw_avg_mibps": mib, "msg_rate_mpps": mpps})
+                        "bw_avg_gbps": gbps, "bw_avg_mibps": mib, "msg_rate_mpps": mpps,
+                        "seq_checked": args.seq, "seq_lost": lost, "seq_reordered": reordered})
                 );
             } else {
                 println!(
                     "raw-udp: {msgs} messages of {size} B ({datagrams} datagrams) in {secs:.3} s: {gbps:.2} Gb/sec, {mib:.2} MiB/sec, {mpps:.6} Mpps"
                 );
+                if args.seq {
+                    println!(
+                        "raw-udp: sequence numbers: {lost} datagrams lost, {reordered} reordered"
+                    );
+                }
             }
             let _ = std::io::stdout().flush();
             Ok(())

@@ -375,7 +375,15 @@ impl Hca {
                 }
                 QpType::Rc => {
                     let sent = self.rc_next_packet(now, qpn, out);
-                    (sent, self.rc_has_tx_work(qpn, now))
+                    // After a packet the QP stays on the list while anything is left to send
+                    // (the next `rc_next_packet` checks windows and credits anyway); when it
+                    // sent nothing, only if it really can send, so a blocked QP leaves the list.
+                    let more = if sent {
+                        self.rc_may_have_tx_work(qpn)
+                    } else {
+                        self.rc_has_tx_work(qpn, now)
+                    };
+                    (sent, more)
                 }
             };
             if more {
@@ -683,14 +691,15 @@ impl Hca {
 /// IPv4 identification, `sport`: the UDP source port).
 #[inline(always)]
 fn roce_addrs(port: &PortConfig, av: &AhAttr, ident: u16, sport: u16) -> Option<FrameAddrs> {
-    let grh = av.grh?;
-    let local = port.gids.get(usize::from(grh.sgid_index))?.gid;
+    // By reference: the GIDs are not copied out of the address vector and the GID table.
+    let grh = av.grh.as_ref()?;
+    let local = &port.gids.get(usize::from(grh.sgid_index))?.gid;
     let eth = Ethernet {
         dst: mac_for_gid(&grh.dgid),
-        src: mac_for_gid(&local),
+        src: mac_for_gid(local),
         ..Ethernet::default()
     };
-    let ip = match (ipv4_of(&local), ipv4_of(&grh.dgid)) {
+    let ip = match (ipv4_of(local), ipv4_of(&grh.dgid)) {
         (Some(src), Some(dst)) => IpHeader::V4(Ipv4 {
             dscp_ecn: grh.traffic_class,
             ident,

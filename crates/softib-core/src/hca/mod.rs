@@ -158,9 +158,6 @@ pub struct Hca {
     pub(crate) ip_ident: u16,
     /// Reused buffer for gathering payloads.
     pub(crate) scratch: Vec<u8>,
-    /// Scatter-list allocations of completed RC receive WQEs, reused by `post_recv` (a
-    /// receive queue refilled in FIFO order defeats the allocator's small-object caches).
-    pub(crate) sge_lists: Vec<Vec<crate::verbs::wr::Sge>>,
     /// Requester PSN window (1 ..= 2^23).
     pub(crate) max_unacked_psns: u32,
     /// Multicast groups by MGID: the MLID and the QPNs attached, in attach order.
@@ -191,7 +188,6 @@ impl Hca {
             timers: Default::default(),
             ip_ident: 0,
             scratch: Vec::new(),
-            sge_lists: Vec::new(),
             max_unacked_psns: config.max_unacked_psns.clamp(1, 1 << 23),
             completion_events: VecDeque::new(),
             mcast: Default::default(),

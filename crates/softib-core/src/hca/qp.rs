@@ -15,9 +15,6 @@ use crate::verbs::PdHandle;
 use softib_wire::psn::MASK24;
 use softib_wire::Qpn;
 
-/// Most scatter-list allocations [`Hca::recycle_sge_list`] keeps.
-const SGE_LISTS_KEPT: usize = 4096;
-
 /// First QPN handed out (rxe: QPN 0 and 1 are the special QPs, indices below 0x11 unused).
 pub(crate) const MIN_QPN: u32 = 0x11;
 
@@ -591,6 +588,9 @@ impl Hca {
         Ok(())
     }
 
+    // Inlined so that the WQE is built where the send queue takes it (no copy of it through
+    // the returned `Result`).
+    #[inline(always)]
     fn validate_send_wr(
         &self,
         qp: &Qp,
@@ -728,14 +728,6 @@ impl Hca {
         })
     }
 
-    /// Keeps the scatter-list allocation of a finished receive WQE for the next `post_recv`.
-    pub(crate) fn recycle_sge_list(&mut self, mut sg_list: Vec<crate::verbs::wr::Sge>) {
-        if self.sge_lists.len() < SGE_LISTS_KEPT && sg_list.capacity() > 0 {
-            sg_list.clear();
-            self.sge_lists.push(sg_list);
-        }
-    }
-
     /// Posts receive WRs (`ibv_post_recv`): all of them or, on error, none. Allowed from INIT
     /// on; in ERR the WRs complete at once with flush error. A QP with an SRQ refuses (post to
     /// the SRQ).
@@ -779,20 +771,7 @@ impl Hca {
                 );
             }
         } else if let Some(qp) = self.qps.get_mut(&qpn.value()) {
-            for wr in wrs {
-                let sg_list = match self.sge_lists.pop() {
-                    Some(mut v) => {
-                        v.extend_from_slice(&wr.sg_list);
-                        v
-                    }
-                    None => wr.sg_list.clone(),
-                };
-                qp.rq.push_back(RecvWqe {
-                    wr_id: wr.wr_id,
-                    sg_list,
-                    length: wr.buffer_len(),
-                });
-            }
+            qp.rq.extend(wrs.iter().map(RecvWqe::from));
             // One end-to-end credit per receive WQE (C9-155, C9-157.2.1); the requester may be
             // waiting for them.
             let c = &mut qp.transport.resp.credits;

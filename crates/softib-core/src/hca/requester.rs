@@ -98,6 +98,22 @@ impl Hca {
         r.cur < qp.sq.len() && self.rc_can_start(qpn)
     }
 
+    /// Cheap over-approximation of [`Hca::rc_has_tx_work`]: responses owed, or send WQEs not
+    /// yet (fully) sent, whatever the windows, credits and timers say.
+    #[inline]
+    pub(crate) fn rc_may_have_tx_work(&self, qpn: u32) -> bool {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return false;
+        };
+        match qp.attr.qp_state {
+            QpState::Rts => {
+                !qp.transport.resp.responses.is_empty() || qp.transport.req.cur < qp.sq.len()
+            }
+            QpState::Rtr | QpState::Sqd => !qp.transport.resp.responses.is_empty(),
+            _ => false,
+        }
+    }
+
     /// Whether `sq[cur]` may (continue to) be transmitted: a limited WQE waiting for its
     /// acknowledgement, fences, READ/ATOMIC depth, PSN window.
     #[inline]
@@ -206,14 +222,7 @@ impl Hca {
         }
         let psn = qp.transport.req.cur_psn;
         let idx = psn.distance(w.tx.first_psn).max(0) as u32;
-        // The packet is assembled in place (its headers are large; no copies of them).
-        let mut t = TransportPacket {
-            headers: TransportHeaders::new(Bth::default()),
-            payload: &[],
-            pad: &[],
-        };
-        let headers = &mut t.headers;
-        let (plan, last) = request_packet(w, idx, psn, mtu, headers, Service::Rc);
+        let (mut headers, plan, last) = request_packet(w, idx, psn, mtu, Service::Rc);
         headers.bth.dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
         headers.bth.pkey = DEFAULT_PKEY;
         headers.bth.mig_req = super::apm::mig_req(&qp.attr);
@@ -283,7 +292,7 @@ impl Hca {
         if r.timer.is_none() {
             r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
         }
-        match self.build_request(qpn, cur, plan, t.headers, None, out) {
+        match self.build_request(qpn, cur, plan, headers, None, out) {
             Ok(built) => built,
             Err(status) => {
                 self.rc_complete_error(qpn, cur, status);
@@ -608,14 +617,32 @@ fn in_class(op: Opcode, service: Service) -> Opcode {
     }
 }
 
-/// Writes the headers of request packet `idx` of `w` (PSN `psn`) into `h` for a connection of
-/// `service` (RC or UC: segmentation and headers are the same, only the opcode class differs);
-/// returns its payload plan and whether it is the last packet of the message. READ and ATOMIC
-/// WQEs (RC only) always get RC opcodes.
+/// The headers of request packet `idx` of `w` (PSN `psn`) for a connection of `service` (RC or
+/// UC: segmentation and headers are the same, only the opcode class differs), its payload plan
+/// and whether it is the last packet of the message. READ and ATOMIC WQEs (RC only) always get
+/// RC opcodes. (The headers are returned by value: they are built once, in the caller's
+/// frame, not initialised there and then overwritten.)
+#[inline(always)]
 pub(crate) fn request_packet(
     w: &SendWqe,
     idx: u32,
     psn: Psn,
+    mtu: u32,
+    service: Service,
+) -> (TransportHeaders, PayloadPlan, bool) {
+    let mut h = TransportHeaders::new(Bth {
+        psn,
+        ..Bth::default()
+    });
+    let (plan, last) = request_headers(w, idx, mtu, &mut h, service);
+    (h, plan, last)
+}
+
+/// [`request_packet`] on headers `h` that hold only the PSN.
+#[inline(always)]
+fn request_headers(
+    w: &SendWqe,
+    idx: u32,
     mtu: u32,
     h: &mut TransportHeaders,
     service: Service,
@@ -626,10 +653,6 @@ pub(crate) fn request_packet(
     let offset = idx * mtu;
     let len = w.length.saturating_sub(offset).min(mtu);
     let solicited = w.flags.contains(SendFlags::SOLICITED);
-    *h = TransportHeaders::new(Bth {
-        psn,
-        ..Bth::default()
-    });
     let op = |first_op: Opcode, middle: Opcode, last_op: Opcode, only: Opcode| match (first, last) {
         (true, true) => only,
         (true, false) => first_op,

@@ -280,7 +280,6 @@ impl Hca {
             }
             self.rc_ack_request(qpn, h.bth.psn, h.bth.ack_req);
             let _ = self.complete_or_error(qpn_w, recv_cq, wc, h.bth.solicited);
-            self.recycle_sge_list(wqe.sg_list);
         } else {
             qp.transport.resp.msg = InMessage::Send { wqe, offset: end };
             self.rc_ack_request(qpn, h.bth.psn, h.bth.ack_req);

@@ -67,8 +67,7 @@
 //! message overwrites whatever the dropped one had placed in it. Only a local error (the
 //! receive WQE's own buffer fails its L_Key check) completes the WQE, in error.
 
-use softib_wire::bth::Bth;
-use softib_wire::transport::{TransportHeaders, TransportPacket};
+use softib_wire::transport::TransportPacket;
 use softib_wire::{Operation, Position, Qpn, Service};
 
 use super::requester::{packets_for, request_packet, DEFAULT_PKEY};
@@ -129,21 +128,16 @@ impl Hca {
             w.state = WqeState::InProgress;
         }
         let idx = w.tx.sent_once;
-        let mut t = TransportPacket {
-            headers: TransportHeaders::new(Bth::default()),
-            payload: &[],
-            pad: &[],
-        };
-        let (plan, last) = request_packet(w, idx, psn, mtu, &mut t.headers, Service::Uc);
-        t.headers.bth.dest_qp = dest_qp;
-        t.headers.bth.pkey = DEFAULT_PKEY;
-        t.headers.bth.mig_req = super::apm::mig_req(&qp.attr);
+        let (mut headers, plan, last) = request_packet(w, idx, psn, mtu, Service::Uc);
+        headers.bth.dest_qp = dest_qp;
+        headers.bth.pkey = DEFAULT_PKEY;
+        headers.bth.mig_req = super::apm::mig_req(&qp.attr);
         w.tx.sent_once = idx + 1;
         w.tx.all_sent = last;
         // Every request packet takes the next PSN (C9-175).
         qp.transport.next_psn = psn.next();
 
-        match self.build_request(qpn, 0, plan, t.headers, None, out) {
+        match self.build_request(qpn, 0, plan, headers, None, out) {
             Ok(true) => {}
             Ok(false) => {
                 // The QP has no usable address: nothing can be sent, the WQE fails locally.

@@ -96,7 +96,7 @@ mod tests {
     fn wqe(id: u64) -> RecvWqe {
         RecvWqe {
             wr_id: id,
-            sg_list: Vec::new(),
+            sg_list: Default::default(),
             length: 0,
         }
     }

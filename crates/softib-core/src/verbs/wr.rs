@@ -355,22 +355,61 @@ pub struct SendWqe {
     pub(crate) tx: crate::transport::rc::WqeTx,
 }
 
+/// The scatter list of a queued receive WR: no entry or one entry kept inline (the common
+/// case: no allocation per WR), or several on the heap. Dereferences to `[Sge]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SgList {
+    /// No scatter entries (a zero-length receive buffer).
+    #[default]
+    Empty,
+    /// A single scatter entry.
+    One(Sge),
+    /// Two or more scatter entries.
+    Many(Vec<Sge>),
+}
+
+impl SgList {
+    /// The list holding the entries of `sges`.
+    #[inline]
+    pub fn from_slice(sges: &[Sge]) -> SgList {
+        match sges {
+            [] => SgList::Empty,
+            [one] => SgList::One(*one),
+            many => SgList::Many(many.to_vec()),
+        }
+    }
+}
+
+impl std::ops::Deref for SgList {
+    type Target = [Sge];
+
+    #[inline]
+    fn deref(&self) -> &[Sge] {
+        match self {
+            SgList::Empty => &[],
+            SgList::One(s) => std::slice::from_ref(s),
+            SgList::Many(v) => v,
+        }
+    }
+}
+
 /// A receive WR on a receive queue or SRQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvWqe {
     /// Caller's identifier.
     pub wr_id: u64,
     /// Scatter list.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
     /// Total buffer length.
     pub length: u64,
 }
 
 impl From<&RecvWr> for RecvWqe {
+    #[inline]
     fn from(wr: &RecvWr) -> RecvWqe {
         RecvWqe {
             wr_id: wr.wr_id,
-            sg_list: wr.sg_list.clone(),
+            sg_list: SgList::from_slice(&wr.sg_list),
             length: wr.buffer_len(),
         }
     }
