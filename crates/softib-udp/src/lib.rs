@@ -556,7 +556,9 @@ impl Device {
         let has_run = (1..n).any(|k| {
             self.tx[k].dest == self.tx[k - 1].dest && self.tx[k].len <= self.tx[k - 1].len
         });
-        if max_segs > 1 && has_run {
+        // A lone datagram (a ping-pong turn without an ACK to go with it) takes one plain
+        // `sendmsg` as well: `sendmmsg` would only add the batch's bookkeeping.
+        if (max_segs > 1 && has_run) || n == 1 {
             let mut i = 0;
             while i < n {
                 let first = self.tx[i];
