@@ -338,6 +338,59 @@ mod tests {
         assert!(Keys::parse(&bad).is_err());
     }
 
+    /// Untrusted input: mutations of a valid keys message (bytes replaced, truncated, no NUL)
+    /// and random bytes either parse to keys within the fields' ranges or are refused, never a
+    /// panic; the same bytes never panic the version parser or the classifier either.
+    #[test]
+    fn keys_parse_never_panics_on_mutated_or_random_input() {
+        let valid = Keys {
+            qpn: 0xabcdef,
+            psn: 0x123456,
+            rkey: 0x1234,
+            vaddr: 0xdead_beef,
+            gid: softib_core::gid_of_ipv4([10, 0, 0, 1]),
+            ..Keys::default()
+        }
+        .to_message();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut parsed, mut refused) = (0, 0);
+        for round in 0..20_000 {
+            let mut m = if round % 4 == 0 {
+                (0..(next() % 130) as usize).map(|_| next() as u8).collect()
+            } else {
+                valid.to_vec()
+            };
+            for _ in 0..(next() % 4) {
+                if !m.is_empty() {
+                    let i = (next() as usize) % m.len();
+                    m[i] = b"0123456789abcdef:\0xg"[(next() % 20) as usize];
+                }
+            }
+            if next() % 8 == 0 {
+                m.truncate((next() as usize) % (m.len() + 1));
+            }
+            let _ = version_number(&m);
+            let _ = Incoming::classify(&m);
+            match Keys::parse(&m) {
+                Ok(k) => {
+                    assert!(k.qpn <= 0xff_ffff && k.psn <= 0xff_ffff);
+                    parsed += 1;
+                }
+                Err(_) => refused += 1,
+            }
+        }
+        assert!(
+            parsed > 0 && refused > 0,
+            "{parsed} parsed, {refused} refused"
+        );
+    }
+
     #[test]
     fn versions_parse_like_atof() {
         assert_eq!(version_number(b"6.06\0\0\0\0\0\0\0\0\0\0\0\0"), 6.06);
