@@ -602,15 +602,7 @@ fn perftest_client(args: &BenchArgs) -> Result<(), Error> {
     )?;
     if args.op != Op::Send {
         x.handshake(&keys)?;
-        let avg = run.n as f64 / run.secs;
-        let peak = run.peak_msgs.max(avg);
-        x.swap_report(&Report {
-            size: size as u64,
-            iters: run.n,
-            bw_peak: peak * size as f64 / 1048576.0,
-            bw_avg: avg * size as f64 / 1048576.0,
-            msg_rate: avg / 1e6,
-        })?;
+        x.swap_report(&Report::of_run(size, run.n, run.secs, run.peak_msgs))?;
     }
     x.handshake(&keys)?;
     x.done();
@@ -638,8 +630,7 @@ fn perftest_server(args: &BenchArgs, s: TcpStream) -> Result<(), Error> {
         let rwrs = vec![rwr.clone(); recvs as usize];
         ep.dev.hca_mut().post_recv(qpn, &rwrs)?;
     }
-    let iters_len = if x.peer_version >= 5.33 { 8 } else { 4 };
-    let report_fields = [8, iters_len, 8, 8, 8];
+    let report_fields = perftest::report_field_lens(x.peer_version);
     s.set_nonblocking(true)?;
     let mode = args.dev.mode();
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
@@ -679,6 +670,7 @@ fn perftest_server(args: &BenchArgs, s: TcpStream) -> Result<(), Error> {
         }
         // Answer every complete message.
         loop {
+            // Inside a report its fields follow one another, whatever their first byte.
             let in_report = !report.is_empty() && report.len() < report_fields.len();
             let want = if in_report {
                 report_fields[report.len()]
@@ -700,7 +692,6 @@ fn perftest_server(args: &BenchArgs, s: TcpStream) -> Result<(), Error> {
             }
             let msg: Vec<u8> = inbox.drain(..want).collect();
             s.set_nonblocking(false)?;
-            let in_report = !report.is_empty() && report.len() < report_fields.len();
             if in_report || (report.is_empty() && msg[0] == 0) {
                 // A report field: answered with zeros of its size.
                 report.push(msg);
@@ -739,18 +730,10 @@ fn perftest_server(args: &BenchArgs, s: TcpStream) -> Result<(), Error> {
         let rate = (received - samples[0].0) as f64 / secs;
         let secs = received as f64 / rate.max(1e-9);
         print_bw(args, size, received, secs, peak_rate(&samples));
-    } else if report.len() == report_fields.len() {
-        let f = |i: usize| {
-            let mut a = [0u8; 8];
-            a[8 - report[i].len()..].copy_from_slice(&report[i]);
-            u64::from_be_bytes(a)
-        };
-        let (rsize, iters) = (f(0), f(1));
-        let (peak, rate) = (f64::from_bits(f(2)), f64::from_bits(f(4)));
-        let avg_msgs = rate * 1e6;
-        let peak_msgs = peak * 1048576.0 / (rsize.max(1) as f64);
-        let secs = iters as f64 / avg_msgs.max(1e-9);
-        print_bw(args, rsize as usize, iters, secs, peak_msgs);
+    } else if let Ok(fields) = <[Vec<u8>; 5]>::try_from(report) {
+        let r = Report::from_fields(&fields);
+        let (secs, peak_msgs) = r.run();
+        print_bw(args, r.size as usize, r.iters, secs, peak_msgs);
     } else {
         return Err("perftest exchange: the client sent no report".into());
     }

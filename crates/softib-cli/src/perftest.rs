@@ -132,6 +132,67 @@ pub struct Report {
     pub msg_rate: f64,
 }
 
+/// Bytes of the report's fields in the order they are swapped (size, iterations, BW peak,
+/// BW average, message rate) when the peer announced `peer_version`: the iteration count is a
+/// 4-byte `int` before 5.33.
+pub fn report_field_lens(peer_version: f64) -> [usize; 5] {
+    [8, if peer_version >= 5.33 { 8 } else { 4 }, 8, 8, 8]
+}
+
+impl Report {
+    /// The report of `iters` messages of `size` bytes in `secs` seconds, at best `peak_msgs`
+    /// messages per second (bandwidths in MiB/s, as perftest's default report).
+    pub fn of_run(size: usize, iters: u64, secs: f64, peak_msgs: f64) -> Report {
+        let avg = iters as f64 / secs;
+        let mib = |msgs: f64| msgs * size as f64 / 1048576.0;
+        Report {
+            size: size as u64,
+            iters,
+            bw_peak: mib(peak_msgs.max(avg)),
+            bw_avg: mib(avg),
+            msg_rate: avg / 1e6,
+        }
+    }
+
+    /// The run behind the report, as [`Report::of_run`] takes it: (seconds, peak messages
+    /// per second).
+    pub fn run(&self) -> (f64, f64) {
+        let avg_msgs = self.msg_rate * 1e6;
+        let secs = self.iters as f64 / avg_msgs.max(1e-9);
+        (secs, self.bw_peak * 1048576.0 / (self.size.max(1) as f64))
+    }
+
+    /// The fields as they travel, each big-endian, of the lengths of [`report_field_lens`].
+    pub fn to_fields(self, peer_version: f64) -> [Vec<u8>; 5] {
+        let lens = report_field_lens(peer_version);
+        let vals = [
+            self.size,
+            self.iters,
+            self.bw_peak.to_bits(),
+            self.bw_avg.to_bits(),
+            self.msg_rate.to_bits(),
+        ];
+        std::array::from_fn(|i| vals[i].to_be_bytes()[8 - lens[i]..].to_vec())
+    }
+
+    /// The report from its fields as they travel (any length up to 8 each, big-endian).
+    pub fn from_fields(f: &[Vec<u8>; 5]) -> Report {
+        let v = |i: usize| {
+            let mut a = [0u8; 8];
+            let b = &f[i][f[i].len().saturating_sub(8)..];
+            a[8 - b.len()..].copy_from_slice(b);
+            u64::from_be_bytes(a)
+        };
+        Report {
+            size: v(0),
+            iters: v(1),
+            bw_peak: f64::from_bits(v(2)),
+            bw_avg: f64::from_bits(v(3)),
+            msg_rate: f64::from_bits(v(4)),
+        }
+    }
+}
+
 /// Parses a version text as perftest does (`atof`): leading digits and one dot.
 pub fn version_number(v: &[u8]) -> f64 {
     let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
@@ -238,35 +299,17 @@ impl<S: Read + Write> Exchange<S> {
 
     /// Swaps a report field by field (the client's report; the server sends zeros).
     pub fn swap_report(&mut self, mine: &Report) -> Result<Report, Error> {
-        let size = self.swap(&mine.size.to_be_bytes())?;
-        let iters = if self.peer_version >= 5.33 {
-            be_u64(&self.swap(&mine.iters.to_be_bytes())?)
-        } else {
-            let r = self.swap(&(mine.iters as u32).to_be_bytes())?;
-            u64::from(u32::from_be_bytes([r[0], r[1], r[2], r[3]]))
-        };
-        let peak = self.swap(&mine.bw_peak.to_bits().to_be_bytes())?;
-        let avg = self.swap(&mine.bw_avg.to_bits().to_be_bytes())?;
-        let rate = self.swap(&mine.msg_rate.to_bits().to_be_bytes())?;
-        Ok(Report {
-            size: be_u64(&size),
-            iters,
-            bw_peak: f64::from_bits(be_u64(&peak)),
-            bw_avg: f64::from_bits(be_u64(&avg)),
-            msg_rate: f64::from_bits(be_u64(&rate)),
-        })
+        let mut theirs: [Vec<u8>; 5] = Default::default();
+        for (t, m) in theirs.iter_mut().zip(mine.to_fields(self.peer_version)) {
+            *t = self.swap(&m)?;
+        }
+        Ok(Report::from_fields(&theirs))
     }
 
     /// Writes `done` (the peer may have closed already: not an error).
     pub fn done(&mut self) {
         let _ = self.s.write_all(DONE);
     }
-}
-
-fn be_u64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(a)
 }
 
 /// What the server side reads next from a perftest client, told by the first bytes.
@@ -453,6 +496,25 @@ mod tests {
         assert_eq!(sa.mtu, Mtu::Mtu1024);
         assert_eq!((sk.qpn, sk.psn), (1, 7));
         assert_eq!(sr, mine);
+    }
+
+    /// A report survives its fields in both layouts (8- and 4-byte iteration count), and the
+    /// run it describes comes back out of it.
+    #[test]
+    fn report_fields_round_trip_and_give_back_the_run() {
+        let r = Report::of_run(4096, 1000, 0.5, 2500.0);
+        assert_eq!(r.iters, 1000);
+        assert!((r.msg_rate - 0.002).abs() < 1e-12);
+        assert!((r.bw_avg - 2000.0 * 4096.0 / 1048576.0).abs() < 1e-9);
+        for v in [6.06, 5.0] {
+            let f = r.to_fields(v);
+            let lens: Vec<usize> = f.iter().map(|x| x.len()).collect();
+            assert_eq!(lens, report_field_lens(v));
+            assert_eq!(Report::from_fields(&f), r);
+        }
+        assert_eq!(report_field_lens(5.0)[1], 4);
+        let (secs, peak) = r.run();
+        assert!((secs - 0.5).abs() < 1e-9 && (peak - 2500.0).abs() < 1e-6);
     }
 
     /// The report bytes perftest 6.06 sent for 64 B x 5 (BW peak 0.23 MiB/s).
