@@ -603,8 +603,8 @@ impl Device {
     /// The HCA covers Identification 0, what the kernel writes for a single datagram on an
     /// unconnected socket with DF set. When the kernel (or the NIC) cuts a GSO send into
     /// segments, segment k carries Identification 0 + k (`inet_gso_segment`), so the ICRC of
-    /// every segment but the first is patched for it: one carry-less multiplication per
-    /// segment, no pass over the payload ([`softib_wire::icrc::Ipv4IdentShift`]). Where the
+    /// every segment but the first is patched for it: a few XORs of values precomputed once
+    /// per run, no pass over the payload ([`softib_wire::icrc::Ipv4IdentShift`]). Where the
     /// send is not cut (loopback hands the whole run to the receiver), the segments arrive
     /// with Identification 0 and the receiver solves for k ([`IcrcPolicy::Verify`]).
     fn retag_gso_run(&mut self, i: usize, j: usize) {
