@@ -11,6 +11,10 @@
 #      datagrams, 64 KiB per sendmsg)                                          target >= 0.7x
 #   3. latency: `softib pingpong --size 64` vs a raw UDP busy-poll round trip  target <= 1.3x
 #
+# Beside the message rate it prints the budget the target leaves: raw UDP's time per datagram
+# t (from its rate), the t/0.8 - t softib may spend on top per message, and the cost of one
+# ICRC of the 64-byte SEND (`softib bench icrc`, measured in the same run).
+#
 # Each pair runs ROUNDS times (default 3), interleaved, and the median of each side is used.
 # Both polling disciplines are measured: busy polling (the default of every tool; idle polls
 # yield the CPU) and -e (sleep in poll(2)); raw UDP uses the same discipline as softib in each.
@@ -85,6 +89,9 @@ for MODE in busy events; do
     echo "== polling: $MODE ($ROUNDS rounds, medians)"
     awk -v s="$rs" -v r="$rq" 'BEGIN {printf "send 64 B message rate   softib/raw UDP reading each datagram = %.2fx  (target >= 0.8x)\n", s / r}'
     awk -v s="$rs" -v r="$rr" 'BEGIN {printf "send 64 B message rate   softib/raw UDP never reading one    = %.2fx\n", s / r}'
+    # What the target leaves softib per message, set beside one ICRC (measured now).
+    icrc_ns=$("$SOFTIB" bench icrc -s 64 -n 1000000 --json | jq .icrc_ns)
+    awk -v r="$rq" -v c="$icrc_ns" 'BEGIN {t = 1000 / r; printf "  budget: raw UDP takes %.0f ns per datagram; 0.8x leaves softib %.0f ns per message on top, per side; one ICRC of that SEND costs %.0f ns (each side computes one)\n", t, t / 0.8 - t, c}'
     if [[ -n "${VERBOSE:-}" ]]; then
         echo "  rates (Mpps): softib $(tr '\n' ' ' <"$TMP/rate_s")| raw --seq $(tr '\n' ' ' <"$TMP/rate_q")| raw $(tr '\n' ' ' <"$TMP/rate_r")"
     fi

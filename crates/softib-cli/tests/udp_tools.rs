@@ -245,3 +245,31 @@ fn devinfo_shows_the_bound_gid() {
     assert!(text.contains("::ffff:10.99.0.1, RoCE v2"), "{text}");
     assert!(text.contains("link_layer:\t\tEthernet"), "{text}");
 }
+
+/// `softib bench icrc` times the ICRC of a real packet layout: the covered bytes are the
+/// LRH stand-in, IPv4, UDP, BTH and payload, and both timings are positive.
+#[test]
+fn bench_icrc_reports_the_covered_bytes_and_both_timings() {
+    for (size, covered) in [(64u64, 112u64), (1000, 1048)] {
+        let out = softib()
+            .args([
+                "bench",
+                "icrc",
+                "-s",
+                &size.to_string(),
+                "-n",
+                "2000",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        let text = ok(&out, "bench icrc");
+        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(v["bytes"], size, "{text}");
+        assert_eq!(v["covered_bytes"], covered, "{text}");
+        for k in ["icrc_ns", "crc32fast_copy_ns", "ratio_to_crc32fast"] {
+            let x = v[k].as_f64().unwrap();
+            assert!(x.is_finite() && x > 0.0, "{k}: {text}");
+        }
+    }
+}
