@@ -299,13 +299,13 @@ pub fn verify_ipv4_icrc_any_ident(frame: &mut [u8]) -> bool {
     true
 }
 
-/// XORs the ICRC change for IPv4 Identification `ident` (from 0) into the ICRC at the end of
-/// `datagram` (a UDP payload, BTH .. ICRC, sent without IP options); `shift` is
-/// `Ipv4IdentShift::new(IPV4_LEN, datagram.len())`. Does nothing to a datagram shorter than
-/// an ICRC.
-pub fn retag_ipv4_icrc(datagram: &mut [u8], shift: &softib_wire::icrc::Ipv4IdentShift, ident: u16) {
+/// XORs `delta`, the ICRC change for a new IPv4 Identification
+/// ([`softib_wire::icrc::Ipv4IdentShift::delta`] for `datagram.len()` bytes of UDP payload and
+/// a header without options), into the ICRC at the end of `datagram` (a UDP payload, BTH ..
+/// ICRC). Does nothing to a datagram shorter than an ICRC.
+pub fn retag_ipv4_icrc(datagram: &mut [u8], delta: u32) {
     if let Some(icrc) = datagram.last_chunk_mut::<{ softib_wire::roce::ICRC_LEN }>() {
-        let v = u32::from_le_bytes(*icrc) ^ shift.delta(ident);
+        let v = u32::from_le_bytes(*icrc) ^ delta;
         *icrc = v.to_le_bytes();
     }
 }
@@ -435,7 +435,7 @@ mod tests {
             let shift = softib_wire::icrc::Ipv4IdentShift::new(IPV4_LEN, len);
             for k in [1u16, 2, 7, 63] {
                 let mut seg = sent.clone();
-                retag_ipv4_icrc(&mut seg, &shift, k);
+                retag_ipv4_icrc(&mut seg, shift.delta(k));
                 // What the wire carries: Identification k and the retagged ICRC.
                 let mut want = f.clone();
                 Ipv4View::new_unchecked(&mut want[ETH_LEN..ETH_LEN + IPV4_LEN]).set_ident(k);

@@ -609,16 +609,20 @@ impl Device {
     /// with Identification 0 and the receiver solves for k ([`IcrcPolicy::Verify`]).
     fn retag_gso_run(&mut self, i: usize, j: usize) {
         let seg = self.tx[i].len;
-        let shift = softib_wire::icrc::Ipv4IdentShift::new(frame::IPV4_LEN, seg);
+        // Segments 1 .. of full length (a run holds at most GSO_MAX_SEGMENTS).
+        let full = self.tx[i + 1..j].iter().filter(|e| e.len == seg).count();
+        let deltas = (full > 0).then(|| {
+            softib_wire::icrc::Ipv4IdentShift::new(frame::IPV4_LEN, seg)
+                .deltas(u8::try_from(j - i - 1).unwrap_or(u8::MAX))
+        });
         for (k, e) in self.tx[i..j].iter().enumerate().skip(1) {
             let d = &mut self.tx_buf[e.start..e.start + e.len];
             let ident = k as u16;
-            if e.len == seg {
-                frame::retag_ipv4_icrc(d, &shift, ident);
-            } else {
-                let last = softib_wire::icrc::Ipv4IdentShift::new(frame::IPV4_LEN, e.len);
-                frame::retag_ipv4_icrc(d, &last, ident);
-            }
+            let delta = match &deltas {
+                Some(deltas) if e.len == seg => deltas.delta(ident),
+                _ => softib_wire::icrc::Ipv4IdentShift::new(frame::IPV4_LEN, e.len).delta(ident),
+            };
+            frame::retag_ipv4_icrc(d, delta);
         }
     }
 
@@ -816,6 +820,48 @@ pub fn loopback(n: u8) -> SocketAddr {
 mod tests {
     use super::*;
     use std::net::Ipv6Addr;
+
+    /// After `retag_gso_run`, segment k of a run (full-length ones and a shorter last one)
+    /// carries the ICRC of IPv4 Identification k, the number the kernel gives it.
+    #[test]
+    fn gso_run_segments_carry_the_icrc_of_their_identification() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let mut dev = Device::open(&DeviceConfig::new(SocketAddr::new(lo, 0))).unwrap();
+        let port = dev.local_addr().port();
+        let dest = SocketAddr::new(lo, ROCEV2_PORT);
+        for run in [
+            vec![100usize; 2],
+            vec![100; 5],
+            [vec![100; 5], vec![60]].concat(),
+        ] {
+            dev.tx.clear();
+            dev.tx_buf.clear();
+            for (n, &len) in run.iter().enumerate() {
+                // An RC SEND_ONLY body, ICRC sealed for Identification 0.
+                let mut body = vec![n as u8 + 1; len];
+                body[..12].copy_from_slice(&[0x04, 0, 0xff, 0xff, 0, 0, 1, 0x23, 0x80, 0, 0, 1]);
+                let mut f = Vec::new();
+                assert!(frame::frame_of_datagram(lo, port, lo, &body, &mut f));
+                assert!(frame::reseal_ipv4_icrc(&mut f));
+                let (_, sealed) = frame::datagram_of_frame(&f).unwrap();
+                let start = dev.tx_buf.len();
+                dev.tx_buf.extend_from_slice(sealed);
+                dev.tx.push(TxEntry { dest, start, len });
+            }
+            dev.retag_gso_run(0, run.len());
+            for (k, e) in dev.tx.iter().enumerate() {
+                let mut got = Vec::new();
+                let d = &dev.tx_buf[e.start..e.start + e.len];
+                assert!(frame::frame_of_datagram(lo, port, lo, d, &mut got));
+                assert!(
+                    frame::verify_ipv4_icrc_any_ident(&mut got),
+                    "run {run:?} k {k}"
+                );
+                let ident = u16::from_be_bytes([got[14 + 4], got[14 + 5]]);
+                assert_eq!(usize::from(ident), k, "run {run:?}");
+            }
+        }
+    }
 
     /// An IPv6 datagram with UDP checksum 0 (sent with `UDP_NO_CHECK6_TX`, as Linux rxe sends
     /// RoCEv2 over IPv6) reaches the device and the HCA: its ICRC verifies and the transport

@@ -594,26 +594,22 @@ fn bytes_after_ident(ip_hdr_len: usize, udp_payload_len: usize) -> usize {
 ///
 /// The ICRC covers the Identification, so a packet whose Identification is rewritten (the
 /// kernel numbers the segments of a UDP GSO send base, base + 1, ...) needs a new ICRC:
-/// `icrc(id) = icrc(0) ^ shift.delta(id)`. [`Ipv4IdentShift::new`] costs O(log n) + 8
-/// carry-less multiplications for n bytes; [`Ipv4IdentShift::delta`] of a change below 256
-/// (a GSO segment number) is an XOR of at most 8 precomputed values, of a larger change one
-/// multiplication plus two table look-ups.
+/// `icrc(id) = icrc(0) ^ shift.delta(id)`. [`Ipv4IdentShift::new`] costs O(log n) carry-less
+/// multiplications for n bytes; [`Ipv4IdentShift::delta`] one, plus two table look-ups. For the
+/// many small changes of one GSO run, [`Ipv4IdentShift::deltas`] precomputes one
+/// multiplication per bit of the largest change, after which each delta is a few XORs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4IdentShift {
     /// x^(8n) mod P, n = covered bytes behind the Identification.
     shift: u32,
-    /// `low[i]` = the delta of change `1 << i`: the delta is linear in the change.
-    low: [u32; 8],
 }
 
 impl Ipv4IdentShift {
     /// For packets with an IPv4 header of `ip_hdr_len` bytes (20 without options) and a UDP
     /// payload of `udp_payload_len` bytes (BTH through ICRC: what a UDP socket sends).
     pub fn new(ip_hdr_len: usize, udp_payload_len: usize) -> Ipv4IdentShift {
-        let shift = x8n(bytes_after_ident(ip_hdr_len, udp_payload_len) as u64);
         Ipv4IdentShift {
-            shift,
-            low: std::array::from_fn(|i| mul(shift, ident_lin(1 << i))),
+            shift: x8n(bytes_after_ident(ip_hdr_len, udp_payload_len) as u64),
         }
     }
 
@@ -621,8 +617,41 @@ impl Ipv4IdentShift {
     /// `b`: `change = a ^ b`; from 0 to `id`: `change = id`).
     #[inline]
     pub fn delta(&self, change: u16) -> u32 {
-        if change >= 1 << self.low.len() {
-            return mul(self.shift, ident_lin(change));
+        mul(self.shift, ident_lin(change))
+    }
+
+    /// The deltas of every change up to `max`, each from then on an XOR of at most 8
+    /// precomputed values (one multiplication per bit of `max`, at most 8).
+    pub fn deltas(&self, max: u8) -> Ipv4IdentDeltas {
+        let bits = u8::BITS - max.leading_zeros();
+        let mut low = [0; 8];
+        for (i, d) in low.iter_mut().enumerate().take(bits as usize) {
+            *d = mul(self.shift, ident_lin(1 << i));
+        }
+        Ipv4IdentDeltas {
+            shift: *self,
+            low,
+            bits,
+        }
+    }
+}
+
+/// [`Ipv4IdentShift::delta`] for small changes, by XOR ([`Ipv4IdentShift::deltas`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4IdentDeltas {
+    shift: Ipv4IdentShift,
+    /// `low[i]` = the delta of change `1 << i` for `i < bits` (the delta is linear).
+    low: [u32; 8],
+    bits: u32,
+}
+
+impl Ipv4IdentDeltas {
+    /// [`Ipv4IdentShift::delta`] of `change`: XORs when `change` is at most the `max` this was
+    /// made for, one multiplication otherwise.
+    #[inline]
+    pub fn delta(&self, change: u16) -> u32 {
+        if u32::from(change) >> self.bits != 0 {
+            return self.shift.delta(change);
         }
         let (mut c, mut d) = (change, 0);
         while c != 0 {
@@ -1144,6 +1173,10 @@ mod tests {
                 for k in [1u16, 2, 63, 0xa5, 0xff, 0x100, 0x8000, rng.next() as u16] {
                     let want = roce_v4(&with_ident(&ip, k), &udp, &t);
                     assert_eq!(base ^ shift.delta(k), want, "len {len} ihl {ihl} id {k}");
+                    for max in [0u8, 1, 63, 0xa5, 0xff] {
+                        let d = shift.deltas(max).delta(k);
+                        assert_eq!(base ^ d, want, "len {len} ihl {ihl} id {k} max {max}");
+                    }
                     // From any Identification to any other.
                     let a = rng.next() as u16;
                     let from = roce_v4(&with_ident(&ip, a), &udp, &t);
