@@ -92,6 +92,24 @@ pub fn datagram_of_frame(frame: &[u8]) -> Option<(IpAddr, &[u8])> {
     Some((dst, payload))
 }
 
+/// [`datagram_of_frame`] for the frames the HCA builds on an IPv4 socket: untagged Ethernet,
+/// IPv4 (version 4, no options), a UDP length of at least the UDP header. Returns the
+/// destination address and the UDP payload exactly as [`datagram_of_frame`] does, or `None`
+/// for any other frame (which [`datagram_of_frame`] then handles).
+#[inline]
+pub fn plain_ipv4_datagram(frame: &[u8]) -> Option<([u8; 4], &[u8])> {
+    let (h, rest) = frame.split_first_chunk::<{ ETH_LEN + IPV4_LEN + UDP_LEN }>()?;
+    if u16::from_be_bytes([h[12], h[13]]) != ETHERTYPE_IPV4 || h[ETH_LEN] != 0x45 {
+        return None;
+    }
+    let at = ETH_LEN + 16;
+    let dst = [h[at], h[at + 1], h[at + 2], h[at + 3]];
+    let at = ETH_LEN + IPV4_LEN + 4;
+    let len = usize::from(u16::from_be_bytes([h[at], h[at + 1]]));
+    let payload = rest.get(..len.checked_sub(UDP_LEN)?)?;
+    Some((dst, payload))
+}
+
 /// Rebuilds the RoCEv2 frame of a datagram received from `src`:`sport` on `dst`, as the peer's
 /// kernel sent it (see the module documentation), into `out`. Returns false (and leaves `out`
 /// empty) when the addresses are of different families or the payload cannot fit one IP
@@ -339,6 +357,33 @@ mod tests {
         assert!(frame_of_datagram(a, 1, a, &[1, 2, 3], &mut f));
         assert_eq!(f.len(), MIN_FRAME_LEN);
         assert_eq!(datagram_of_frame(&f).unwrap().1, &[1, 2, 3]);
+    }
+
+    #[test]
+    fn plain_ipv4_datagrams_agree_with_the_general_parse() {
+        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7));
+        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9));
+        for len in [0usize, 3, 40, 1500] {
+            let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut f = Vec::new();
+            assert!(frame_of_datagram(a, 1, b, &payload, &mut f));
+            let (d, p) = plain_ipv4_datagram(&f).unwrap();
+            assert_eq!((IpAddr::from(d), p), datagram_of_frame(&f).unwrap());
+            assert_eq!(p, &payload[..]);
+        }
+        // Anything else is left to the general parse.
+        let mut f = Vec::new();
+        assert!(frame_of_datagram(a, 1, b, &[5; 10], &mut f));
+        let mut options = f.clone();
+        options[ETH_LEN] = 0x46;
+        assert_eq!(plain_ipv4_datagram(&options), None);
+        let mut udp_short = f.clone();
+        udp_short[ETH_LEN + IPV4_LEN + 4..ETH_LEN + IPV4_LEN + 6].copy_from_slice(&[0, 4]);
+        assert_eq!(plain_ipv4_datagram(&udp_short), None);
+        assert_eq!(plain_ipv4_datagram(&f[..ETH_LEN + IPV4_LEN]), None);
+        let s6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        assert!(frame_of_datagram(s6, 7, s6, &[9; 20], &mut f));
+        assert_eq!(plain_ipv4_datagram(&f), None);
     }
 
     #[test]

@@ -241,6 +241,11 @@ pub struct Device {
     /// Peers reached through another socket address: (peer IP, where its datagrams go and
     /// come from).
     routes: Vec<(IpAddr, SocketAddr)>,
+    /// The last IPv4 destination of a sent frame and where its datagrams go
+    /// ([`Device::route_to`]); forgotten when the routes change.
+    tx_route4: Option<([u8; 4], SocketAddr)>,
+    /// The ICRC deltas of the last GSO segment length retagged ([`Device::retag_gso_run`]).
+    ident_deltas: Option<(usize, softib_wire::icrc::Ipv4IdentDeltas)>,
     tx_frame: Vec<u8>,
     tx_buf: Vec<u8>,
     tx: Vec<TxEntry>,
@@ -315,6 +320,8 @@ impl Device {
             icrc: cfg.icrc,
             gso: cfg.gso,
             routes: Vec::new(),
+            tx_route4: None,
+            ident_deltas: None,
             tx_frame: Vec::with_capacity(softib_core::MAX_FRAME),
             tx_buf: Vec::with_capacity(TX_BATCH * 4200),
             tx: Vec::with_capacity(TX_BATCH),
@@ -371,6 +378,7 @@ impl Device {
         let peer = frame::canonical_ip(peer);
         self.routes.retain(|(p, _)| *p != peer);
         self.routes.push((peer, via));
+        self.tx_route4 = None;
     }
 
     /// The HCA's clock now.
@@ -468,11 +476,25 @@ impl Device {
             if let Some(p) = &mut self.pcap {
                 p.write_record(unix_ns(), &self.tx_frame)?;
             }
-            let Some((dst, payload)) = frame::datagram_of_frame(&self.tx_frame) else {
-                self.stats.tx_unframed += 1;
-                continue;
+            // The HCA's frames on an IPv4 socket: fixed offsets, and the route of the last
+            // destination again.
+            let (dest, payload) = match frame::plain_ipv4_datagram(&self.tx_frame) {
+                Some((dst, payload)) => match self.tx_route4 {
+                    Some((last, dest)) if last == dst => (dest, payload),
+                    _ => {
+                        let dest = self.route_to(IpAddr::from(dst));
+                        self.tx_route4 = Some((dst, dest));
+                        (dest, payload)
+                    }
+                },
+                None => match frame::datagram_of_frame(&self.tx_frame) {
+                    Some((dst, payload)) => (self.route_to(dst), payload),
+                    None => {
+                        self.stats.tx_unframed += 1;
+                        continue;
+                    }
+                },
             };
-            let dest = self.route_to(dst);
             let start = self.tx_buf.len();
             let len = payload.len();
             let request = payload.first().is_some_and(|&op| !is_response(op));
@@ -500,7 +522,7 @@ impl Device {
         let mut first_ack = n - 1;
         while first_ack > 0 {
             let e = self.tx[first_ack - 1];
-            let is_ack = e.dest == last.dest && self.tx_buf.get(e.start) == Some(&OPCODE_RC_ACK);
+            let is_ack = self.tx_buf.get(e.start) == Some(&OPCODE_RC_ACK) && e.dest == last.dest;
             if !is_ack {
                 break;
             }
@@ -609,12 +631,22 @@ impl Device {
     /// with Identification 0 and the receiver solves for k ([`IcrcPolicy::Verify`]).
     fn retag_gso_run(&mut self, i: usize, j: usize) {
         let seg = self.tx[i].len;
-        // Segments 1 .. of full length (a run holds at most GSO_MAX_SEGMENTS).
-        let full = self.tx[i + 1..j].iter().filter(|e| e.len == seg).count();
-        let deltas = (full > 0).then(|| {
-            softib_wire::icrc::Ipv4IdentShift::new(frame::IPV4_LEN, seg)
-                .deltas(u8::try_from(j - i - 1).unwrap_or(u8::MAX))
-        });
+        // Runs of one segment length share the deltas (made once per length, for every
+        // segment number a run can have); a run without a second full-length segment needs
+        // none.
+        let deltas = if self.tx[i + 1..j].iter().any(|e| e.len == seg) {
+            Some(match self.ident_deltas {
+                Some((len, d)) if len == seg => d,
+                _ => {
+                    let d = softib_wire::icrc::Ipv4IdentShift::new(frame::IPV4_LEN, seg)
+                        .deltas((GSO_MAX_SEGMENTS - 1) as u8);
+                    self.ident_deltas = Some((seg, d));
+                    d
+                }
+            })
+        } else {
+            None
+        };
         for (k, e) in self.tx[i..j].iter().enumerate().skip(1) {
             let d = &mut self.tx_buf[e.start..e.start + e.len];
             let ident = k as u16;

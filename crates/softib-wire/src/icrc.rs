@@ -52,7 +52,9 @@
 //!
 //! [`crate::roce::build`] does better still: it owns the frame, so it writes the masked headers
 //! and the LRH stand-in (over the end of the Ethernet header) into the frame itself, computes
-//! the ICRC over the frame in one pass, and then puts the variant bytes back.
+//! the ICRC over the frame in one pass, and then writes the headers as they go on the wire over
+//! the masked ones ([`crate::roce::HeaderTemplate`] keeps both forms of a connection's IP and
+//! UDP headers ready).
 //!
 //! # The IPv4 Identification
 //!
@@ -83,7 +85,7 @@ pub(crate) const IPV4_VARIANT: &[(usize, u8)] = &[(1, 0xFF), (8, 0xFF), (10, 0xF
 pub(crate) const IPV6_VARIANT: &[(usize, u8)] =
     &[(0, 0x0F), (1, 0xFF), (2, 0xFF), (3, 0xFF), (7, 0xFF)];
 /// ICRC-variant bits of the UDP header: the checksum.
-const UDP_VARIANT: &[(usize, u8)] = &[(6, 0xFF), (7, 0xFF)];
+pub(crate) const UDP_VARIANT: &[(usize, u8)] = &[(6, 0xFF), (7, 0xFF)];
 /// ICRC-variant bits of the BTH: FECN, BECN, Resv6a.
 const BTH_VARIANT: &[(usize, u8)] = &[(bth::ICRC_MASKED_BYTE, 0xFF)];
 
@@ -191,27 +193,6 @@ pub(crate) fn mask_roce_headers<const H: usize>(hdrs: &mut [u8; H], ip_variant: 
     }
     for &(off, bits) in BTH_VARIANT {
         hdrs[bth_at + off] |= bits;
-    }
-}
-
-/// Undoes [`mask_roce_headers`] on `slot`: copies back from `hdrs` the bytes that hold variant
-/// bits.
-#[inline(always)]
-pub(crate) fn unmask_roce_headers<const H: usize>(
-    slot: &mut [u8; H],
-    hdrs: &[u8; H],
-    ip_variant: &[(usize, u8)],
-) {
-    let udp_at = H - udp::LEN - bth::LEN;
-    let bth_at = H - bth::LEN;
-    for &(off, _) in ip_variant {
-        slot[off] = hdrs[off];
-    }
-    for &(off, _) in UDP_VARIANT {
-        slot[udp_at + off] = hdrs[udp_at + off];
-    }
-    for &(off, _) in BTH_VARIANT {
-        slot[bth_at + off] = hdrs[bth_at + off];
     }
 }
 

@@ -441,81 +441,239 @@ pub fn build(
     transport: &TransportPacket<'_>,
     buf: &mut [u8],
 ) -> Result<usize> {
-    let tlen = usize::from(transport.headers.layout()?.header_len)
-        + transport.payload.len()
-        + transport.pad.len();
-    let udp_len = udp::LEN + tlen + ICRC_LEN;
-    let eth_len = eth.header_len();
-    let ip_len = match ip {
-        IpHeader::V4(_) => ipv4::LEN,
-        IpHeader::V6(_) => grh::LEN,
+    let ident = match ip {
+        IpHeader::V4(v4) => v4.ident,
+        IpHeader::V6(_) => 0,
     };
-    let end = eth_len + ip_len + udp_len;
-    let frame_len = end.max(ethernet::MIN_FRAME_LEN);
-    if buf.len() < frame_len {
-        return Err(Error::Truncated {
-            header: Header::Ethernet,
-            need: frame_len,
-            have: buf.len(),
-        });
+    HeaderTemplate::new(eth, ip, udp_src_port).build(ident, transport, buf)
+}
+
+/// Longest Ethernet + IP + UDP header [`build`] writes: 802.1Q-tagged Ethernet and IPv6.
+const TEMPLATE_MAX: usize = ethernet::VLAN_LEN + grh::LEN + udp::LEN;
+
+/// The Ethernet, IP and UDP headers [`build`] writes for one (Ethernet header, IP header, UDP
+/// source port), serialized once. Frames built from one template differ only in their lengths,
+/// the IPv4 Identification and the IPv4 header checksum, which [`HeaderTemplate::build`] fills
+/// in per packet: a sender whose addressing does not change (a connected QP) keeps the
+/// template and skips the per-packet serialization of the headers. `build(eth, ip, sport, ..)`
+/// is `HeaderTemplate::new(eth, ip, sport).build(ip's Identification, ..)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderTemplate {
+    /// Ethernet + IP + UDP header; lengths, IPv4 Identification and checksum zero.
+    bytes: [u8; TEMPLATE_MAX],
+    /// The IP + UDP header of `bytes` with its ICRC-variant bits set to one, as the ICRC
+    /// covers it.
+    masked: [u8; grh::LEN + udp::LEN],
+    /// Length of the Ethernet header (14, or 18 with a VLAN tag).
+    eth_len: u8,
+    /// IPv4 (else IPv6).
+    v4: bool,
+    /// IPv4: the ones' complement sum (1..=0xFFFF) of the header words other than the total
+    /// length, the Identification and the checksum.
+    ip_sum: u16,
+}
+
+impl HeaderTemplate {
+    /// The headers of frames `build(eth, ip, udp_src_port, ..)` writes. The IPv4 header's
+    /// Identification, total length and checksum and the IPv6 payload length are ignored; the
+    /// EtherType follows `ip`.
+    pub fn new(eth: &Ethernet, ip: &IpHeader, udp_src_port: u16) -> HeaderTemplate {
+        let mut bytes = [0u8; TEMPLATE_MAX];
+        let mut e = *eth;
+        e.ether_type = match ip {
+            IpHeader::V4(_) => ethernet::ETHERTYPE_IPV4,
+            IpHeader::V6(_) => ethernet::ETHERTYPE_IPV6,
+        };
+        let eth_len = eth.header_len();
+        // `bytes` holds the longest Ethernet header.
+        let _ = e.emit(&mut bytes);
+        let (ip_len, v4, ip_sum) = match ip {
+            IpHeader::V4(v4) => {
+                // A RoCEv2 packet is never a fragment: MF clear, offset 0.
+                let h = Ipv4 {
+                    version: 4,
+                    ihl: 5,
+                    protocol: IP_PROTO_UDP,
+                    flags: v4.flags & !ipv4::FLAG_MF,
+                    frag_offset: 0,
+                    total_len: 0,
+                    ident: 0,
+                    ..*v4
+                }
+                .to_bytes_with_checksum();
+                bytes[eth_len..eth_len + ipv4::LEN].copy_from_slice(&h);
+                // The checksum field is the complement of the sum of the other words.
+                let sum = !u16::from_be_bytes([h[10], h[11]]);
+                bytes[eth_len + 10..eth_len + 12].fill(0);
+                (ipv4::LEN, true, sum)
+            }
+            IpHeader::V6(v6) => {
+                let h = Grh {
+                    ip_ver: 6,
+                    nxt_hdr: IP_PROTO_UDP,
+                    pay_len: 0,
+                    ..*v6
+                }
+                .to_bytes();
+                bytes[eth_len..eth_len + grh::LEN].copy_from_slice(&h);
+                (grh::LEN, false, 0)
+            }
+        };
+        let udp = Udp {
+            src_port: udp_src_port,
+            dst_port: udp::ROCEV2_PORT,
+            length: 0,
+            checksum: 0,
+        };
+        let at = eth_len + ip_len;
+        bytes[at..at + udp::LEN].copy_from_slice(&udp.to_bytes());
+        let mut masked = [0u8; grh::LEN + udp::LEN];
+        masked[..ip_len + udp::LEN].copy_from_slice(&bytes[eth_len..at + udp::LEN]);
+        let ip_variant = if v4 {
+            icrc::IPV4_VARIANT
+        } else {
+            icrc::IPV6_VARIANT
+        };
+        for &(off, bits) in ip_variant {
+            masked[off] |= bits;
+        }
+        for &(off, bits) in icrc::UDP_VARIANT {
+            masked[ip_len + off] |= bits;
+        }
+        HeaderTemplate {
+            bytes,
+            masked,
+            eth_len: eth_len as u8,
+            v4,
+            ip_sum,
+        }
     }
-    let udp_len16 = u16::try_from(udp_len).map_err(|_| Error::PayloadTooLong {
-        len: udp_len,
-        max: usize::from(u16::MAX),
-    })?;
-    let udp = Udp {
-        src_port: udp_src_port,
-        dst_port: udp::ROCEV2_PORT,
-        length: udp_len16,
-        checksum: 0,
-    };
-    let frame = Frame {
-        eth,
-        eth_len,
-        end,
-        frame_len,
-    };
-    match ip {
-        IpHeader::V4(v4) => {
+
+    /// Length of the Ethernet, IP and UDP headers.
+    pub fn header_len(&self) -> usize {
+        usize::from(self.eth_len) + if self.v4 { ipv4::LEN } else { grh::LEN } + udp::LEN
+    }
+
+    /// Builds the frame of `transport` with these headers and IPv4 Identification `ident`
+    /// (ignored for IPv6), as [`build`] does: lengths, IPv4 header checksum and ICRC filled in,
+    /// padded to the Ethernet minimum; checked before the first byte is written.
+    #[inline]
+    pub fn build(
+        &self,
+        ident: u16,
+        transport: &TransportPacket<'_>,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        let tlen = usize::from(transport.headers.layout()?.header_len)
+            + transport.payload.len()
+            + transport.pad.len();
+        let udp_len = udp::LEN + tlen + ICRC_LEN;
+        let eth_len = usize::from(self.eth_len);
+        let ip_len = if self.v4 { ipv4::LEN } else { grh::LEN };
+        let end = eth_len + ip_len + udp_len;
+        let frame_len = end.max(ethernet::MIN_FRAME_LEN);
+        if buf.len() < frame_len {
+            return Err(Error::Truncated {
+                header: Header::Ethernet,
+                need: frame_len,
+                have: buf.len(),
+            });
+        }
+        let udp_len16 = u16::try_from(udp_len).map_err(|_| Error::PayloadTooLong {
+            len: udp_len,
+            max: usize::from(u16::MAX),
+        })?;
+        if self.v4 {
             let total_len = u16::try_from(ip_len + udp_len).map_err(|_| Error::PayloadTooLong {
                 len: ip_len + udp_len,
                 max: usize::from(u16::MAX),
             })?;
             let layout = transport.check_emit()?;
-            let rest_end = frame.write_rest::<V4_HEADERS>(transport, layout, buf)?;
-            // A RoCEv2 packet is never a fragment: MF clear, offset 0.
-            let h = Ipv4 {
-                version: 4,
-                ihl: 5,
-                protocol: IP_PROTO_UDP,
-                flags: v4.flags & !ipv4::FLAG_MF,
-                frag_offset: 0,
-                total_len,
-                ..*v4
-            }
-            .to_bytes_with_checksum();
-            let mut hdrs = [0u8; V4_HEADERS];
-            hdrs[..ipv4::LEN].copy_from_slice(&h);
-            hdrs[ipv4::LEN..ipv4::LEN + udp::LEN].copy_from_slice(&udp.to_bytes());
-            hdrs[ipv4::LEN + udp::LEN..].copy_from_slice(&transport.headers.bth.to_bytes());
-            frame.finish(&hdrs, icrc::IPV4_VARIANT, rest_end, buf)
-        }
-        IpHeader::V6(v6) => {
+            let checksum = self.ipv4_checksum(total_len, ident);
+            self.write::<V4_HEADERS>(transport, layout, buf, end, frame_len, |h, masked| {
+                h[2..4].copy_from_slice(&total_len.to_be_bytes());
+                h[4..6].copy_from_slice(&ident.to_be_bytes());
+                if !masked {
+                    h[10..12].copy_from_slice(&checksum.to_be_bytes());
+                }
+                h[ipv4::LEN + 4..ipv4::LEN + 6].copy_from_slice(&udp_len16.to_be_bytes());
+            })
+        } else {
             let layout = transport.check_emit()?;
-            let rest_end = frame.write_rest::<V6_HEADERS>(transport, layout, buf)?;
-            let h = Grh {
-                ip_ver: 6,
-                nxt_hdr: IP_PROTO_UDP,
-                pay_len: udp_len16,
-                ..*v6
-            }
-            .to_bytes();
-            let mut hdrs = [0u8; V6_HEADERS];
-            hdrs[..grh::LEN].copy_from_slice(&h);
-            hdrs[grh::LEN..grh::LEN + udp::LEN].copy_from_slice(&udp.to_bytes());
-            hdrs[grh::LEN + udp::LEN..].copy_from_slice(&transport.headers.bth.to_bytes());
-            frame.finish(&hdrs, icrc::IPV6_VARIANT, rest_end, buf)
+            self.write::<V6_HEADERS>(transport, layout, buf, end, frame_len, |h, _| {
+                h[4..6].copy_from_slice(&udp_len16.to_be_bytes());
+                h[grh::LEN + 4..grh::LEN + 6].copy_from_slice(&udp_len16.to_be_bytes());
+            })
         }
+    }
+
+    /// Writes the frame once every check has passed: `H` is the length of the IP, UDP and BTH
+    /// headers, `patch` fills the per-packet fields into the IP and UDP headers (the second
+    /// argument tells the masked copy, which keeps the IPv4 checksum all ones), `end` is the end
+    /// of the ICRC and `frame_len` the padded length (`buf` holds it: checked by the caller).
+    ///
+    /// The ICRC is computed over the frame itself, in one pass and without a copy: the frame
+    /// first receives the headers with their variant bits set to one and, in the 8 bytes before
+    /// the IP header (the end of the Ethernet header), the all-ones LRH stand-in; once the
+    /// ICRC is known, the headers as they go on the wire and the Ethernet header are written
+    /// over them.
+    #[inline(always)]
+    fn write<const H: usize>(
+        &self,
+        transport: &TransportPacket<'_>,
+        layout: &OpcodeLayout,
+        buf: &mut [u8],
+        end: usize,
+        frame_len: usize,
+        patch: impl Fn(&mut [u8; H], bool),
+    ) -> Result<usize> {
+        let eth_len = usize::from(self.eth_len);
+        let ip_udp = H - bth::LEN;
+        // Everything after the BTH (extension headers, payload, pad); the end, counted from
+        // the IP header.
+        let rest_end = transport.emit_after_bth(layout, H, &mut buf[eth_len..])?;
+        let truncated = || Error::truncated(Header::Ethernet, frame_len, eth_len);
+        let bth_bytes = transport.headers.bth.to_bytes();
+        {
+            let (head, from_ip) = buf.split_at_mut(eth_len);
+            let (Some(lrh), Some(slot)) =
+                (head.last_chunk_mut::<8>(), from_ip.first_chunk_mut::<H>())
+            else {
+                return Err(truncated());
+            };
+            lrh.fill(0xFF);
+            slot[..ip_udp].copy_from_slice(&self.masked[..ip_udp]);
+            patch(slot, true);
+            slot[ip_udp..].copy_from_slice(&bth_bytes);
+            slot[ip_udp + bth::ICRC_MASKED_BYTE] = 0xFF;
+        }
+        let crc = icrc::raw(&buf[eth_len - 8..eth_len + rest_end]);
+        let Some(slot) = buf[eth_len..].first_chunk_mut::<H>() else {
+            return Err(truncated());
+        };
+        slot[..ip_udp].copy_from_slice(&self.bytes[eth_len..eth_len + ip_udp]);
+        patch(slot, false);
+        slot[ip_udp + bth::ICRC_MASKED_BYTE] = bth_bytes[bth::ICRC_MASKED_BYTE];
+        match buf.first_chunk_mut::<{ ethernet::LEN }>() {
+            // Untagged: a fixed-size copy.
+            Some(to) if eth_len == ethernet::LEN => {
+                to.copy_from_slice(&self.bytes[..ethernet::LEN]);
+            }
+            _ => buf[..eth_len].copy_from_slice(&self.bytes[..eth_len]),
+        }
+        buf[end - ICRC_LEN..end].copy_from_slice(&crc.to_le_bytes());
+        buf[end..frame_len].fill(0);
+        Ok(frame_len)
+    }
+
+    /// The IPv4 header checksum for a total length and an Identification: the complement of
+    /// the ones' complement sum, the template's words and the two (end-around carry).
+    #[inline(always)]
+    fn ipv4_checksum(&self, total_len: u16, ident: u16) -> u16 {
+        let sum = u32::from(self.ip_sum) + u32::from(total_len) + u32::from(ident);
+        let sum = (sum & 0xFFFF) + (sum >> 16);
+        let sum = (sum & 0xFFFF) + (sum >> 16);
+        !(sum as u16)
     }
 }
 
@@ -523,86 +681,6 @@ pub fn build(
 const V4_HEADERS: usize = ipv4::LEN + udp::LEN + bth::LEN;
 /// IPv6 + UDP + BTH.
 const V6_HEADERS: usize = grh::LEN + udp::LEN + bth::LEN;
-
-/// The frame [`build`] writes, once every check has passed.
-struct Frame<'e> {
-    eth: &'e Ethernet,
-    eth_len: usize,
-    /// End of the ICRC.
-    end: usize,
-    /// `end`, or the Ethernet minimum if more.
-    frame_len: usize,
-}
-
-impl Frame<'_> {
-    /// Writes everything after the BTH (extension headers, payload, pad), the IP, UDP and BTH
-    /// headers taking `H` bytes; returns where it ends, counted from the IP header.
-    #[inline(always)]
-    fn write_rest<const H: usize>(
-        &self,
-        transport: &TransportPacket<'_>,
-        layout: &OpcodeLayout,
-        buf: &mut [u8],
-    ) -> Result<usize> {
-        transport.emit_after_bth(layout, H, &mut buf[self.eth_len..])
-    }
-
-    /// Writes the rest of the frame once [`Frame::write_rest`] has: `hdrs` are the IP, UDP and
-    /// BTH headers (`H` bytes) as they go on the wire, `ip_variant` the ICRC-variant bits of
-    /// the IP header, `rest_end` what `write_rest` returned; `buf` holds `frame_len` bytes
-    /// (checked by the caller).
-    ///
-    /// The ICRC is computed over the frame itself, in one pass and without a copy: the frame
-    /// first receives the headers with their variant bits set to one and, in the 8 bytes before
-    /// the IP header (the end of the Ethernet header), the all-ones LRH stand-in; once the
-    /// ICRC is known, the variant bytes and the Ethernet header are written over them.
-    #[inline(always)]
-    fn finish<const H: usize>(
-        &self,
-        hdrs: &[u8; H],
-        ip_variant: &[(usize, u8)],
-        rest_end: usize,
-        buf: &mut [u8],
-    ) -> Result<usize> {
-        let mut masked = *hdrs;
-        icrc::mask_roce_headers(&mut masked, ip_variant);
-        let (head, from_ip) = buf.split_at_mut(self.eth_len);
-        let (Some(lrh), Some(hdr_slot)) =
-            (head.last_chunk_mut::<8>(), from_ip.first_chunk_mut::<H>())
-        else {
-            // Not reached: the caller checked that `buf` holds the frame.
-            return Err(Error::truncated(
-                Header::Ethernet,
-                self.frame_len,
-                self.eth_len,
-            ));
-        };
-        lrh.fill(0xFF);
-        *hdr_slot = masked;
-        let crc = icrc::raw(&buf[self.eth_len - 8..self.eth_len + rest_end]);
-        let Some(hdr_slot) = buf[self.eth_len..].first_chunk_mut::<H>() else {
-            return Err(Error::truncated(
-                Header::Ethernet,
-                self.frame_len,
-                self.eth_len,
-            ));
-        };
-        icrc::unmask_roce_headers(hdr_slot, hdrs, ip_variant);
-        let mut e = *self.eth;
-        e.ether_type = if H == V4_HEADERS {
-            ethernet::ETHERTYPE_IPV4
-        } else {
-            ethernet::ETHERTYPE_IPV6
-        };
-        e.emit(buf)?;
-        let icrc_at = self.end - ICRC_LEN;
-        buf[icrc_at..self.end].copy_from_slice(&crc.to_le_bytes());
-        if self.end < self.frame_len {
-            buf[self.end..self.frame_len].fill(0);
-        }
-        Ok(self.frame_len)
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -762,9 +840,20 @@ mod tests {
                 h.aeth = Some(aeth);
             }
             let t = TransportPacket::new(h, &payload[..len]);
-            for vlan in [None, Some(VlanTag::from_tci(0xb123))] {
-                for v6 in [false, true] {
-                    let (eth, ip) = (ethernet(vlan), ip(v6));
+            for (vlan, v6, ident) in [
+                (None, false, 0xe80e),
+                (None, false, 0),
+                (None, false, 0xffff),
+                (None, false, 0x17f1),
+                (None, true, 0),
+                (Some(VlanTag::from_tci(0xb123)), false, 0xe80e),
+                (Some(VlanTag::from_tci(0xb123)), true, 0),
+            ] {
+                {
+                    let (eth, mut ip) = (ethernet(vlan), ip(v6));
+                    if let IpHeader::V4(v4) = &mut ip {
+                        v4.ident = ident;
+                    }
                     let mut got = vec![0x77u8; 600];
                     let n = build(&eth, &ip, 0xc0de, &t, &mut got).unwrap();
 
@@ -825,6 +914,20 @@ mod tests {
                     assert_eq!(n, frame_len);
                     assert_eq!(got, want, "{op:?} {len} {vlan:?} v6={v6}");
                     assert!(RocePacket::parse_verified(&got[..n]).is_ok());
+                    // A template made from other values of the fields it fills in per packet
+                    // builds the same frame.
+                    let mut other = ip;
+                    match &mut other {
+                        IpHeader::V4(v4) => {
+                            (v4.ident, v4.total_len, v4.checksum) = (0x5a5a, 999, 0x1234)
+                        }
+                        IpHeader::V6(v6) => v6.pay_len = 999,
+                    }
+                    let tmpl = HeaderTemplate::new(&eth, &other, 0xc0de);
+                    assert_eq!(tmpl.header_len(), ip_at + ip_len + udp::LEN);
+                    let mut got = vec![0x77u8; 600];
+                    assert_eq!(tmpl.build(ident, &t, &mut got), Ok(n));
+                    assert_eq!(got, want, "template: {op:?} {len} {vlan:?} v6={v6}");
                 }
             }
         }

@@ -38,7 +38,7 @@ use super::ud::UdSource;
 use super::Hca;
 use crate::time::Instant;
 use crate::transport::Counters;
-use crate::verbs::ah::AhAttr;
+use crate::verbs::ah::{self, AhAttr};
 use crate::verbs::device::PortConfig;
 use crate::verbs::qp::Qp;
 use crate::verbs::types::{Gid, LinkLayer, QpState, QpType};
@@ -346,8 +346,12 @@ impl Hca {
         self.rearm_timer(qpn);
     }
 
-    /// Writes the next frame to send into `out` (cleared first) and returns true, or returns
-    /// false when nothing is ready now.
+    /// Writes the next frame to send into `out` (replacing what it held) and returns true, or
+    /// clears `out` and returns false when nothing is ready now.
+    ///
+    /// The frame is written over the bytes `out` already holds, which only grows when the
+    /// frame is longer than the last one: a caller that passes the same buffer every time
+    /// saves the zero-fill of a fresh one.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> bool {
         while let Some(qpn) = self.tx_ready.pop_front() {
             let qp_type = match self.qps.get_mut(&qpn) {
@@ -357,7 +361,6 @@ impl Hca {
                 }
                 None => continue,
             };
-            out.clear();
             let (sent, more) = match qp_type {
                 QpType::Uc => {
                     let sent = self.uc_next_packet(qpn, out);
@@ -395,6 +398,7 @@ impl Hca {
                 return true;
             }
         }
+        out.clear();
         false
     }
 
@@ -611,7 +615,86 @@ impl Hca {
         let Some(qp) = self.qps.get(&qpn) else {
             return false;
         };
-        self.frame_into(qp.attr.port_num, &qp.attr.ah_attr, ident, qpn, t, out)
+        let (built, current) = self.frame_into_qp(qp, ident, t, out);
+        if !current {
+            self.refresh_tx_headers(qpn);
+        }
+        built
+    }
+
+    /// [`Hca::frame_into`] for connected QP `qp` towards its own address vector. On a RoCE
+    /// port the frame is built from the QP's cached headers ([`TxHeaders`]) when they are
+    /// those of its current address vector, local GID and UDP source port, and by the general
+    /// path otherwise; the second value is false in that case, and the caller then refreshes
+    /// the cache ([`Hca::refresh_tx_headers`]) for the next packet.
+    #[inline(always)]
+    pub(crate) fn frame_into_qp(
+        &self,
+        qp: &Qp,
+        ident: u16,
+        t: &TransportPacket<'_>,
+        out: &mut Vec<u8>,
+    ) -> (bool, bool) {
+        let av = &qp.attr.ah_attr;
+        let Some(port) = self.port(qp.attr.port_num.max(1)) else {
+            return (false, true);
+        };
+        if port.link_layer == LinkLayer::InfiniBand {
+            return (build_native_frame(port, av, t, out), true);
+        }
+        let qpn = qp.qpn.value();
+        let (ident, sport) = self.roce_ident_sport(ident, qpn);
+        let Some(h) = qp
+            .transport
+            .tx_headers
+            .as_ref()
+            .filter(|h| h.is_for(port, av, sport))
+        else {
+            return (
+                self.frame_into(qp.attr.port_num, av, ident, qpn, t, out),
+                false,
+            );
+        };
+        (build_roce_frame(&h.template, ident, t, out), true)
+    }
+
+    /// Brings `qpn`'s cached RoCEv2 headers ([`TxHeaders`]) up to date with its address
+    /// vector, the local GID it names and its UDP source port (none when the QP has no usable
+    /// RoCE address).
+    #[cold]
+    pub(crate) fn refresh_tx_headers(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let sport = match self.udp_socket_port {
+            Some(port) => port,
+            None => udp_source_port(qpn),
+        };
+        let av = &qp.attr.ah_attr;
+        qp.transport.tx_headers = ah::port_config(&self.ports, qp.attr.port_num.max(1))
+            .filter(|port| port.link_layer != LinkLayer::InfiniBand)
+            .and_then(|port| {
+                let a = roce_addrs(port, av, 0, sport)?;
+                let grh = av.grh?;
+                let local = port.gids.get(usize::from(grh.sgid_index))?.gid;
+                Some(TxHeaders {
+                    grh,
+                    local,
+                    sport,
+                    template: roce::HeaderTemplate::new(&a.eth, &a.ip, sport),
+                })
+            });
+    }
+
+    /// The IPv4 Identification and UDP source port of a RoCEv2 packet sent by `src_qpn`, with
+    /// `ident` drawn for it.
+    #[inline(always)]
+    fn roce_ident_sport(&self, ident: u16, src_qpn: u32) -> (u16, u16) {
+        match self.udp_socket_port {
+            // What an unconnected kernel UDP socket with IP_PMTUDISC_DO writes.
+            Some(port) => (0, port),
+            None => (ident, udp_source_port(src_qpn)),
+        }
     }
 
     /// Builds the frame of `t`, sent by `src_qpn` through `port_num` towards `av`, into `out`
@@ -656,33 +739,74 @@ impl Hca {
         if port.link_layer == LinkLayer::InfiniBand {
             return build_native_frame(port, av, t, out);
         }
-        let (ident, sport) = match self.udp_socket_port {
-            // What an unconnected kernel UDP socket with IP_PMTUDISC_DO writes.
-            Some(port) => (0, port),
-            None => (ident, udp_source_port(src_qpn)),
-        };
+        let (ident, sport) = self.roce_ident_sport(ident, src_qpn);
         let Some(a) = roce_addrs(port, av, ident, sport) else {
             return false;
         };
-        let Ok(tlen) = t.wire_len() else {
+        build_roce_frame(
+            &roce::HeaderTemplate::new(&a.eth, &a.ip, a.sport),
+            ident,
+            t,
+            out,
+        )
+    }
+}
+
+/// The RoCEv2 headers of a connected QP's packets ([`roce::HeaderTemplate`]), with the inputs
+/// they were derived from. They are used only while those inputs are unchanged
+/// ([`TxHeaders::is_for`], checked per packet), so no change of the QP's address vector, of
+/// the GID table or of the UDP source port needs to invalidate them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TxHeaders {
+    /// The address vector's GRH fields (destination GID, SGID index, flow label, hop limit,
+    /// traffic class).
+    grh: crate::verbs::ah::GlobalRoute,
+    /// The local GID the SGID index named.
+    local: Gid,
+    /// The UDP source port.
+    sport: u16,
+    template: roce::HeaderTemplate,
+}
+
+impl TxHeaders {
+    /// True when these are the headers of packets on `port` towards `av` from UDP port
+    /// `sport`: everything [`roce_addrs`] derives them from is unchanged.
+    #[inline(always)]
+    fn is_for(&self, port: &PortConfig, av: &AhAttr, sport: u16) -> bool {
+        let Some(grh) = av.grh.as_ref() else {
             return false;
         };
-        let ip_len = match a.ip {
-            IpHeader::V4(_) => softib_wire::ipv4::LEN,
-            IpHeader::V6(_) => softib_wire::grh::LEN,
+        let Some(local) = port.gids.get(usize::from(grh.sgid_index)) else {
+            return false;
         };
-        let len = (a.eth.header_len() + ip_len + softib_wire::udp::LEN + tlen + roce::ICRC_LEN)
-            .max(softib_wire::ethernet::MIN_FRAME_LEN);
-        out.resize(len, 0);
-        match roce::build(&a.eth, &a.ip, a.sport, t, out) {
-            Ok(n) => {
-                out.truncate(n);
-                true
-            }
-            Err(_) => {
-                out.clear();
-                false
-            }
+        self.sport == sport && self.grh == *grh && self.local == local.gid
+    }
+}
+
+/// Builds the RoCEv2 frame of `t` with headers `h` and IPv4 Identification `ident` into `out`
+/// (resized to the frame); false (and `out` empty) if the packet does not fit.
+#[inline(always)]
+fn build_roce_frame(
+    h: &roce::HeaderTemplate,
+    ident: u16,
+    t: &TransportPacket<'_>,
+    out: &mut Vec<u8>,
+) -> bool {
+    let Ok(tlen) = t.wire_len() else {
+        out.clear();
+        return false;
+    };
+    let len = (h.header_len() + tlen + roce::ICRC_LEN).max(softib_wire::ethernet::MIN_FRAME_LEN);
+    // Every byte of the frame is written: only bytes beyond what `out` holds need filling.
+    out.resize(len, 0);
+    match h.build(ident, t, out) {
+        Ok(n) => {
+            out.truncate(n);
+            true
+        }
+        Err(_) => {
+            out.clear();
+            false
         }
     }
 }
@@ -902,6 +1026,124 @@ mod tests {
         // A RoCE port cannot address by LID alone.
         out.clear();
         assert!(!roce.build_frame_to(1, &av, 0x11, &t, &mut out));
+    }
+
+    /// Frames built from a QP's cached headers are those the general path builds for the same
+    /// packet, and follow every change of the address vector at once (no invalidation step:
+    /// here the address vector is changed behind the verbs, as no modify path could miss).
+    #[test]
+    fn cached_headers_follow_the_address_vector() {
+        use crate::setup::{connect, ConnectOptions, EndpointInfo};
+        use crate::verbs::device::HcaConfig;
+        use crate::verbs::qp::{QpCap, QpInitAttr};
+        use crate::verbs::wr::{RemoteAddr, SendWr, WrOpcode};
+        use softib_wire::{Psn, Qpn};
+        for socket_port in [None, Some(0xd00d)] {
+            let mut cfg = HcaConfig::new(5);
+            cfg.udp_socket_port = socket_port;
+            // RoCEv2 over IPv4 needs an IPv4-mapped local GID.
+            cfg.ports[0].gids[0].gid = gid_of_ipv4([10, 0, 0, 1]);
+            let mut hca = Hca::new(cfg);
+            let pd = hca.alloc_pd().unwrap();
+            let cq = hca.create_cq(63).unwrap();
+            let cap = QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 64,
+            };
+            let qpn = hca
+                .create_qp(pd, &QpInitAttr::new(QpType::Rc, cq, cap))
+                .unwrap();
+            let q = qpn.value();
+            let remote = EndpointInfo {
+                qpn: Qpn::new(0x99),
+                psn: Psn::new(7),
+                gid: gid_of_ipv4([10, 0, 0, 2]),
+                lid: 0,
+            };
+            connect(
+                &mut hca,
+                qpn,
+                Psn::new(100),
+                &remote,
+                &ConnectOptions::default(),
+            )
+            .unwrap();
+            let send = |hca: &mut Hca, out: &mut Vec<u8>, len: usize| {
+                // RDMA WRITEs: no end-to-end credit needed, so none waits for an ACK.
+                let remote = RemoteAddr {
+                    addr: 0x1000,
+                    rkey: 5,
+                };
+                let mut wr = SendWr::new(1, WrOpcode::RdmaWrite { remote });
+                wr.inline_data = Some(vec![0xab; len]);
+                hca.post_send(qpn, &[wr]).unwrap();
+                hca.poll_transmit(Instant::ZERO, out)
+            };
+            // The frame against the general path's for the packet it carries.
+            let check = |hca: &Hca, frame: &[u8]| -> IpHeader {
+                let p = RocePacket::parse_verified(frame).unwrap();
+                let ident = match p.ip {
+                    IpHeader::V4(v4) => v4.ident,
+                    IpHeader::V6(_) => 0,
+                };
+                let av = hca.qps.get(&q).unwrap().attr.ah_attr;
+                let mut want = vec![0x55; 7];
+                assert!(hca.frame_into(1, &av, ident, q, &p.transport, &mut want));
+                assert_eq!(frame, &want[..]);
+                p.ip
+            };
+            fn grh_of(hca: &mut Hca, q: u32) -> &mut crate::verbs::ah::GlobalRoute {
+                let qp = hca.qps.get_mut(&q).unwrap();
+                qp.attr.ah_attr.grh.as_mut().unwrap()
+            }
+            // The buffer is reused: longer and shorter frames than the last one.
+            let mut out = Vec::new();
+            for len in [40, 4, 60, 0, 40, 40] {
+                assert!(send(&mut hca, &mut out, len));
+                let IpHeader::V4(ip) = check(&hca, &out) else {
+                    panic!("IPv4 expected");
+                };
+                assert_eq!(ip.dst, [10, 0, 0, 2]);
+            }
+            assert!(hca.qps.get(&q).unwrap().transport.tx_headers.is_some());
+            grh_of(&mut hca, q).dgid = gid_of_ipv4([10, 0, 0, 3]);
+            assert!(send(&mut hca, &mut out, 40));
+            let IpHeader::V4(ip) = check(&hca, &out) else {
+                panic!("IPv4 expected");
+            };
+            assert_eq!(ip.dst, [10, 0, 0, 3]);
+            (
+                grh_of(&mut hca, q).traffic_class,
+                grh_of(&mut hca, q).hop_limit,
+            ) = (0x20, 3);
+            assert!(send(&mut hca, &mut out, 40));
+            let IpHeader::V4(ip) = check(&hca, &out) else {
+                panic!("IPv4 expected");
+            };
+            assert_eq!((ip.dscp_ecn, ip.ttl), (0x20, 3));
+            let v6 = Gid::new(Gid::LINK_LOCAL_PREFIX, 0x1234);
+            grh_of(&mut hca, q).dgid = v6;
+            grh_of(&mut hca, q).flow_label = 0x12345;
+            assert!(send(&mut hca, &mut out, 40));
+            let IpHeader::V6(ip) = check(&hca, &out) else {
+                panic!("IPv6 expected");
+            };
+            assert_eq!((Gid(ip.dgid), ip.flow_label), (v6, 0x12345));
+            // An SGID index past the table: no frame, as on the general path.
+            grh_of(&mut hca, q).sgid_index = 9;
+            assert!(!send(&mut hca, &mut out, 40));
+            assert!(out.is_empty());
+            grh_of(&mut hca, q).sgid_index = 0;
+            grh_of(&mut hca, q).dgid = gid_of_ipv4([10, 0, 0, 2]);
+            assert!(send(&mut hca, &mut out, 40));
+            let IpHeader::V4(ip) = check(&hca, &out) else {
+                panic!("IPv4 expected");
+            };
+            assert_eq!(ip.dst, [10, 0, 0, 2]);
+        }
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod responder;
 mod uc;
 mod ud;
 
+pub(crate) use datapath::TxHeaders;
 pub use datapath::{
     gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, MAX_FRAME, MULTICAST_LID_BASE,
     PERMISSIVE_LID,

@@ -329,12 +329,16 @@ impl Hca {
                         payload: bytes,
                         pad: &ZERO_PAD[..pad],
                     };
-                    let (port, av) = match &to {
-                        Some((port, av)) => (*port, av),
-                        None => (qp.attr.port_num, &qp.attr.ah_attr),
+                    let (built, current) = match &to {
+                        Some((port, av)) => {
+                            (self.frame_into(*port, av, ident, qpn, &direct, out), true)
+                        }
+                        None => self.frame_into_qp(qp, ident, &direct, out),
                     };
-                    let built = self.frame_into(port, av, ident, qpn, &direct, out);
                     self.ip_ident = ident;
+                    if !current {
+                        self.refresh_tx_headers(qpn);
+                    }
                     return Ok(built);
                 }
                 Some(Err(())) => return Err(WcStatus::LocProtErr),
@@ -575,15 +579,20 @@ fn qpn_of(q: u32) -> softib_wire::Qpn {
 }
 
 /// First PSN of the oldest started, unacknowledged WQE of a send queue. Retired WQEs leave
-/// the queue, so this is almost always its head.
+/// the queue, so this is almost always its head. WQEs start in queue order (at `cur`, which
+/// a rewind moves back only to a started WQE), so the started ones are a prefix of the queue
+/// (`rc_ack` relies on it too): the search ends at the first WQE not started, and a queue of
+/// unstarted WQEs behind no outstanding one costs one look at its head.
 #[inline]
 pub(crate) fn oldest_unacked(sq: &std::collections::VecDeque<SendWqe>) -> Option<Psn> {
     match sq.front() {
         Some(w) if w.tx.started && !w.tx.done => Some(w.tx.first_psn),
-        _ => sq
+        Some(w) if w.tx.started => sq
             .iter()
-            .find(|w| w.tx.started && !w.tx.done)
+            .take_while(|w| w.tx.started)
+            .find(|w| !w.tx.done)
             .map(|w| w.tx.first_psn),
+        _ => None,
     }
 }
 

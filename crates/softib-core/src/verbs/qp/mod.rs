@@ -31,6 +31,9 @@ pub(crate) struct TransportState {
     pub(crate) tx_queued: bool,
     /// Deadline under which the QP is registered in the HCA's timer set.
     pub(crate) timer_key: Option<crate::time::Instant>,
+    /// RoCEv2 headers of the QP's packets, used while the address vector, the local GID and
+    /// the UDP source port they were made for are unchanged.
+    pub(crate) tx_headers: Option<crate::hca::TxHeaders>,
 }
 
 /// A queue pair inside the HCA.
