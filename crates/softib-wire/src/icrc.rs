@@ -577,11 +577,13 @@ fn bytes_after_ident(ip_hdr_len: usize, udp_payload_len: usize) -> usize {
 /// kernel numbers the segments of a UDP GSO send base, base + 1, ...) needs a new ICRC:
 /// `icrc(id) = icrc(0) ^ shift.delta(id)`. [`Ipv4IdentShift::new`] costs O(log n) carry-less
 /// multiplications for n bytes; [`Ipv4IdentShift::delta`] one, plus two table look-ups. For the
-/// many small changes of one GSO run, [`Ipv4IdentShift::deltas`] precomputes one
-/// multiplication per bit of the largest change, after which each delta is a few XORs.
+/// many small changes of one GSO run or GRO buffer, [`Ipv4IdentShift::deltas`] precomputes one
+/// multiplication per bit of the largest change, after which each delta is two look-ups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4IdentShift {
-    /// x^(8n) mod P, n = covered bytes behind the Identification.
+    /// n, the covered bytes behind the Identification (what the shift was made for).
+    after: usize,
+    /// x^(8n) mod P.
     shift: u32,
 }
 
@@ -589,8 +591,10 @@ impl Ipv4IdentShift {
     /// For packets with an IPv4 header of `ip_hdr_len` bytes (20 without options) and a UDP
     /// payload of `udp_payload_len` bytes (BTH through ICRC: what a UDP socket sends).
     pub fn new(ip_hdr_len: usize, udp_payload_len: usize) -> Ipv4IdentShift {
+        let after = bytes_after_ident(ip_hdr_len, udp_payload_len);
         Ipv4IdentShift {
-            shift: x8n(bytes_after_ident(ip_hdr_len, udp_payload_len) as u64),
+            after,
+            shift: x8n(after as u64),
         }
     }
 
@@ -601,45 +605,54 @@ impl Ipv4IdentShift {
         mul(self.shift, ident_lin(change))
     }
 
-    /// The deltas of every change up to `max`, each from then on an XOR of at most 8
-    /// precomputed values (one multiplication per bit of `max`, at most 8).
+    /// The deltas of every change up to `max`, each from then on two table look-ups (one
+    /// multiplication per bit of `max`, at most 8, and 30 XORs).
     pub fn deltas(&self, max: u8) -> Ipv4IdentDeltas {
         let bits = u8::BITS - max.leading_zeros();
-        let mut low = [0; 8];
-        for (i, d) in low.iter_mut().enumerate().take(bits as usize) {
+        let mut bit = [0u32; 8];
+        for (i, d) in bit.iter_mut().enumerate().take(bits as usize) {
             *d = mul(self.shift, ident_lin(1 << i));
+        }
+        let mut nibbles = [[0u32; 16]; 2];
+        for (half, table) in nibbles.iter_mut().enumerate() {
+            for c in 1..16 {
+                // c without its lowest set bit, plus that bit's delta.
+                table[c] = table[c & (c - 1)] ^ bit[4 * half + c.trailing_zeros() as usize];
+            }
         }
         Ipv4IdentDeltas {
             shift: *self,
-            low,
+            nibbles,
             bits,
         }
     }
 }
 
-/// [`Ipv4IdentShift::delta`] for small changes, by XOR ([`Ipv4IdentShift::deltas`]).
+/// [`Ipv4IdentShift::delta`] for small changes, by table ([`Ipv4IdentShift::deltas`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4IdentDeltas {
     shift: Ipv4IdentShift,
-    /// `low[i]` = the delta of change `1 << i` for `i < bits` (the delta is linear).
-    low: [u32; 8],
+    /// `nibbles[0][c]` = the delta of change `c`, `nibbles[1][c]` that of change `c << 4`
+    /// (c < 16; entries of bits at or above `bits` are 0): the delta is linear in the change.
+    nibbles: [[u32; 16]; 2],
     bits: u32,
 }
 
 impl Ipv4IdentDeltas {
-    /// [`Ipv4IdentShift::delta`] of `change`: XORs when `change` is at most the `max` this was
-    /// made for, one multiplication otherwise.
+    /// [`Ipv4IdentShift::delta`] of `change`: two look-ups when `change` is at most the `max`
+    /// this was made for, one multiplication otherwise.
     #[inline]
     pub fn delta(&self, change: u16) -> u32 {
         if u32::from(change) >> self.bits != 0 {
             return self.shift.delta(change);
         }
-        let (mut c, mut d) = (change, 0);
-        while c != 0 {
-            d ^= self.low[c.trailing_zeros() as usize];
-            c &= c - 1;
-        }
-        d
+        let c = usize::from(change);
+        self.nibbles[0][c & 0xf] ^ self.nibbles[1][c >> 4]
+    }
+
+    /// The shift these deltas were made from.
+    pub fn shift(&self) -> &Ipv4IdentShift {
+        &self.shift
     }
 }
 
@@ -666,16 +679,113 @@ pub fn solve_roce_v4_ident(
     udp_hdr: &[u8],
     transport_and_icrc: &[u8],
 ) -> Result<u16> {
+    solve_roce_v4_ident_hinted(ip_hdr, udp_hdr, transport_and_icrc, None)
+}
+
+/// [`solve_roce_v4_ident`] with a guess: `hint` is an [`Ipv4IdentShift`] made for packets of
+/// this size and the Identification the packet most likely carries (segment k of a GSO run:
+/// base + k). When the ICRC does not verify as the header stands, the guess is tried first, a
+/// few XORs ([`Ipv4IdentShift::delta`] of a change below 256) instead of the solve; if it
+/// fails, or the shift was made for another packet size, the solve runs as without a hint.
+///
+/// The result is exactly that of [`solve_roce_v4_ident`], hint or not: the Identification
+/// that explains an ICRC difference is unique, and a guess is accepted only when it explains
+/// the difference for this packet's size, so the strength statement there holds unchanged.
+pub fn solve_roce_v4_ident_hinted(
+    ip_hdr: &[u8],
+    udp_hdr: &[u8],
+    transport_and_icrc: &[u8],
+    hint: Option<(&Ipv4IdentDeltas, u16)>,
+) -> Result<u16> {
     let given = match ip_hdr.get(IDENT_AT..IDENT_AT + 2) {
         Some(b) => u16::from_be_bytes([b[0], b[1]]),
         None => return Err(Error::truncated(Header::Ipv4, ipv4::LEN, ip_hdr.len())),
     };
     let (covered, found) = split(transport_and_icrc)?;
     let computed = roce_v4(ip_hdr, udp_hdr, covered);
+    let after = (ip_hdr.len() - IDENT_AT - 2) + udp_hdr.len() + covered.len();
+    solve_from(given, computed, found, after, hint)
+}
+
+/// Length of the untagged Ethernet header [`solve_roce_v4_frame_ident`] expects.
+const ETH_LEN: usize = 14;
+
+/// [`solve_roce_v4_ident_hinted`] over a whole frame: an untagged Ethernet header, an IPv4
+/// header without options, UDP, BTH .. ICRC, the UDP length saying where the ICRC ends
+/// (Ethernet padding may follow).
+///
+/// The ICRC is computed over the frame itself, its headers not copied: the all-ones LRH
+/// stand-in (over the end of the Ethernet header) and the variant bits are written into the
+/// frame for the pass and then put back, so the frame is left as it was. The result is that
+/// of [`solve_roce_v4_ident_hinted`] over the frame's IP header, UDP header and BTH .. ICRC;
+/// a frame without that layout (another EtherType, IPv4 options, a UDP length that does not
+/// fit) is an error.
+pub fn solve_roce_v4_frame_ident(
+    frame: &mut [u8],
+    hint: Option<(&Ipv4IdentDeltas, u16)>,
+) -> Result<u16> {
+    const H: usize = V4_HEADERS;
+    const UDP_AT: usize = ipv4::LEN;
+    let have = frame.len();
+    let ether_type = match frame.get(12..14) {
+        Some(t) => u16::from_be_bytes([t[0], t[1]]),
+        None => return Err(Error::truncated(Header::Ethernet, ETH_LEN, have)),
+    };
+    let (head, from_ip) = frame.split_at_mut(ETH_LEN);
+    let (Some(lrh), Some(hdrs)) = (
+        head.last_chunk_mut::<LRH_LEN>(),
+        from_ip.first_chunk_mut::<H>(),
+    ) else {
+        return Err(Error::truncated(Header::Ipv4, ETH_LEN + H, have));
+    };
+    if ether_type != crate::ethernet::ETHERTYPE_IPV4 {
+        return Err(Error::BadField {
+            field: crate::error::Field::EtherType,
+            value: u64::from(ether_type),
+        });
+    }
+    if hdrs[0] != 0x45 {
+        return Err(Error::BadField {
+            field: crate::error::Field::Ipv4Ihl,
+            value: u64::from(hdrs[0] & 0x0f),
+        });
+    }
+    let udp_len = usize::from(u16::from_be_bytes([hdrs[UDP_AT + 4], hdrs[UDP_AT + 5]]));
+    let end = UDP_AT + udp_len;
+    if udp_len < udp::LEN + bth::LEN + LEN || end > have - ETH_LEN {
+        return Err(Error::truncated(Header::Icrc, ETH_LEN + end, have));
+    }
+    let given = u16::from_be_bytes([hdrs[IDENT_AT], hdrs[IDENT_AT + 1]]);
+    let (saved_lrh, saved) = (*lrh, *hdrs);
+    *lrh = [0xFF; LRH_LEN];
+    mask_roce_headers(hdrs, IPV4_VARIANT);
+    let computed = raw(&frame[ETH_LEN - LRH_LEN..ETH_LEN + end - LEN]);
+    let found = get(&frame[ETH_LEN + end - LEN..ETH_LEN + end])?;
+    frame[ETH_LEN - LRH_LEN..ETH_LEN].copy_from_slice(&saved_lrh);
+    frame[ETH_LEN..ETH_LEN + H].copy_from_slice(&saved);
+    let after = end - LEN - IDENT_AT - 2;
+    solve_from(given, computed, found, after, hint)
+}
+
+/// The end of the solves: `computed` is the ICRC under Identification `given`, `found` the
+/// packet's, `after` the covered bytes behind the Identification.
+#[inline(always)]
+fn solve_from(
+    given: u16,
+    computed: u32,
+    found: u32,
+    after: usize,
+    hint: Option<(&Ipv4IdentDeltas, u16)>,
+) -> Result<u16> {
     if computed == found {
         return Ok(given);
     }
-    let after = (ip_hdr.len() - IDENT_AT - 2) + udp_hdr.len() + covered.len();
+    if let Some((deltas, guess)) = hint {
+        let change = given ^ guess;
+        if deltas.shift.after == after && computed ^ deltas.delta(change) == found {
+            return Ok(guess);
+        }
+    }
     match ident_change_for(computed ^ found, after) {
         Some(change) => Ok(given ^ change),
         None => Err(Error::Icrc { computed, found }),
@@ -1167,6 +1277,22 @@ mod tests {
         }
     }
 
+    /// The table-driven delta of small changes is the multiplication, for every change.
+    #[test]
+    fn small_deltas_match_the_multiplication() {
+        for len in [12usize, 80, 4108, 65_000] {
+            let shift = Ipv4IdentShift::new(20, len);
+            let tables = [0u8, 1, 2, 63, 64, 200, 255].map(|max| shift.deltas(max));
+            for change in 0..=u16::MAX {
+                let want = mul(shift.shift, ident_lin(change));
+                assert_eq!(shift.delta(change), want, "len {len} change {change}");
+                for d in &tables {
+                    assert_eq!(d.delta(change), want, "len {len} change {change} {d:?}");
+                }
+            }
+        }
+    }
+
     /// Real rxe packets carry real Identifications: blanked, they are solved back.
     #[test]
     fn solve_recovers_rxe_identifications() {
@@ -1273,6 +1399,114 @@ mod tests {
             solve_roce_v4_ident(&[0x45; 20], &[0; 8], &huge),
             Err(Error::Icrc { .. })
         ));
+    }
+
+    /// A hint changes nothing but the cost: right, wrong, or made for another packet size, the
+    /// hinted solve answers as the plain one, on good and corrupted packets alike.
+    #[test]
+    fn hinted_solve_agrees_with_the_solve() {
+        let mut rng = Rng(0x0dd_ba11);
+        for len in [12usize, 16, 76, 1036, 4108] {
+            let ip = rng.bytes(20);
+            let udp = rng.bytes(8);
+            let t = rng.bytes(len);
+            // Deltas by table up to 255 for the right size; for another size, by table only up
+            // to 3 (larger guesses multiply).
+            let right = Ipv4IdentShift::new(20, len + LEN).deltas(255);
+            let other = Ipv4IdentShift::new(20, len + LEN + 4).deltas(3);
+            for id in [0u16, 1, 2, 5, 63, 0xff, 0x100, 0xbeef] {
+                let icrc = roce_v4(&with_ident(&ip, id), &udp, &t);
+                let mut wire = t.clone();
+                wire.extend_from_slice(&icrc.to_le_bytes());
+                let mut bad = wire.clone();
+                let at = rng.next() as usize % len;
+                bad[at] ^= if at == 4 { 0 } else { 1 << (rng.next() % 8) };
+                for given in [0u16, id, id ^ 3] {
+                    let hdr = with_ident(&ip, given);
+                    for w in [&wire, &bad] {
+                        let want = solve_roce_v4_ident(&hdr, &udp, w);
+                        for guess in [id, id.wrapping_add(1), 0, given] {
+                            for shift in [&right, &other] {
+                                let got =
+                                    solve_roce_v4_ident_hinted(&hdr, &udp, w, Some((shift, guess)));
+                                assert_eq!(got, want, "len {len} id {id} guess {guess}");
+                            }
+                        }
+                    }
+                }
+                assert_eq!(
+                    solve_roce_v4_ident_hinted(
+                        &with_ident(&ip, 0),
+                        &udp,
+                        &wire,
+                        Some((&right, id))
+                    ),
+                    Ok(id)
+                );
+            }
+        }
+    }
+
+    /// The in-frame solve answers as the solve over the frame's parts, with and without a
+    /// hint, on good and corrupted packets, with Ethernet padding behind the packet, and
+    /// leaves the frame as it was; frames of another layout are refused, never misread.
+    #[test]
+    fn frame_solve_agrees_with_the_solve_over_parts() {
+        let mut rng = Rng(0xf4a3_e501);
+        for len in [12usize, 13, 16, 44, 76, 80, 81, 1036, 4108] {
+            for pad in [0usize, 6] {
+                let mut f = rng.bytes(ETH_LEN + 20 + 8 + len + LEN + pad);
+                f[12..14].copy_from_slice(&crate::ethernet::ETHERTYPE_IPV4.to_be_bytes());
+                f[ETH_LEN] = 0x45;
+                let udp_len = (8 + len + LEN) as u16;
+                f[ETH_LEN + 24..ETH_LEN + 26].copy_from_slice(&udp_len.to_be_bytes());
+                let id = rng.next() as u16;
+                let (ip_at, udp_at, t_at) = (ETH_LEN, ETH_LEN + 20, ETH_LEN + 28);
+                let end = t_at + len + LEN;
+                let icrc = roce_v4(
+                    &with_ident(&f[ip_at..udp_at], id),
+                    &f[udp_at..t_at],
+                    &f[t_at..end - LEN],
+                );
+                f[end - LEN..end].copy_from_slice(&icrc.to_le_bytes());
+                let shift = Ipv4IdentShift::new(20, len + LEN).deltas(63);
+                for given in [0u16, id, id.wrapping_sub(1)] {
+                    f[ip_at + IDENT_AT..ip_at + IDENT_AT + 2].copy_from_slice(&given.to_be_bytes());
+                    for flip in [None, Some(t_at + len / 2), Some(ip_at + 13)] {
+                        let mut g = f.clone();
+                        if let Some(at) = flip {
+                            g[at] ^= 0x04;
+                        }
+                        for hint in [None, Some((&shift, id)), Some((&shift, id ^ 1))] {
+                            let before = g.clone();
+                            let want = solve_roce_v4_ident_hinted(
+                                &g[ip_at..udp_at],
+                                &g[udp_at..t_at],
+                                &g[t_at..end],
+                                hint,
+                            );
+                            assert_eq!(solve_roce_v4_frame_ident(&mut g, hint), want, "len {len}");
+                            assert_eq!(g, before);
+                            assert_eq!(want.is_ok(), flip.is_none(), "len {len} {flip:?}");
+                        }
+                    }
+                }
+                // Other layouts.
+                let mut g = f.clone();
+                g[12] = 0x86;
+                assert!(solve_roce_v4_frame_ident(&mut g, None).is_err());
+                let mut g = f.clone();
+                g[ETH_LEN] = 0x46;
+                assert!(solve_roce_v4_frame_ident(&mut g, None).is_err());
+                let mut g = f.clone();
+                let long = udp_len + pad as u16 + 1;
+                g[ETH_LEN + 24..ETH_LEN + 26].copy_from_slice(&long.to_be_bytes());
+                assert!(solve_roce_v4_frame_ident(&mut g, None).is_err());
+                for cut in [0, 13, 14, ETH_LEN + 39] {
+                    assert!(solve_roce_v4_frame_ident(&mut f.clone()[..cut], None).is_err());
+                }
+            }
+        }
     }
 
     proptest::proptest! {

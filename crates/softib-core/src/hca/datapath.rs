@@ -510,6 +510,14 @@ impl Hca {
     #[inline]
     fn connection_matches(&self, qp: &Qp, from: PacketSource<'_>) -> bool {
         match from {
+            PacketSource::Roce(IpHeader::V4(v4)) => {
+                // `connection_matches_gids` without building the IPv4-mapped GIDs: a GID is
+                // `gid_of_ipv4(a)` exactly when `ipv4_of` gives `a` back.
+                let (Some(grh), Some(local)) = (qp.attr.ah_attr.grh, self.local_gid(qp)) else {
+                    return false;
+                };
+                ipv4_of(&grh.dgid) == Some(v4.src) && ipv4_of(&local) == Some(v4.dst)
+            }
             PacketSource::Roce(ip) => {
                 let (src, dst) = ip_gids(ip);
                 self.connection_matches_gids(qp, src, dst)
@@ -975,6 +983,30 @@ pub(crate) fn reserved_opcode_native(frame: &[u8]) -> Option<(Bth, Lrh, Option<G
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv4_of_inverts_gid_of_ipv4() {
+        let addrs = [
+            [127, 0, 0, 1],
+            [127, 0, 0, 2],
+            [0; 4],
+            [255; 4],
+            [10, 1, 2, 3],
+        ];
+        let mut gids: Vec<Gid> = addrs.iter().map(|&a| gid_of_ipv4(a)).collect();
+        let mut v6 = gid_of_ipv4([127, 0, 0, 1]);
+        v6.0[9] = 1;
+        gids.push(v6);
+        gids.push(Gid([
+            0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1,
+        ]));
+        gids.push(Gid([0; 16]));
+        for g in &gids {
+            for &a in &addrs {
+                assert_eq!(ipv4_of(g) == Some(a), *g == gid_of_ipv4(a), "{g:?} {a:?}");
+            }
+        }
+    }
 
     #[test]
     fn macs_from_gids() {

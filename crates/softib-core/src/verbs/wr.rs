@@ -407,10 +407,18 @@ pub struct RecvWqe {
 impl From<&RecvWr> for RecvWqe {
     #[inline]
     fn from(wr: &RecvWr) -> RecvWqe {
-        RecvWqe {
-            wr_id: wr.wr_id,
-            sg_list: SgList::from_slice(&wr.sg_list),
-            length: wr.buffer_len(),
+        match wr.sg_list[..] {
+            // The common case, without the general list's match and sum.
+            [one] => RecvWqe {
+                wr_id: wr.wr_id,
+                sg_list: SgList::One(one),
+                length: u64::from(one.length),
+            },
+            _ => RecvWqe {
+                wr_id: wr.wr_id,
+                sg_list: SgList::from_slice(&wr.sg_list),
+                length: wr.buffer_len(),
+            },
         }
     }
 }
