@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use softib_core::verbs::types::Gid;
 use softib_core::{gid_of_ipv4, mac_for_gid};
 use softib_wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, MIN_FRAME_LEN};
-use softib_wire::icrc::{Ipv4IdentDeltas, Ipv4IdentShift};
+use softib_wire::icrc::Ipv4IdentDeltaCache;
 use softib_wire::ipv4::Ipv4View;
 use softib_wire::udp::ROCEV2_PORT;
 
@@ -323,36 +323,24 @@ pub fn verify_ipv4_icrc_any_ident(frame: &mut [u8]) -> bool {
 /// (segment k carries Identification base + k). [`GroIdents::start`] begins each buffer.
 ///
 /// A segment whose ICRC does not verify with the Identification of its rebuilt header (0) is
-/// first tried with the one after the Identification of the previous segment, a few XORs of
-/// values computed once per buffer ([`softib_wire::icrc::solve_roce_v4_ident_hinted`]), and
+/// first tried with the one after the Identification of the previous segment, two table
+/// look-ups with tables kept for the last two segment sizes
+/// ([`softib_wire::icrc::solve_roce_v4_ident_hinted`], [`Ipv4IdentDeltaCache`]), and
 /// solved only if that guess fails. The Identification that verified is written into the
 /// frame as there; the header checksum is patched for it (RFC 1624) instead of recomputed,
 /// which gives the same checksum for the headers [`frame_of_datagram`] builds.
 #[derive(Debug, Clone, Default)]
 pub struct GroIdents {
-    /// Payload length of the buffer's segments (all but the last).
-    seg_len: usize,
-    /// Made for `shift_len` when first needed, kept while buffers keep that segment length
-    /// (the deltas of the Identifications below 256 by table).
-    shift: Option<Ipv4IdentDeltas>,
-    shift_len: usize,
+    /// ICRC deltas of the last two segment sizes guessed for (a run's full segments and its
+    /// shorter last one).
+    deltas: Ipv4IdentDeltaCache,
     /// The Identification guessed for the next segment.
     next: u16,
 }
 
 impl GroIdents {
-    /// For a GRO buffer whose segments carry `seg_len` bytes of UDP payload (the last one
-    /// possibly fewer).
-    pub fn new(seg_len: usize) -> GroIdents {
-        let mut g = GroIdents::default();
-        g.start(seg_len);
-        g
-    }
-
-    /// Begins the next GRO buffer, whose segments carry `seg_len` bytes of UDP payload (the
-    /// last one possibly fewer).
-    pub fn start(&mut self, seg_len: usize) {
-        self.seg_len = seg_len;
+    /// Begins the next GRO buffer: its first segment is not guessed for.
+    pub fn start(&mut self) {
         self.next = 0;
     }
 
@@ -372,19 +360,9 @@ impl GroIdents {
             }
             return ok;
         }
-        let hint = match (self.next, end - udp_at - UDP_LEN == self.seg_len) {
-            (0, _) | (_, false) => None,
-            (guess, true) => {
-                let seg_len = self.seg_len;
-                if self.shift_len != seg_len {
-                    self.shift = None;
-                    self.shift_len = seg_len;
-                }
-                let shift = self
-                    .shift
-                    .get_or_insert_with(|| Ipv4IdentShift::new(IPV4_LEN, seg_len).deltas(u8::MAX));
-                Some((&*shift, guess))
-            }
+        let hint = match self.next {
+            0 => None,
+            guess => Some((self.deltas.get(end - udp_at - UDP_LEN, guess), guess)),
         };
         let Ok(ident) = softib_wire::icrc::solve_roce_v4_frame_ident(frame, hint) else {
             return false;
@@ -632,13 +610,13 @@ mod tests {
             &[0, 0, 0],
             &[0x00ff, 0x0100, 0x0101, 0x7a31, 0x0003],
         ];
-        let mut g = GroIdents::new(100);
+        let mut g = GroIdents::default();
         for seg_len in [16usize, 24, 28, 76, 1036] {
             for idents in numberings {
                 for short_last in [false, true] {
                     for corrupt in [None, Some(1), Some(idents.len() - 1)] {
                         // One verifier for every buffer, as a device keeps it.
-                        g.start(seg_len);
+                        g.start();
                         for (k, &id) in idents.iter().enumerate() {
                             let len = if short_last && k == idents.len() - 1 {
                                 seg_len - 4

@@ -246,8 +246,8 @@ pub struct Device {
     /// The last IPv4 destination of a sent frame and where its datagrams go
     /// ([`Device::route_to`]); forgotten when the routes change.
     tx_route4: Option<([u8; 4], SocketAddr)>,
-    /// The ICRC deltas of the last GSO segment length retagged ([`Device::retag_gso_run`]).
-    ident_deltas: Option<(usize, softib_wire::icrc::Ipv4IdentDeltas)>,
+    /// The ICRC deltas of the GSO segment sizes retagged last ([`Device::retag_gso_run`]).
+    ident_deltas: softib_wire::icrc::Ipv4IdentDeltaCache,
     tx_frame: Vec<u8>,
     tx_buf: Vec<u8>,
     tx: Vec<TxEntry>,
@@ -324,7 +324,7 @@ impl Device {
             gso: cfg.gso,
             routes: Vec::new(),
             tx_route4: None,
-            ident_deltas: None,
+            ident_deltas: Default::default(),
             tx_frame: Vec::with_capacity(softib_core::MAX_FRAME),
             tx_buf: Vec::with_capacity(TX_BATCH * 4200),
             tx: Vec::with_capacity(TX_BATCH),
@@ -629,36 +629,18 @@ impl Device {
     /// The HCA covers Identification 0, what the kernel writes for a single datagram on an
     /// unconnected socket with DF set. When the kernel (or the NIC) cuts a GSO send into
     /// segments, segment k carries Identification 0 + k (`inet_gso_segment`), so the ICRC of
-    /// every segment but the first is patched for it: a few XORs of values precomputed once
-    /// per run, no pass over the payload ([`softib_wire::icrc::Ipv4IdentShift`]). Where the
+    /// every segment but the first is patched for it: two table look-ups, the tables kept for
+    /// the last two segment sizes, no pass over the payload
+    /// ([`softib_wire::icrc::Ipv4IdentDeltaCache`]). Where the
     /// send is not cut (loopback hands the whole run to the receiver), the segments arrive
     /// with Identification 0 and the receiver solves for k ([`IcrcPolicy::Verify`]).
     fn retag_gso_run(&mut self, i: usize, j: usize) {
-        let seg = self.tx[i].len;
-        // Runs of one segment length share the deltas (made once per length, for every
-        // segment number a run can have); a run without a second full-length segment needs
-        // none.
-        let deltas = if self.tx[i + 1..j].iter().any(|e| e.len == seg) {
-            Some(match self.ident_deltas {
-                Some((len, d)) if len == seg => d,
-                _ => {
-                    let d = softib_wire::icrc::Ipv4IdentShift::new(frame::IPV4_LEN, seg)
-                        .deltas((GSO_MAX_SEGMENTS - 1) as u8);
-                    self.ident_deltas = Some((seg, d));
-                    d
-                }
-            })
-        } else {
-            None
-        };
+        // Tables for every segment number of the run at once (not widened bit by bit).
+        self.ident_deltas.get(self.tx[i].len, (j - i - 1) as u16);
         for (k, e) in self.tx[i..j].iter().enumerate().skip(1) {
             let d = &mut self.tx_buf[e.start..e.start + e.len];
-            let ident = k as u16;
-            let delta = match &deltas {
-                Some(deltas) if e.len == seg => deltas.delta(ident),
-                _ => softib_wire::icrc::Ipv4IdentShift::new(frame::IPV4_LEN, e.len).delta(ident),
-            };
-            frame::retag_ipv4_icrc(d, delta);
+            // Full segments and the shorter last one: two sizes the cache keeps.
+            frame::retag_ipv4_icrc(d, self.ident_deltas.delta(e.len, k as u16));
         }
     }
 
@@ -747,7 +729,7 @@ impl Device {
             let stride = meta.stride.max(1);
             // An empty datagram is one (malformed) datagram, not none.
             let segs = len.div_ceil(stride).max(1);
-            self.rx_idents.start(stride);
+            self.rx_idents.start();
             // The rebuilt header, fetched once per payload length: every segment but the
             // last has the stride's.
             let mut header = None;

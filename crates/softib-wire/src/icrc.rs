@@ -654,6 +654,59 @@ impl Ipv4IdentDeltas {
     pub fn shift(&self) -> &Ipv4IdentShift {
         &self.shift
     }
+
+    /// True when the delta of `change` is a table look-up (not a multiplication).
+    #[inline]
+    pub fn covers(&self, change: u16) -> bool {
+        u32::from(change) >> self.bits == 0
+    }
+}
+
+/// [`Ipv4IdentDeltas`] of the two packet sizes used last, for senders and receivers that see a
+/// few sizes over and over (a GSO run's full segments and its shorter last one; a ping-pong's
+/// request and its ACK). A size met for the first time costs an [`Ipv4IdentShift::new`] and
+/// one multiplication per bit of the change asked for; a later change with more bits, the
+/// multiplications of the bits it adds. Every answer is exactly [`Ipv4IdentShift::delta`].
+#[derive(Debug, Clone, Default)]
+pub struct Ipv4IdentDeltaCache {
+    /// Most recently used first: (UDP payload length, deltas for a header without options).
+    slots: [Option<(usize, Ipv4IdentDeltas)>; 2],
+}
+
+impl Ipv4IdentDeltaCache {
+    /// The deltas of packets with `udp_payload_len` bytes of UDP payload (BTH .. ICRC) behind
+    /// a 20-byte IPv4 header, made to cover `change` by table when it is below 256.
+    pub fn get(&mut self, udp_payload_len: usize, change: u16) -> &Ipv4IdentDeltas {
+        let want = u8::try_from(change).unwrap_or(u8::MAX);
+        let hit = self
+            .slots
+            .iter()
+            .position(|s| s.is_some_and(|(len, _)| len == udp_payload_len));
+        let deltas = match hit.and_then(|i| self.slots[i]) {
+            Some((_, d)) if d.covers(u16::from(want)) => d,
+            // Widen: the bits covered so far and those of `want`.
+            Some((_, d)) => d.shift.deltas(want | ((1u32 << d.bits) - 1) as u8),
+            None => Ipv4IdentShift::new(ipv4::LEN, udp_payload_len).deltas(want),
+        };
+        // Most recent first; the other size stays, the older one of a miss goes.
+        let other = if hit == Some(0) {
+            self.slots[1]
+        } else {
+            self.slots[0]
+        };
+        self.slots = [Some((udp_payload_len, deltas)), other];
+        let [Some((_, d)), _] = &self.slots else {
+            unreachable!("slot 0 was just set")
+        };
+        d
+    }
+
+    /// [`Ipv4IdentShift::delta`] of `change` for packets of `udp_payload_len` bytes of UDP
+    /// payload behind a 20-byte IPv4 header.
+    #[inline]
+    pub fn delta(&mut self, udp_payload_len: usize, change: u16) -> u32 {
+        self.get(udp_payload_len, change).delta(change)
+    }
 }
 
 /// The IPv4 Identification under which the ICRC at the end of `transport_and_icrc` (BTH ..
@@ -1290,6 +1343,26 @@ mod tests {
                     assert_eq!(d.delta(change), want, "len {len} change {change} {d:?}");
                 }
             }
+        }
+    }
+
+    /// The cache answers as the multiplication whatever the order of sizes and changes:
+    /// hits, misses, evictions, and changes that widen a table or exceed it.
+    #[test]
+    fn delta_cache_agrees_with_the_multiplication() {
+        let mut rng = Rng(0x5eed_cace);
+        let mut cache = Ipv4IdentDeltaCache::default();
+        let lens = [20usize, 80, 4112, 1000];
+        for _ in 0..3000 {
+            let len = lens[rng.next() as usize % lens.len()];
+            let change = match rng.next() % 4 {
+                0 => 1,
+                1 => (rng.next() % 64) as u16,
+                2 => (rng.next() % 256) as u16,
+                _ => rng.next() as u16,
+            };
+            let want = Ipv4IdentShift::new(20, len).delta(change);
+            assert_eq!(cache.delta(len, change), want, "len {len} change {change}");
         }
     }
 
