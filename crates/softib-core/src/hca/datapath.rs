@@ -805,9 +805,20 @@ fn build_roce_frame(
         return false;
     };
     let len = (h.header_len() + tlen + roce::ICRC_LEN).max(softib_wire::ethernet::MIN_FRAME_LEN);
-    // Every byte of the frame is written: only bytes beyond what `out` holds need filling.
+    fill_frame(out, len, |buf| h.build(ident, t, buf))
+}
+
+/// Sizes `out` to `len` bytes and lets `build` write the frame into it (every byte: only the
+/// bytes beyond what `out` held are zero-filled first), keeping the length `build` reports;
+/// false and `out` empty if it fails.
+#[inline(always)]
+fn fill_frame<E>(
+    out: &mut Vec<u8>,
+    len: usize,
+    build: impl FnOnce(&mut [u8]) -> Result<usize, E>,
+) -> bool {
     out.resize(len, 0);
-    match h.build(ident, t, out) {
+    match build(out) {
         Ok(n) => {
             out.truncate(n);
             true
@@ -879,6 +890,7 @@ fn build_native_frame(
         None => None,
     };
     let Ok(tlen) = t.wire_len() else {
+        out.clear();
         return false;
     };
     let grh_len = if grh.is_some() {
@@ -887,17 +899,7 @@ fn build_native_frame(
         0
     };
     let len = softib_wire::lrh::LEN + grh_len + tlen + native::ICRC_LEN + native::VCRC_LEN;
-    out.resize(len, 0);
-    match native::build(&lrh, grh.as_ref(), t, out) {
-        Ok(n) => {
-            out.truncate(n);
-            true
-        }
-        Err(_) => {
-            out.clear();
-            false
-        }
-    }
+    fill_frame(out, len, |buf| native::build(&lrh, grh.as_ref(), t, buf))
 }
 
 /// Source and destination GIDs of a RoCEv2 packet's IP header.
