@@ -111,6 +111,8 @@ def seed_frame(s, frame):
     opcode = transport[0]
     kind = (opcode, len(transport))
     s.add("roce", frame, (ethertype,) + kind)
+    if ethertype == 0x0800:
+        s.add("icrc_ident", frame, kind)
     s.add("transport", transport, kind)
     s.add("bth", transport[:HEADER_SEED_LEN], ("opcode", opcode))
     for name, off in EXT.get(opcode, []):
