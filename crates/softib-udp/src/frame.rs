@@ -383,11 +383,9 @@ fn patch_ipv4_ident(ip: &mut [u8], ident: u16) {
         return;
     }
     let hc = u16::from_be_bytes([ip[10], ip[11]]);
-    let mut sum = u32::from(!hc) + u32::from(!old) + u32::from(ident);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
+    let sum = softib_wire::ipv4::checksum_adding(!hc, [!old, ident]);
     ip[4..6].copy_from_slice(&ident.to_be_bytes());
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
 }
 
 /// XORs `delta`, the ICRC change for a new IPv4 Identification

@@ -85,7 +85,7 @@ pub(crate) const IPV4_VARIANT: &[(usize, u8)] = &[(1, 0xFF), (8, 0xFF), (10, 0xF
 pub(crate) const IPV6_VARIANT: &[(usize, u8)] =
     &[(0, 0x0F), (1, 0xFF), (2, 0xFF), (3, 0xFF), (7, 0xFF)];
 /// ICRC-variant bits of the UDP header: the checksum.
-pub(crate) const UDP_VARIANT: &[(usize, u8)] = &[(6, 0xFF), (7, 0xFF)];
+const UDP_VARIANT: &[(usize, u8)] = &[(6, 0xFF), (7, 0xFF)];
 /// ICRC-variant bits of the BTH: FECN, BECN, Resv6a.
 const BTH_VARIANT: &[(usize, u8)] = &[(bth::ICRC_MASKED_BYTE, 0xFF)];
 
@@ -183,16 +183,22 @@ const V6_RUN: usize = LRH_LEN + V6_HEADERS + SMALL_REST;
 /// Sets the ICRC-variant bits of contiguous IP (`ip_variant`), UDP and BTH headers.
 #[inline(always)]
 pub(crate) fn mask_roce_headers<const H: usize>(hdrs: &mut [u8; H], ip_variant: &[(usize, u8)]) {
-    let udp_at = H - udp::LEN - bth::LEN;
     let bth_at = H - bth::LEN;
+    mask_ip_udp(hdrs, bth_at - udp::LEN, ip_variant);
+    for &(off, bits) in BTH_VARIANT {
+        hdrs[bth_at + off] |= bits;
+    }
+}
+
+/// Sets the ICRC-variant bits of an IP header of `ip_len` bytes (`ip_variant`) at the start of
+/// `hdrs` and of the UDP header behind it.
+#[inline(always)]
+pub(crate) fn mask_ip_udp(hdrs: &mut [u8], ip_len: usize, ip_variant: &[(usize, u8)]) {
     for &(off, bits) in ip_variant {
         hdrs[off] |= bits;
     }
     for &(off, bits) in UDP_VARIANT {
-        hdrs[udp_at + off] |= bits;
-    }
-    for &(off, bits) in BTH_VARIANT {
-        hdrs[bth_at + off] |= bits;
+        hdrs[ip_len + off] |= bits;
     }
 }
 

@@ -534,12 +534,7 @@ impl HeaderTemplate {
         } else {
             icrc::IPV6_VARIANT
         };
-        for &(off, bits) in ip_variant {
-            masked[off] |= bits;
-        }
-        for &(off, bits) in icrc::UDP_VARIANT {
-            masked[ip_len + off] |= bits;
-        }
+        icrc::mask_ip_udp(&mut masked, ip_len, ip_variant);
         HeaderTemplate {
             bytes,
             masked,
@@ -670,10 +665,7 @@ impl HeaderTemplate {
     /// the ones' complement sum, the template's words and the two (end-around carry).
     #[inline(always)]
     fn ipv4_checksum(&self, total_len: u16, ident: u16) -> u16 {
-        let sum = u32::from(self.ip_sum) + u32::from(total_len) + u32::from(ident);
-        let sum = (sum & 0xFFFF) + (sum >> 16);
-        let sum = (sum & 0xFFFF) + (sum >> 16);
-        !(sum as u16)
+        ipv4::checksum_adding(self.ip_sum, [total_len, ident])
     }
 }
 
