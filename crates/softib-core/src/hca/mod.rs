@@ -52,7 +52,9 @@ use crate::verbs::ah::{self, Ah, AhAttr};
 use crate::verbs::cq::{self, Cq, CqAttr, WorkCompletion};
 use crate::verbs::device::{DeviceAttr, HcaConfig, PortAttr, PortConfig};
 use crate::verbs::event::AsyncEvent;
-use crate::verbs::mr::{MrAccessError, MrCheckError, MrInfo, MrRegFailure, MrSlice, MrTable};
+use crate::verbs::mr::{
+    MrAccessError, MrCheckError, MrInfo, MrMemory, MrRegFailure, MrSlice, MrTable,
+};
 use crate::verbs::qp::Qp;
 use crate::verbs::srq::{Srq, SrqAttr, SrqAttrMask, SrqInitAttr};
 use crate::verbs::types::AccessFlags;
@@ -254,6 +256,19 @@ impl Hca {
         &mut self,
         pd: PdHandle,
         data: Vec<u8>,
+        access: AccessFlags,
+        iova: Option<u64>,
+    ) -> Result<MrInfo, RegMrError> {
+        self.reg_mr_memory(pd, MrMemory::Owned(data), access, iova)
+    }
+
+    /// Registers memory the driver lends (the application's own buffer, see
+    /// [`ExternalMemory`](crate::verbs::mr::ExternalMemory)) as a memory region of `pd`; the
+    /// data path reads and writes it in place. Same checks and results as [`Hca::reg_mr`].
+    pub fn reg_mr_memory(
+        &mut self,
+        pd: PdHandle,
+        data: MrMemory,
         access: AccessFlags,
         iova: Option<u64>,
     ) -> Result<MrInfo, RegMrError> {

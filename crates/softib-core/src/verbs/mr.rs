@@ -1,7 +1,8 @@
 //! Memory regions.
 //!
-//! softib has no access to user memory: a memory region owns its bytes (a `Vec<u8>`) inside
-//! the HCA. Each region has an I/O virtual address range `[iova, iova + length)`, chosen by the
+//! A memory region's bytes are either owned by the region (a `Vec<u8>` inside the HCA, what
+//! the simulator and the CLI tools use) or lent by the driver through [`ExternalMemory`] (the
+//! C library registers the application's own buffers this way, without a copy). Each region has an I/O virtual address range `[iova, iova + length)`, chosen by the
 //! caller or assigned by the HCA, plus a PD, access rights, an L_Key and an R_Key.
 //!
 //! Keys follow rxe's layout: `(index << 8) | key`, where `index` (24 bits, from 1) names the
@@ -40,6 +41,63 @@ pub struct MrInfo {
     pub access: AccessFlags,
 }
 
+/// Memory lent to a region by the driver: the application's own buffer, which the data path
+/// reads and writes in place. The implementation guarantees that the bytes stay valid for as
+/// long as the region exists.
+pub trait ExternalMemory: std::fmt::Debug + Send {
+    /// The region's bytes.
+    fn bytes(&self) -> &[u8];
+    /// The region's bytes, writable.
+    fn bytes_mut(&mut self) -> &mut [u8];
+    /// Another handle to the same bytes (when an HCA is cloned).
+    fn clone_box(&self) -> Box<dyn ExternalMemory>;
+}
+
+/// Where a region's bytes live.
+#[derive(Debug)]
+pub enum MrMemory {
+    /// Owned by the region.
+    Owned(Vec<u8>),
+    /// Lent by the driver.
+    External(Box<dyn ExternalMemory>),
+}
+
+impl Clone for MrMemory {
+    fn clone(&self) -> MrMemory {
+        match self {
+            MrMemory::Owned(v) => MrMemory::Owned(v.clone()),
+            MrMemory::External(e) => MrMemory::External(e.clone_box()),
+        }
+    }
+}
+
+impl From<Vec<u8>> for MrMemory {
+    fn from(v: Vec<u8>) -> MrMemory {
+        MrMemory::Owned(v)
+    }
+}
+
+impl std::ops::Deref for MrMemory {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            MrMemory::Owned(v) => v,
+            MrMemory::External(e) => e.bytes(),
+        }
+    }
+}
+
+impl std::ops::DerefMut for MrMemory {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            MrMemory::Owned(v) => v,
+            MrMemory::External(e) => e.bytes_mut(),
+        }
+    }
+}
+
 /// A region inside the HCA.
 #[derive(Debug, Clone)]
 pub(crate) struct Mr {
@@ -50,7 +108,7 @@ pub(crate) struct Mr {
     pub(crate) rkey: u32,
     /// False once the R_Key was invalidated (SEND with invalidate): remote access is refused.
     pub(crate) rkey_valid: bool,
-    pub(crate) data: Vec<u8>,
+    pub(crate) data: MrMemory,
 }
 
 impl Mr {
@@ -182,10 +240,11 @@ impl MrTable {
     pub(crate) fn register(
         &mut self,
         pd: PdHandle,
-        data: Vec<u8>,
+        data: impl Into<MrMemory>,
         access: AccessFlags,
         iova: Option<u64>,
     ) -> Result<MrInfo, MrRegFailure> {
+        let data = data.into();
         // ibv_reg_mr / IBA memory registration rules: remote write or atomic access requires local write.
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !access.contains(AccessFlags::LOCAL_WRITE)
