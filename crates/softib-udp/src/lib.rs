@@ -340,6 +340,13 @@ impl Device {
         })
     }
 
+    /// The UDP socket, for a caller that sleeps in poll(2)/epoll on it (the C library's
+    /// progress thread); reading it is the device's job.
+    pub fn socket_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.socket.as_fd()
+    }
+
     /// The HCA (verbs).
     pub fn hca(&self) -> &Hca {
         &self.hca

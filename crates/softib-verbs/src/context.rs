@@ -1,0 +1,267 @@
+//! A device context: the engine (HCA + UDP socket) behind a mutex, the progress thread, and
+//! the completion-channel / async-event plumbing.
+//!
+//! Who drives the engine:
+//! - the application's threads, inside `ibv_post_send` (the new packets leave at once) and
+//!   `ibv_poll_cq` (one non-blocking I/O round when the CQ is empty), so a polling
+//!   application pays no thread wake-up;
+//! - the progress thread, whenever the application is not polling: it sleeps in poll(2) on the
+//!   socket, a wake-up eventfd and the HCA's next deadline, and runs I/O rounds. That is how
+//!   the passive side of RDMA WRITE/READ/atomics, ACKs, retransmissions and completion events
+//!   happen while the application sleeps. While the application polls (its `ibv_poll_cq`
+//!   counter moves), the thread leaves the socket alone and only checks back every
+//!   millisecond, so the two never fight over packets.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use softib_core::verbs::event::AsyncEvent;
+use softib_core::verbs::{CqHandle, SrqHandle};
+use softib_udp::Device;
+
+use crate::cq::{SoftChannel, SoftCq};
+use crate::qp::{SoftQp, SoftSrq};
+use crate::util;
+use crate::verbs_h::*;
+
+/// How long the progress thread sleeps between checks while the application polls.
+const APP_POLL_CHECK: Duration = Duration::from_millis(1);
+/// Longest sleep of an idle progress thread (it also wakes on packets, deadlines and close).
+const IDLE_SLEEP: Duration = Duration::from_millis(100);
+/// I/O rounds one progress turn runs at most before it lets the application in.
+const ROUNDS_PER_TURN: usize = 64;
+
+/// The engine and the C objects it reports events about.
+pub struct Engine {
+    /// The soft RoCEv2 NIC.
+    pub dev: Device,
+    /// CQs by handle (completion events, CQ errors).
+    pub cqs: HashMap<CqHandle, *mut SoftCq>,
+    /// QPs by number (async events).
+    pub qps: HashMap<u32, *mut SoftQp>,
+    /// SRQs by handle (async events).
+    pub srqs: HashMap<SrqHandle, *mut SoftSrq>,
+}
+
+// SAFETY: the raw pointers name objects this library allocated; they are only dereferenced
+// with the engine lock held, and removed from the maps before the objects are freed.
+unsafe impl Send for Engine {}
+
+/// What a context's threads share.
+pub struct Shared {
+    /// The engine.
+    pub engine: Mutex<Engine>,
+    /// Incremented by every `ibv_poll_cq`: the progress thread stays off the socket while it
+    /// moves.
+    pub app_polls: AtomicU64,
+    /// Tells the progress thread to exit.
+    pub stop: AtomicBool,
+    /// Wakes the progress thread (close).
+    pub wake_fd: RawFd,
+    /// `context->async_fd`: one count per queued async event.
+    pub async_fd: RawFd,
+    /// Queued async events.
+    pub async_q: Mutex<VecDeque<AsyncItem>>,
+    /// The socket, for the progress thread's poll(2).
+    pub sock_fd: RawFd,
+}
+
+/// An async event waiting for `ibv_get_async_event`.
+#[derive(Clone, Copy)]
+pub struct AsyncItem(pub ibv_async_event);
+// SAFETY: the pointers in the event name library objects; the application owns their use.
+unsafe impl Send for AsyncItem {}
+
+impl Shared {
+    /// Locks the engine (a panic inside never leaves it poisoned for the C caller).
+    pub fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        util::close(self.wake_fd);
+        util::close(self.async_fd);
+    }
+}
+
+impl Engine {
+    /// One non-blocking I/O round, then the events it raised. Returns true if anything moved.
+    pub fn io(&mut self, shared: &Shared) -> bool {
+        let busy = self.dev.poll_io().unwrap_or(false);
+        self.dispatch_events(shared);
+        busy
+    }
+
+    /// Sends what the HCA has queued (after a post), then the events.
+    pub fn flush(&mut self, shared: &Shared) {
+        let now = self.dev.now();
+        let _ = self.dev.flush(now);
+        self.dispatch_events(shared);
+    }
+
+    /// Hands completion events to their channels and async events to the context's queue.
+    pub fn dispatch_events(&mut self, shared: &Shared) {
+        while let Some(h) = self.dev.hca_mut().poll_completion_event() {
+            let Some(&cq) = self.cqs.get(&h) else {
+                continue;
+            };
+            // SAFETY: CQs stay in the map until destroyed, with the engine lock held.
+            unsafe { SoftChannel::deliver(cq) };
+        }
+        while let Some(ev) = self.dev.hca_mut().poll_async_event() {
+            if let Some(item) = self.async_item(ev) {
+                shared
+                    .async_q
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back(AsyncItem(item));
+                util::signal(shared.async_fd);
+            }
+        }
+    }
+
+    fn async_item(&self, ev: AsyncEvent) -> Option<ibv_async_event> {
+        let mut e: ibv_async_event = util::zeroed();
+        let qp = |qpn: softib_wire::Qpn| -> Option<*mut ibv_qp> {
+            self.qps.get(&qpn.value()).map(|&q| q.cast::<ibv_qp>())
+        };
+        match ev {
+            AsyncEvent::CqError { cq } => {
+                e.element.cq = (*self.cqs.get(&cq)?).cast();
+                e.event_type = IBV_EVENT_CQ_ERR;
+            }
+            AsyncEvent::QpFatal { qpn } => {
+                e.element.qp = qp(qpn)?;
+                e.event_type = IBV_EVENT_QP_FATAL;
+            }
+            AsyncEvent::QpRequestError { qpn } => {
+                e.element.qp = qp(qpn)?;
+                e.event_type = IBV_EVENT_QP_REQ_ERR;
+            }
+            AsyncEvent::QpAccessError { qpn } => {
+                e.element.qp = qp(qpn)?;
+                e.event_type = IBV_EVENT_QP_ACCESS_ERR;
+            }
+            AsyncEvent::CommEstablished { qpn } => {
+                e.element.qp = qp(qpn)?;
+                e.event_type = IBV_EVENT_COMM_EST;
+            }
+            AsyncEvent::SqDrained { qpn } => {
+                e.element.qp = qp(qpn)?;
+                e.event_type = IBV_EVENT_SQ_DRAINED;
+            }
+            AsyncEvent::PathMigrated { qpn } => {
+                e.element.qp = qp(qpn)?;
+                e.event_type = IBV_EVENT_PATH_MIG;
+            }
+            AsyncEvent::PathMigrationError { qpn } => {
+                e.element.qp = qp(qpn)?;
+                e.event_type = IBV_EVENT_PATH_MIG_ERR;
+            }
+            AsyncEvent::QpLastWqeReached { qpn } => {
+                e.element.qp = qp(qpn)?;
+                e.event_type = IBV_EVENT_QP_LAST_WQE_REACHED;
+            }
+            AsyncEvent::SrqError { srq } => {
+                e.element.srq = (*self.srqs.get(&srq)?).cast();
+                e.event_type = IBV_EVENT_SRQ_ERR;
+            }
+            AsyncEvent::SrqLimitReached { srq } => {
+                e.element.srq = (*self.srqs.get(&srq)?).cast();
+                e.event_type = IBV_EVENT_SRQ_LIMIT_REACHED;
+            }
+            #[allow(unreachable_patterns)]
+            _ => return None,
+        }
+        Some(e)
+    }
+}
+
+/// Starts the progress thread of a context.
+pub fn spawn_progress(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("softib-progress".into())
+        .spawn(move || progress_loop(&shared))
+}
+
+fn progress_loop(shared: &Shared) {
+    let mut last_polls = shared.app_polls.load(Ordering::Relaxed);
+    while !shared.stop.load(Ordering::Acquire) {
+        let polls = shared.app_polls.load(Ordering::Relaxed);
+        let app_active = polls != last_polls;
+        last_polls = polls;
+        if app_active {
+            sleep_on(&[shared.wake_fd], APP_POLL_CHECK);
+            continue;
+        }
+        // The application is not polling: this thread drives the engine.
+        let wait = {
+            let mut eng = shared.lock();
+            let mut rounds = 0;
+            while eng.io(shared) && rounds < ROUNDS_PER_TURN {
+                rounds += 1;
+            }
+            let now = eng.dev.now();
+            eng.dev
+                .hca()
+                .poll_timeout()
+                .map(|t| t.duration_since(now))
+                .unwrap_or(IDLE_SLEEP)
+                .min(IDLE_SLEEP)
+        };
+        if !wait.is_zero() {
+            sleep_on(&[shared.sock_fd, shared.wake_fd], wait);
+        }
+        util::drain(shared.wake_fd);
+    }
+}
+
+/// Sleeps until one of `fds` is readable or `d` passes.
+fn sleep_on(fds: &[RawFd], d: Duration) {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = d.as_millis().clamp(1, i32::MAX as u128) as i32;
+    // SAFETY: the pollfd array is a local of the given length.
+    unsafe {
+        libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms);
+    }
+}
+
+/// Builds the shared state of a new context around an opened device.
+pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
+    let sock_fd = dev.socket_fd().as_raw_fd();
+    let wake_fd = util::wake_eventfd()?;
+    let async_fd = match util::semaphore_eventfd() {
+        Ok(fd) => fd,
+        Err(e) => {
+            util::close(wake_fd);
+            return Err(e);
+        }
+    };
+    Ok(Arc::new(Shared {
+        engine: Mutex::new(Engine {
+            dev,
+            cqs: HashMap::new(),
+            qps: HashMap::new(),
+            srqs: HashMap::new(),
+        }),
+        app_polls: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        wake_fd,
+        async_fd,
+        async_q: Mutex::new(VecDeque::new()),
+        sock_fd,
+    }))
+}

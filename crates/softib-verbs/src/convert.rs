@@ -1,0 +1,213 @@
+//! Conversions between rdma-core's C structures and softib-core's types, and the errno each
+//! core error maps to.
+
+use softib_core::error::{CreateQpError, ModifyQpError, PostRecvError, PostSendError, RegMrError};
+use softib_core::verbs::ah::{AhAttr, GlobalRoute};
+use softib_core::verbs::cq::WorkCompletion;
+use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap};
+use softib_core::verbs::types::{AccessFlags, Gid, Mtu, PathMigState, QpState};
+use softib_wire::Psn;
+
+use crate::util;
+use crate::verbs_h::*;
+
+/// errno of a failed `ibv_reg_mr`.
+pub fn reg_mr_errno(e: &RegMrError) -> i32 {
+    match e {
+        RegMrError::NoSuchPd(_) | RegMrError::InvalidAccess(_) => libc::EINVAL,
+        RegMrError::AddressOverflow { .. } => libc::EINVAL,
+        _ => libc::ENOMEM,
+    }
+}
+
+/// errno of a failed `ibv_create_qp`.
+pub fn create_qp_errno(e: &CreateQpError) -> i32 {
+    match e {
+        CreateQpError::TooManyQps { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}
+
+/// errno of a failed `ibv_modify_qp`.
+pub fn modify_qp_errno(_e: &ModifyQpError) -> i32 {
+    libc::EINVAL
+}
+
+/// errno of a refused send WR: ENOMEM when the queue is full, EINVAL otherwise (rdma-core's
+/// providers).
+pub fn post_send_errno(e: &PostSendError) -> i32 {
+    match e {
+        PostSendError::QueueFull { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}
+
+/// errno of a refused receive WR.
+pub fn post_recv_errno(e: &PostRecvError) -> i32 {
+    match e {
+        PostRecvError::QueueFull { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}
+
+/// An address vector from `struct ibv_ah_attr`.
+pub fn ah_attr_from_c(a: &ibv_ah_attr) -> AhAttr {
+    AhAttr {
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        port_num: a.port_num,
+        grh: (a.is_global != 0).then(|| GlobalRoute {
+            // SAFETY: every bit pattern of the union is a valid byte array.
+            dgid: Gid(unsafe { a.grh.dgid.raw }),
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        }),
+    }
+}
+
+/// `struct ibv_ah_attr` of an address vector.
+pub fn ah_attr_to_c(a: &AhAttr) -> ibv_ah_attr {
+    let mut c: ibv_ah_attr = util::zeroed();
+    c.dlid = a.dlid;
+    c.sl = a.sl;
+    c.src_path_bits = a.src_path_bits;
+    c.static_rate = a.static_rate;
+    c.port_num = a.port_num;
+    if let Some(g) = &a.grh {
+        c.is_global = 1;
+        c.grh.dgid = ibv_gid { raw: g.dgid.0 };
+        c.grh.flow_label = g.flow_label;
+        c.grh.sgid_index = g.sgid_index;
+        c.grh.hop_limit = g.hop_limit;
+        c.grh.traffic_class = g.traffic_class;
+    }
+    c
+}
+
+/// QP capabilities from `struct ibv_qp_cap`.
+pub fn cap_from_c(c: &ibv_qp_cap) -> QpCap {
+    QpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+/// `struct ibv_qp_cap`.
+pub fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
+    ibv_qp_cap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+/// `ibv_modify_qp`'s attributes in core form; EINVAL for values no enum holds.
+pub fn qp_attr_from_c(a: &ibv_qp_attr, mask: u32) -> Result<(QpAttr, QpAttrMask), i32> {
+    let m = QpAttrMask::from_bits(mask).ok_or(libc::EINVAL)?;
+    let mut q = QpAttr::default();
+    if m.contains(QpAttrMask::STATE) {
+        q.qp_state = QpState::from_raw(a.qp_state).ok_or(libc::EINVAL)?;
+    }
+    if m.contains(QpAttrMask::CUR_STATE) {
+        q.cur_qp_state = QpState::from_raw(a.cur_qp_state).ok_or(libc::EINVAL)?;
+    }
+    if m.contains(QpAttrMask::PATH_MTU) {
+        q.path_mtu = u8::try_from(a.path_mtu)
+            .ok()
+            .and_then(Mtu::from_raw)
+            .ok_or(libc::EINVAL)?;
+    }
+    if m.contains(QpAttrMask::PATH_MIG_STATE) {
+        q.path_mig_state = PathMigState::from_raw(a.path_mig_state).ok_or(libc::EINVAL)?;
+    }
+    q.qkey = a.qkey;
+    q.rq_psn = Psn::new(a.rq_psn);
+    q.sq_psn = Psn::new(a.sq_psn);
+    q.dest_qp_num = a.dest_qp_num;
+    if m.contains(QpAttrMask::ACCESS_FLAGS) {
+        q.qp_access_flags = AccessFlags::from_bits(a.qp_access_flags).ok_or(libc::EINVAL)?;
+    }
+    q.cap = cap_from_c(&a.cap);
+    q.ah_attr = ah_attr_from_c(&a.ah_attr);
+    q.alt_ah_attr = ah_attr_from_c(&a.alt_ah_attr);
+    q.pkey_index = a.pkey_index;
+    q.alt_pkey_index = a.alt_pkey_index;
+    q.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+    q.max_rd_atomic = a.max_rd_atomic;
+    q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    q.min_rnr_timer = a.min_rnr_timer;
+    q.port_num = a.port_num;
+    q.timeout = a.timeout;
+    q.retry_cnt = a.retry_cnt;
+    q.rnr_retry = a.rnr_retry;
+    q.alt_port_num = a.alt_port_num;
+    q.alt_timeout = a.alt_timeout;
+    q.rate_limit = a.rate_limit;
+    Ok((q, m))
+}
+
+/// `struct ibv_qp_attr` of a QP's attributes.
+pub fn qp_attr_to_c(q: &QpAttr) -> ibv_qp_attr {
+    let mut a: ibv_qp_attr = util::zeroed();
+    a.qp_state = q.qp_state.raw();
+    a.cur_qp_state = q.cur_qp_state.raw();
+    a.path_mtu = u32::from(q.path_mtu.raw());
+    a.path_mig_state = q.path_mig_state.raw();
+    a.qkey = q.qkey;
+    a.rq_psn = q.rq_psn.value();
+    a.sq_psn = q.sq_psn.value();
+    a.dest_qp_num = q.dest_qp_num;
+    a.qp_access_flags = q.qp_access_flags.bits();
+    a.cap = cap_to_c(&q.cap);
+    a.ah_attr = ah_attr_to_c(&q.ah_attr);
+    a.alt_ah_attr = ah_attr_to_c(&q.alt_ah_attr);
+    a.pkey_index = q.pkey_index;
+    a.alt_pkey_index = q.alt_pkey_index;
+    a.en_sqd_async_notify = u8::from(q.en_sqd_async_notify);
+    a.sq_draining = u8::from(q.sq_draining);
+    a.max_rd_atomic = q.max_rd_atomic;
+    a.max_dest_rd_atomic = q.max_dest_rd_atomic;
+    a.min_rnr_timer = q.min_rnr_timer;
+    a.port_num = q.port_num;
+    a.timeout = q.timeout;
+    a.retry_cnt = q.retry_cnt;
+    a.rnr_retry = q.rnr_retry;
+    a.alt_port_num = q.alt_port_num;
+    a.alt_timeout = q.alt_timeout;
+    a.rate_limit = q.rate_limit;
+    a
+}
+
+/// `struct ibv_wc` of a completion.
+#[inline]
+pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
+    let mut c: ibv_wc = util::zeroed();
+    c.wr_id = w.wr_id;
+    c.status = w.status.raw();
+    c.opcode = w.opcode.raw();
+    c.vendor_err = w.vendor_err;
+    c.byte_len = w.byte_len;
+    if let Some(imm) = w.imm_data {
+        // __be32: the bytes in network order.
+        c.__bindgen_anon_1.imm_data = imm.to_be();
+    } else if let Some(rkey) = w.invalidated_rkey {
+        c.__bindgen_anon_1.invalidated_rkey = rkey;
+    }
+    c.qp_num = w.qp_num.value();
+    c.src_qp = w.src_qp.value();
+    c.wc_flags = w.wc_flags.bits();
+    c.pkey_index = w.pkey_index;
+    c.slid = w.slid;
+    c.sl = w.sl;
+    c.dlid_path_bits = w.dlid_path_bits;
+    c
+}

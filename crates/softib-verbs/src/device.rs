@@ -1,0 +1,760 @@
+//! Devices and contexts: `ibv_get_device_list`, `ibv_open_device`, the queries, async events.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use softib_core::verbs::types::{GidType, LinkLayer, Mtu};
+use softib_core::HcaConfig;
+use softib_udp::{Device, DeviceConfig};
+
+use crate::config::{self, DeviceSpec};
+use crate::context::{self, Shared};
+use crate::registry::{self, Kind};
+use crate::util::{self, minus_one, null_errno, ret_errno};
+use crate::verbs_h::*;
+
+/// `struct ibv_device` and what softib knows of it. Devices live as long as the process.
+#[repr(C)]
+pub struct SoftDevice {
+    /// What the application sees (must be first).
+    pub dev: ibv_device,
+    /// Configuration.
+    pub spec: DeviceSpec,
+    /// Index in the device list (`ibv_get_device_index`).
+    pub index: i32,
+    /// GUID before the device is opened (from the configured address).
+    pub guid: u64,
+}
+
+// SAFETY: immutable after creation.
+unsafe impl Send for SoftDevice {}
+unsafe impl Sync for SoftDevice {}
+
+static DEVICES: OnceLock<Vec<Box<SoftDevice>>> = OnceLock::new();
+
+fn devices() -> &'static [Box<SoftDevice>] {
+    DEVICES.get_or_init(|| {
+        config::devices()
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let mut d: ibv_device = util::zeroed();
+                d.node_type = IBV_NODE_CA;
+                d.transport_type = IBV_TRANSPORT_IB;
+                util::copy_cstr(&mut d.name, &spec.name);
+                util::copy_cstr(&mut d.dev_name, &format!("uverbs{i}"));
+                util::copy_cstr(
+                    &mut d.dev_path,
+                    &format!("/sys/class/infiniband_verbs/uverbs{i}"),
+                );
+                util::copy_cstr(
+                    &mut d.ibdev_path,
+                    &format!("/sys/class/infiniband/{}", spec.name),
+                );
+                let ip = spec
+                    .bind
+                    .map(|b| b.ip())
+                    .unwrap_or(config::loopback(1).ip());
+                let guid = HcaConfig::node_guid_for(node_id_of(ip));
+                Box::new(SoftDevice {
+                    dev: d,
+                    spec,
+                    index: i as i32,
+                    guid,
+                })
+            })
+            .collect()
+    })
+}
+
+fn node_id_of(ip: IpAddr) -> u32 {
+    match softib_udp::frame::canonical_ip(ip) {
+        IpAddr::V4(a) => u32::from(a),
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            u32::from_be_bytes([o[12], o[13], o[14], o[15]])
+        }
+    }
+}
+
+/// Finds our device behind an `ibv_device` pointer.
+pub fn soft_device(d: *mut ibv_device) -> Option<&'static SoftDevice> {
+    devices()
+        .iter()
+        .find(|s| std::ptr::eq(&s.dev, d))
+        .map(|b| &**b)
+}
+
+/// A context: `struct verbs_context` (whose last field is the `ibv_context` the application
+/// holds) followed by softib's state.
+#[repr(C)]
+pub struct SoftContext {
+    /// Must be first.
+    pub vctx: verbs_context,
+    /// Engine and events.
+    pub shared: Arc<Shared>,
+    /// The progress thread.
+    pub thread: Mutex<Option<JoinHandle<()>>>,
+    /// The device.
+    pub device: &'static SoftDevice,
+}
+
+impl SoftContext {
+    /// The context behind an `ibv_context` pointer, if it is a live one.
+    pub fn from_ctx<'a>(ctx: *mut ibv_context) -> Option<&'a SoftContext> {
+        if !registry::is_live(ctx, Kind::Context) {
+            return None;
+        }
+        // SAFETY: live contexts are the `context` field of a SoftContext's verbs_context.
+        unsafe { Some(&*Self::from_ctx_unchecked(ctx)) }
+    }
+
+    /// The same without the registry look-up (data path: the object was checked when made).
+    ///
+    /// # Safety
+    /// `ctx` must be the `ibv_context` of a live SoftContext.
+    #[inline]
+    pub unsafe fn from_ctx_unchecked(ctx: *mut ibv_context) -> *mut SoftContext {
+        ctx.cast::<u8>()
+            .sub(std::mem::offset_of!(verbs_context, context))
+            .cast::<SoftContext>()
+    }
+
+    /// The `ibv_context` the application sees.
+    pub fn ctx_ptr(&self) -> *mut ibv_context {
+        std::ptr::addr_of!(self.vctx.context) as *mut ibv_context
+    }
+}
+
+// ----- device list -----------------------------------------------------------------------
+
+symver!(ibv_get_device_list);
+#[export_name = "softib_ibv_get_device_list"]
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut i32) -> *mut *mut ibv_device {
+    let devs = devices();
+    // calloc: ibv_free_device_list frees it with free().
+    let list = libc::calloc(devs.len() + 1, std::mem::size_of::<*mut ibv_device>())
+        .cast::<*mut ibv_device>();
+    if list.is_null() {
+        return null_errno(libc::ENOMEM);
+    }
+    for (i, d) in devs.iter().enumerate() {
+        *list.add(i) = std::ptr::addr_of!(d.dev) as *mut ibv_device;
+    }
+    if !num_devices.is_null() {
+        *num_devices = devs.len() as i32;
+    }
+    list
+}
+
+symver!(ibv_free_device_list);
+#[export_name = "softib_ibv_free_device_list"]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    if !list.is_null() {
+        libc::free(list.cast());
+    }
+}
+
+symver!(ibv_get_device_name);
+#[export_name = "softib_ibv_get_device_name"]
+pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const libc::c_char {
+    match soft_device(device) {
+        Some(d) => d.dev.name.as_ptr(),
+        None => null_errno(libc::EINVAL),
+    }
+}
+
+symver!(ibv_get_device_guid);
+#[export_name = "softib_ibv_get_device_guid"]
+pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
+    match soft_device(device) {
+        Some(d) => d.guid.to_be(),
+        None => {
+            util::set_errno(libc::EINVAL);
+            0
+        }
+    }
+}
+
+symver!(ibv_get_device_index);
+#[export_name = "softib_ibv_get_device_index"]
+pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> i32 {
+    match soft_device(device) {
+        Some(d) => d.index,
+        None => minus_one(libc::EINVAL),
+    }
+}
+
+// ----- open / close ------------------------------------------------------------------------
+
+/// The MTU rxe would give a RoCE port on the interface holding `ip` (loopback: 4096).
+fn interface_mtu(ip: IpAddr) -> Mtu {
+    let netdev = netdev_mtu(ip).unwrap_or(1500);
+    let mut mtu = Mtu::for_roce_link(netdev).unwrap_or(Mtu::Mtu1024);
+    if let Some(cap) = config::mtu_cap().and_then(Mtu::from_bytes) {
+        if cap.bytes() < mtu.bytes() {
+            mtu = cap;
+        }
+    }
+    mtu
+}
+
+fn netdev_mtu(ip: IpAddr) -> Option<u32> {
+    if ip.is_loopback() {
+        return Some(65536);
+    }
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we free below.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return None;
+    }
+    let mut name = None;
+    let mut p = ifap;
+    while !p.is_null() {
+        // SAFETY: a node of the list getifaddrs returned.
+        let ifa = unsafe { &*p };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points to a sockaddr of the family it names.
+            let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+            let addr = match fam {
+                libc::AF_INET => {
+                    let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                    Some(IpAddr::from(
+                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                    ))
+                }
+                libc::AF_INET6 => {
+                    let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
+                }
+                _ => None,
+            };
+            if addr == Some(ip) {
+                // SAFETY: ifa_name is a C string.
+                name = Some(
+                    unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+                break;
+            }
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: the list from getifaddrs.
+    unsafe { libc::freeifaddrs(ifap) };
+    let name = name?;
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+static PCAP_SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
+    let candidates: Vec<SocketAddr> = match spec.bind {
+        Some(b) => vec![b],
+        None => (config::FIRST_LOOPBACK..=config::LAST_LOOPBACK)
+            .map(config::loopback)
+            .collect(),
+    };
+    let mut last = std::io::Error::from(std::io::ErrorKind::AddrInUse);
+    for addr in candidates {
+        let mut cfg = DeviceConfig::new(addr);
+        cfg.active_mtu = interface_mtu(addr.ip());
+        if let Some(base) = config::pcap_base() {
+            let n = PCAP_SEQ.fetch_add(1, Ordering::Relaxed);
+            cfg.pcap = Some(format!("{base}.{}.{n}.pcap", std::process::id()).into());
+        }
+        match Device::open(&cfg) {
+            Ok(d) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && spec.bind.is_none() => {
+                last = e;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+symver!(ibv_open_device);
+#[export_name = "softib_ibv_open_device"]
+pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    let Some(sd) = soft_device(device) else {
+        return null_errno(libc::ENODEV);
+    };
+    let dev = match open_engine(&sd.spec) {
+        Ok(d) => d,
+        Err(e) => return null_errno(e.raw_os_error().unwrap_or(libc::ENODEV)),
+    };
+    let shared = match context::new_shared(dev) {
+        Ok(s) => s,
+        Err(e) => return null_errno(e.raw_os_error().unwrap_or(libc::ENOMEM)),
+    };
+    let mut vctx: verbs_context = util::zeroed();
+    vctx.sz = std::mem::size_of::<verbs_context>();
+    crate::ex::fill_verbs_context(&mut vctx);
+    let c = &mut vctx.context;
+    c.device = device;
+    crate::cq::fill_ops(&mut c.ops);
+    crate::qp::fill_ops(&mut c.ops);
+    c.cmd_fd = shared.wake_fd;
+    c.async_fd = shared.async_fd;
+    c.num_comp_vectors = 1;
+    // __VERBS_ABI_IS_EXTENDED: the extended ops of verbs_context are valid.
+    c.abi_compat = usize::MAX as *mut libc::c_void;
+    let sc = Box::into_raw(Box::new(SoftContext {
+        vctx,
+        shared: shared.clone(),
+        thread: Mutex::new(None),
+        device: sd,
+    }));
+    match context::spawn_progress(shared) {
+        Ok(h) => *(*sc).thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
+        Err(e) => {
+            drop(Box::from_raw(sc));
+            return null_errno(e.raw_os_error().unwrap_or(libc::EAGAIN));
+        }
+    }
+    let ctx = (*sc).ctx_ptr();
+    registry::add(ctx, Kind::Context);
+    ctx
+}
+
+symver!(ibv_close_device);
+#[export_name = "softib_ibv_close_device"]
+pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> i32 {
+    if !registry::remove(ctx, Kind::Context) {
+        return ret_errno(libc::EINVAL);
+    }
+    let sc = SoftContext::from_ctx_unchecked(ctx);
+    {
+        let s = &(*sc).shared;
+        s.stop.store(true, Ordering::Release);
+        util::signal(s.wake_fd);
+        let _ = s.lock().dev.flush_pcap();
+    }
+    let handle = (*sc)
+        .thread
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(h) = handle {
+        let _ = h.join();
+    }
+    drop(Box::from_raw(sc));
+    0
+}
+
+// ----- queries -------------------------------------------------------------------------------
+
+/// Fills `ibv_device_attr` from the HCA.
+pub fn device_attr(sc: &SoftContext) -> ibv_device_attr {
+    let eng = sc.shared.lock();
+    let d = eng.dev.hca().query_device();
+    let mut a: ibv_device_attr = util::zeroed();
+    util::copy_cstr(&mut a.fw_ver, env!("CARGO_PKG_VERSION"));
+    a.node_guid = d.node_guid.to_be();
+    a.sys_image_guid = d.sys_image_guid.to_be();
+    a.max_mr_size = d.max_mr_size;
+    a.page_size_cap = d.page_size_cap;
+    a.vendor_id = d.vendor_id;
+    a.vendor_part_id = d.vendor_part_id;
+    a.hw_ver = d.hw_ver;
+    let i = |v: u32| v.min(i32::MAX as u32) as i32;
+    a.max_qp = i(d.max_qp);
+    a.max_qp_wr = i(d.max_qp_wr);
+    a.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR
+        | IBV_DEVICE_BAD_QKEY_CNTR
+        | IBV_DEVICE_AUTO_PATH_MIG
+        | IBV_DEVICE_CHANGE_PHY_PORT
+        | IBV_DEVICE_UD_AV_PORT_ENFORCE
+        | IBV_DEVICE_PORT_ACTIVE_EVENT
+        | IBV_DEVICE_SYS_IMAGE_GUID
+        | IBV_DEVICE_RC_RNR_NAK_GEN
+        | IBV_DEVICE_SRQ_RESIZE
+        | IBV_DEVICE_N_NOTIFY_CQ;
+    a.max_sge = i(d.max_sge);
+    a.max_sge_rd = i(d.max_sge_rd);
+    a.max_cq = i(d.max_cq);
+    a.max_cqe = i(d.max_cqe);
+    a.max_mr = i(d.max_mr);
+    a.max_pd = i(d.max_pd);
+    a.max_qp_rd_atom = i(d.max_qp_rd_atom);
+    a.max_res_rd_atom = i(d.max_res_rd_atom);
+    a.max_qp_init_rd_atom = i(d.max_qp_init_rd_atom);
+    a.atomic_cap = match d.atomic_cap {
+        softib_core::verbs::types::AtomicCap::None => IBV_ATOMIC_NONE,
+        softib_core::verbs::types::AtomicCap::Hca => IBV_ATOMIC_HCA,
+        softib_core::verbs::types::AtomicCap::Global => IBV_ATOMIC_GLOB,
+    };
+    a.max_mw = 0;
+    a.max_mcast_grp = i(d.max_mcast_grp);
+    a.max_mcast_qp_attach = i(d.max_mcast_qp_attach);
+    a.max_total_mcast_qp_attach = i(d.max_total_mcast_qp_attach);
+    a.max_ah = i(d.max_ah);
+    a.max_srq = i(d.max_srq);
+    a.max_srq_wr = i(d.max_srq_wr);
+    a.max_srq_sge = i(d.max_srq_sge);
+    a.max_pkeys = d.max_pkeys;
+    a.local_ca_ack_delay = d.local_ca_ack_delay;
+    a.phys_port_cnt = d.phys_port_cnt;
+    a
+}
+
+symver!(ibv_query_device);
+#[export_name = "softib_ibv_query_device"]
+pub unsafe extern "C" fn ibv_query_device(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> i32 {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if attr.is_null() {
+        return ret_errno(libc::EINVAL);
+    }
+    *attr = device_attr(sc);
+    0
+}
+
+/// Fills `ibv_port_attr` (the full, current layout).
+pub fn port_attr(sc: &SoftContext, port: u8) -> Result<ibv_port_attr, i32> {
+    let eng = sc.shared.lock();
+    let p = eng.dev.hca().query_port(port).map_err(|_| libc::EINVAL)?;
+    let mut a: ibv_port_attr = util::zeroed();
+    a.state = p.state.raw();
+    a.max_mtu = u32::from(p.max_mtu.raw());
+    a.active_mtu = u32::from(p.active_mtu.raw());
+    a.gid_tbl_len = p.gid_tbl_len as i32;
+    a.port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
+    a.max_msg_sz = p.max_msg_sz;
+    a.pkey_tbl_len = p.pkey_tbl_len;
+    a.lid = p.lid;
+    a.sm_lid = p.sm_lid;
+    a.lmc = p.lmc;
+    a.max_vl_num = p.max_vl_num;
+    a.active_width = 2; // 4X
+    a.active_speed = 32; // EDR (25 Gb/s per lane), as rxe reports
+    a.phys_state = 5; // LinkUp
+    a.link_layer = match p.link_layer {
+        LinkLayer::InfiniBand => IBV_LINK_LAYER_INFINIBAND as u8,
+        LinkLayer::Ethernet => IBV_LINK_LAYER_ETHERNET as u8,
+    };
+    Ok(a)
+}
+
+symver!(ibv_query_port);
+/// `ibv_query_port`, the exported (compat) symbol: the static inline wrapper of verbs.h calls
+/// `verbs_context::query_port` instead, so this one only serves callers that bypass it. It
+/// fills the old layout (`struct _compat_ibv_port_attr`: everything up to `link_layer`).
+#[export_name = "softib_ibv_query_port"]
+pub unsafe extern "C" fn ibv_query_port(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut _compat_ibv_port_attr,
+) -> i32 {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if attr.is_null() {
+        return ret_errno(libc::EINVAL);
+    }
+    match port_attr(sc, port) {
+        Ok(a) => {
+            // The compat struct is the prefix of the current one.
+            std::ptr::copy_nonoverlapping(
+                (&a as *const ibv_port_attr).cast::<u8>(),
+                attr.cast::<u8>(),
+                std::mem::size_of::<_compat_ibv_port_attr>(),
+            );
+            0
+        }
+        Err(e) => ret_errno(e),
+    }
+}
+
+/// `verbs_context::query_port`: what `ibv_query_port()` in an application calls.
+pub unsafe extern "C" fn vctx_query_port(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    attr_size: usize,
+) -> i32 {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if attr.is_null() {
+        return ret_errno(libc::EINVAL);
+    }
+    match port_attr(sc, port) {
+        Ok(a) => {
+            let n = attr_size.min(std::mem::size_of::<ibv_port_attr>());
+            std::ptr::copy_nonoverlapping(
+                (&a as *const ibv_port_attr).cast::<u8>(),
+                attr.cast::<u8>(),
+                n,
+            );
+            0
+        }
+        Err(e) => ret_errno(e),
+    }
+}
+
+/// The GID table entry `index` of `port`.
+fn gid_entry(sc: &SoftContext, port: u32, index: u32) -> Result<(ibv_gid, GidType), i32> {
+    let port = u8::try_from(port).map_err(|_| libc::EINVAL)?;
+    let eng = sc.shared.lock();
+    let p = eng.dev.hca().query_port(port).map_err(|_| libc::EINVAL)?;
+    let e = p.gids.get(index as usize).ok_or(libc::EINVAL)?;
+    Ok((ibv_gid { raw: e.gid.0 }, e.gid_type))
+}
+
+symver!(ibv_query_gid);
+#[export_name = "softib_ibv_query_gid"]
+pub unsafe extern "C" fn ibv_query_gid(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: i32,
+    gid: *mut ibv_gid,
+) -> i32 {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return minus_one(libc::EINVAL);
+    };
+    if gid.is_null() || index < 0 {
+        return minus_one(libc::EINVAL);
+    }
+    match gid_entry(sc, u32::from(port), index as u32) {
+        Ok((g, _)) => {
+            *gid = g;
+            0
+        }
+        Err(e) => minus_one(e),
+    }
+}
+
+symver!(ibv_query_gid_type);
+#[export_name = "softib_ibv_query_gid_type"]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: u32,
+    gid_type: *mut u32,
+) -> i32 {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return minus_one(libc::EINVAL);
+    };
+    if gid_type.is_null() {
+        return minus_one(libc::EINVAL);
+    }
+    match gid_entry(sc, u32::from(port), index) {
+        Ok((_, t)) => {
+            *gid_type = gid_type_raw(t);
+            0
+        }
+        Err(e) => minus_one(e),
+    }
+}
+
+fn gid_type_raw(t: GidType) -> u32 {
+    match t {
+        GidType::Ib => IBV_GID_TYPE_IB,
+        GidType::RoceV2 => IBV_GID_TYPE_ROCE_V2,
+        #[allow(unreachable_patterns)]
+        _ => IBV_GID_TYPE_ROCE_V1,
+    }
+}
+
+fn fill_gid_entry(sc: &SoftContext, port: u32, index: u32) -> Result<ibv_gid_entry, i32> {
+    let (gid, t) = gid_entry(sc, port, index).map_err(|_| libc::ENODATA)?;
+    let mut e: ibv_gid_entry = util::zeroed();
+    e.gid = gid;
+    e.gid_index = index;
+    e.port_num = port;
+    e.gid_type = gid_type_raw(t);
+    e.ndev_ifindex = 0;
+    Ok(e)
+}
+
+symver!(_ibv_query_gid_ex);
+#[export_name = "softib__ibv_query_gid_ex"]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    ctx: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> i32 {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if entry.is_null() || flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() {
+        return ret_errno(libc::EINVAL);
+    }
+    match fill_gid_entry(sc, port, index) {
+        Ok(e) => {
+            *entry = e;
+            0
+        }
+        Err(e) => ret_errno(e),
+    }
+}
+
+symver!(_ibv_query_gid_table);
+#[export_name = "softib__ibv_query_gid_table"]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    ctx: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return -(libc::EINVAL as isize);
+    };
+    if (entries.is_null() && max_entries > 0)
+        || flags != 0
+        || entry_size < std::mem::size_of::<ibv_gid_entry>()
+    {
+        return -(libc::EINVAL as isize);
+    }
+    let ports = {
+        let eng = sc.shared.lock();
+        eng.dev.hca().query_device().phys_port_cnt
+    };
+    let mut n = 0usize;
+    for port in 1..=u32::from(ports) {
+        let mut idx = 0;
+        while let Ok(e) = fill_gid_entry(sc, port, idx) {
+            if n >= max_entries {
+                return -(libc::EINVAL as isize);
+            }
+            // entry_size may be larger than ours (a newer header): stride by it.
+            let dst = entries
+                .cast::<u8>()
+                .add(n * entry_size)
+                .cast::<ibv_gid_entry>();
+            dst.write_unaligned(e);
+            n += 1;
+            idx += 1;
+        }
+    }
+    n as isize
+}
+
+symver!(ibv_query_pkey);
+#[export_name = "softib_ibv_query_pkey"]
+pub unsafe extern "C" fn ibv_query_pkey(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: i32,
+    pkey: *mut u16,
+) -> i32 {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return minus_one(libc::EINVAL);
+    };
+    if pkey.is_null() || index < 0 {
+        return minus_one(libc::EINVAL);
+    }
+    let eng = sc.shared.lock();
+    match eng.dev.hca().query_port(port) {
+        Ok(p) => match p.pkeys.get(index as usize) {
+            Some(k) => {
+                *pkey = k.to_be();
+                0
+            }
+            None => minus_one(libc::EINVAL),
+        },
+        Err(_) => minus_one(libc::EINVAL),
+    }
+}
+
+symver!(ibv_get_pkey_index);
+#[export_name = "softib_ibv_get_pkey_index"]
+pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> i32 {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return minus_one(libc::EINVAL);
+    };
+    let eng = sc.shared.lock();
+    match eng.dev.hca().query_port(port) {
+        Ok(p) => match p.pkeys.iter().position(|k| k.to_be() == pkey) {
+            Some(i) => i as i32,
+            None => minus_one(libc::ENOENT),
+        },
+        Err(_) => minus_one(libc::EINVAL),
+    }
+}
+
+// ----- async events ------------------------------------------------------------------------
+
+symver!(ibv_get_async_event);
+#[export_name = "softib_ibv_get_async_event"]
+pub unsafe extern "C" fn ibv_get_async_event(
+    ctx: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> i32 {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return minus_one(libc::EINVAL);
+    };
+    if event.is_null() {
+        return minus_one(libc::EINVAL);
+    }
+    let shared = sc.shared.clone();
+    if util::wait_one(shared.async_fd) != 0 {
+        return -1;
+    }
+    let item = shared
+        .async_q
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pop_front();
+    match item {
+        Some(i) => {
+            *event = i.0;
+            0
+        }
+        None => minus_one(libc::EAGAIN),
+    }
+}
+
+symver!(ibv_ack_async_event);
+#[export_name = "softib_ibv_ack_async_event"]
+pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    if event.is_null() {
+        return;
+    }
+    let e = &*event;
+    match e.event_type {
+        IBV_EVENT_CQ_ERR => {
+            let cq = e.element.cq;
+            if registry::is_live(cq, Kind::Cq) {
+                (*cq).async_events_completed += 1;
+            }
+        }
+        IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => {
+            let srq = e.element.srq;
+            if registry::is_live(srq, Kind::Srq) {
+                (*srq).events_completed += 1;
+            }
+        }
+        IBV_EVENT_DEVICE_FATAL
+        | IBV_EVENT_PORT_ACTIVE
+        | IBV_EVENT_PORT_ERR
+        | IBV_EVENT_LID_CHANGE
+        | IBV_EVENT_PKEY_CHANGE
+        | IBV_EVENT_SM_CHANGE
+        | IBV_EVENT_CLIENT_REREGISTER
+        | IBV_EVENT_GID_CHANGE => {}
+        _ => {
+            let qp = e.element.qp;
+            if registry::is_live(qp, Kind::Qp) {
+                (*qp).events_completed += 1;
+            }
+        }
+    }
+}

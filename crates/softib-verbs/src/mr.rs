@@ -1,0 +1,386 @@
+//! Protection domains, memory regions over the application's own memory, address handles.
+
+use softib_core::verbs::mr::{ExternalMemory, MrMemory};
+use softib_core::verbs::types::AccessFlags;
+use softib_core::verbs::{AhHandle, MrHandle, PdHandle};
+
+use crate::convert;
+use crate::device::SoftContext;
+use crate::registry::{self, Kind};
+use crate::util::{self, null_errno, ret_errno};
+use crate::verbs_h::*;
+
+/// `struct ibv_pd` and its HCA handle.
+#[repr(C)]
+pub struct SoftPd {
+    /// Must be first.
+    pub pd: ibv_pd,
+    /// The HCA's PD.
+    pub handle: PdHandle,
+}
+
+/// `struct ibv_mr` and its HCA handle.
+#[repr(C)]
+pub struct SoftMr {
+    /// Must be first.
+    pub mr: ibv_mr,
+    /// The HCA's region.
+    pub handle: MrHandle,
+}
+
+/// `struct ibv_ah` and its HCA handle.
+#[repr(C)]
+pub struct SoftAh {
+    /// Must be first.
+    pub ah: ibv_ah,
+    /// The HCA's address handle.
+    pub handle: AhHandle,
+}
+
+/// The context of a live PD.
+pub unsafe fn pd_parts<'a>(pd: *mut ibv_pd) -> Option<(&'a SoftContext, &'a SoftPd)> {
+    if !registry::is_live(pd, Kind::Pd) {
+        return None;
+    }
+    let sp = &*pd.cast::<SoftPd>();
+    let sc = SoftContext::from_ctx(sp.pd.context)?;
+    Some((sc, sp))
+}
+
+symver!(ibv_alloc_pd);
+#[export_name = "softib_ibv_alloc_pd"]
+pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return null_errno(libc::EINVAL);
+    };
+    let h = match sc.shared.lock().dev.hca_mut().alloc_pd() {
+        Ok(h) => h,
+        Err(_) => return null_errno(libc::ENOMEM),
+    };
+    let p = Box::into_raw(Box::new(SoftPd {
+        pd: ibv_pd {
+            context: ctx,
+            handle: 0,
+        },
+        handle: h,
+    }));
+    (*p).pd.handle = p as usize as u32;
+    registry::add(p.cast::<ibv_pd>(), Kind::Pd);
+    p.cast()
+}
+
+symver!(ibv_dealloc_pd);
+#[export_name = "softib_ibv_dealloc_pd"]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> i32 {
+    let Some((sc, sp)) = pd_parts(pd) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if sc
+        .shared
+        .lock()
+        .dev
+        .hca_mut()
+        .dealloc_pd(sp.handle)
+        .is_err()
+    {
+        return ret_errno(libc::EBUSY);
+    }
+    registry::remove(pd, Kind::Pd);
+    drop(Box::from_raw(pd.cast::<SoftPd>()));
+    0
+}
+
+/// The application's buffer as the bytes of a region.
+#[derive(Debug)]
+struct AppMemory {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer belongs to the application, which keeps it valid while registered
+// (the contract of ibv_reg_mr); the engine lock serialises softib's accesses.
+unsafe impl Send for AppMemory {}
+
+impl ExternalMemory for AppMemory {
+    fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: registered memory stays valid until ibv_dereg_mr.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as above; writes only happen where the region grants write access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+    fn clone_box(&self) -> Box<dyn ExternalMemory> {
+        Box::new(AppMemory {
+            ptr: self.ptr,
+            len: self.len,
+        })
+    }
+}
+
+/// Access flags softib implements; the optional ones (`IBV_ACCESS_OPTIONAL_RANGE`, e.g.
+/// relaxed ordering) may be ignored, as rdma-core allows.
+/// `IBV_ACCESS_OPTIONAL_RANGE` of verbs.h (a macro bindgen does not evaluate): bits 20-29.
+const IBV_ACCESS_OPTIONAL_RANGE: u32 =
+    ((IBV_ACCESS_OPTIONAL_FIRST << 10) - 1) & !(IBV_ACCESS_OPTIONAL_FIRST - 1);
+
+const SUPPORTED_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
+    | IBV_ACCESS_REMOTE_WRITE
+    | IBV_ACCESS_REMOTE_READ
+    | IBV_ACCESS_REMOTE_ATOMIC;
+
+fn reg(
+    pd: *mut ibv_pd,
+    addr: *mut libc::c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> *mut ibv_mr {
+    // SAFETY: checked against the registry.
+    let Some((sc, sp)) = (unsafe { pd_parts(pd) }) else {
+        return null_errno(libc::EINVAL);
+    };
+    let access = access & !IBV_ACCESS_OPTIONAL_RANGE;
+    if access & !SUPPORTED_ACCESS != 0 {
+        return null_errno(libc::EOPNOTSUPP);
+    }
+    if addr.is_null() && length > 0 {
+        return null_errno(libc::EINVAL);
+    }
+    let flags = AccessFlags::from_bits_truncate(access);
+    let mem = MrMemory::External(Box::new(AppMemory {
+        ptr: addr.cast(),
+        len: length,
+    }));
+    let info = match sc
+        .shared
+        .lock()
+        .dev
+        .hca_mut()
+        .reg_mr_memory(sp.handle, mem, flags, Some(iova))
+    {
+        Ok(i) => i,
+        Err(e) => return null_errno(convert::reg_mr_errno(&e)),
+    };
+    let m = Box::into_raw(Box::new(SoftMr {
+        mr: ibv_mr {
+            context: sp.pd.context,
+            pd,
+            addr,
+            length,
+            handle: 0,
+            lkey: info.lkey,
+            rkey: info.rkey,
+        },
+        handle: info.handle,
+    }));
+    // SAFETY: just allocated.
+    unsafe { (*m).mr.handle = info.lkey };
+    registry::add(m.cast::<ibv_mr>(), Kind::Mr);
+    m.cast()
+}
+
+symver!(ibv_reg_mr);
+#[export_name = "softib_ibv_reg_mr"]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut libc::c_void,
+    length: usize,
+    access: i32,
+) -> *mut ibv_mr {
+    reg(pd, addr, length, addr as u64, access as u32)
+}
+
+symver!(ibv_reg_mr_iova);
+#[export_name = "softib_ibv_reg_mr_iova"]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut libc::c_void,
+    length: usize,
+    iova: u64,
+    access: i32,
+) -> *mut ibv_mr {
+    reg(pd, addr, length, iova, access as u32)
+}
+
+symver!(ibv_reg_mr_iova2);
+#[export_name = "softib_ibv_reg_mr_iova2"]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut libc::c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> *mut ibv_mr {
+    reg(pd, addr, length, iova, access)
+}
+
+symver!(ibv_dereg_mr);
+#[export_name = "softib_ibv_dereg_mr"]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> i32 {
+    if !registry::is_live(mr, Kind::Mr) {
+        return ret_errno(libc::EINVAL);
+    }
+    let sm = mr.cast::<SoftMr>();
+    let Some(sc) = SoftContext::from_ctx((*sm).mr.context) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if sc
+        .shared
+        .lock()
+        .dev
+        .hca_mut()
+        .dereg_mr((*sm).handle)
+        .is_err()
+    {
+        return ret_errno(libc::EINVAL);
+    }
+    registry::remove(mr, Kind::Mr);
+    drop(Box::from_raw(sm));
+    0
+}
+
+symver!(ibv_rereg_mr);
+#[export_name = "softib_ibv_rereg_mr"]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    _flags: i32,
+    _pd: *mut ibv_pd,
+    _addr: *mut libc::c_void,
+    _length: usize,
+    _access: i32,
+) -> i32 {
+    if !registry::is_live(mr, Kind::Mr) {
+        return ret_errno(libc::EINVAL);
+    }
+    // IBV_REREG_MR_ERR_INPUT: the region is unchanged.
+    util::set_errno(libc::EOPNOTSUPP);
+    IBV_REREG_MR_ERR_INPUT
+}
+
+// ----- address handles ------------------------------------------------------------------
+
+symver!(ibv_create_ah);
+#[export_name = "softib_ibv_create_ah"]
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    let Some((sc, sp)) = pd_parts(pd) else {
+        return null_errno(libc::EINVAL);
+    };
+    if attr.is_null() {
+        return null_errno(libc::EINVAL);
+    }
+    let a = convert::ah_attr_from_c(&*attr);
+    let h = match sc.shared.lock().dev.hca_mut().create_ah(sp.handle, &a) {
+        Ok(h) => h,
+        Err(_) => return null_errno(libc::EINVAL),
+    };
+    let p = Box::into_raw(Box::new(SoftAh {
+        ah: ibv_ah {
+            context: sp.pd.context,
+            pd,
+            handle: 0,
+        },
+        handle: h,
+    }));
+    registry::add(p.cast::<ibv_ah>(), Kind::Ah);
+    p.cast()
+}
+
+symver!(ibv_destroy_ah);
+#[export_name = "softib_ibv_destroy_ah"]
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> i32 {
+    if !registry::is_live(ah, Kind::Ah) {
+        return ret_errno(libc::EINVAL);
+    }
+    let sa = ah.cast::<SoftAh>();
+    if let Some(sc) = SoftContext::from_ctx((*sa).ah.context) {
+        let _ = sc.shared.lock().dev.hca_mut().destroy_ah((*sa).handle);
+    }
+    registry::remove(ah, Kind::Ah);
+    drop(Box::from_raw(sa));
+    0
+}
+
+/// The AH handle behind an `ibv_ah` (data path: checked at creation, re-checked here).
+pub unsafe fn ah_handle(ah: *mut ibv_ah) -> Option<AhHandle> {
+    if !registry::is_live(ah, Kind::Ah) {
+        return None;
+    }
+    Some((*ah.cast::<SoftAh>()).handle)
+}
+
+symver!(ibv_init_ah_from_wc);
+#[export_name = "softib_ibv_init_ah_from_wc"]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    ctx: *mut ibv_context,
+    port: u8,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    ah_attr: *mut ibv_ah_attr,
+) -> i32 {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return -1;
+    };
+    if wc.is_null() || ah_attr.is_null() {
+        return crate::util::minus_one(libc::EINVAL);
+    }
+    let wc = &*wc;
+    let mut a: ibv_ah_attr = util::zeroed();
+    a.dlid = wc.slid;
+    a.sl = wc.sl;
+    a.src_path_bits = wc.dlid_path_bits;
+    a.port_num = port;
+    if wc.wc_flags & IBV_WC_GRH != 0 {
+        if grh.is_null() {
+            return crate::util::minus_one(libc::EINVAL);
+        }
+        let g = &*grh;
+        a.is_global = 1;
+        // The reply goes back to the sender: its GID is the GRH's source.
+        a.grh.dgid = g.sgid;
+        let flow = u32::from_be(g.version_tclass_flow);
+        a.grh.flow_label = flow & 0xFFFFF;
+        a.grh.traffic_class = ((flow >> 20) & 0xFF) as u8;
+        a.grh.hop_limit = 0xFF;
+        // The local GID the request was sent to: find its index.
+        let dgid = g.dgid.raw;
+        let idx = {
+            let eng = sc.shared.lock();
+            eng.dev
+                .hca()
+                .query_port(port)
+                .ok()
+                .and_then(|p| p.gids.iter().position(|e| e.gid.0 == dgid))
+        };
+        match idx {
+            Some(i) => a.grh.sgid_index = i as u8,
+            None => return crate::util::minus_one(libc::ENOENT),
+        }
+    }
+    *ah_attr = a;
+    0
+}
+
+symver!(ibv_create_ah_from_wc);
+#[export_name = "softib_ibv_create_ah_from_wc"]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    port: u8,
+) -> *mut ibv_ah {
+    let Some((_, sp)) = pd_parts(pd) else {
+        return null_errno(libc::EINVAL);
+    };
+    let mut a: ibv_ah_attr = util::zeroed();
+    if ibv_init_ah_from_wc(sp.pd.context, port, wc, grh, &mut a) != 0 {
+        return std::ptr::null_mut();
+    }
+    ibv_create_ah(pd, &mut a)
+}

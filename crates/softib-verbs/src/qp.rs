@@ -1,0 +1,683 @@
+//! Queue pairs, shared receive queues, posting, multicast.
+
+use std::sync::Arc;
+
+use softib_core::verbs::qp::{QpAttrMask, QpInitAttr};
+use softib_core::verbs::srq::{SrqAttr, SrqAttrMask, SrqInitAttr};
+use softib_core::verbs::types::Gid;
+use softib_core::verbs::types::{QpState, QpType, SendFlags};
+use softib_core::verbs::wr::{RecvWr, SendWr, Sge, UdDest, WrOpcode};
+use softib_core::verbs::SrqHandle;
+use softib_wire::Qpn;
+
+use crate::context::Shared;
+use crate::convert;
+use crate::cq::SoftCq;
+use crate::device::SoftContext;
+use crate::mr::{self, SoftPd};
+use crate::registry::{self, Kind};
+use crate::util::{self, null_errno, ret_errno};
+use crate::verbs_h::*;
+
+/// A QP: `struct ibv_qp_ex` (whose prefix is `struct ibv_qp`) and softib's state.
+#[repr(C)]
+pub struct SoftQp {
+    /// Must be first.
+    pub ex: ibv_qp_ex,
+    /// The context's engine.
+    pub shared: Arc<Shared>,
+    /// QP number.
+    pub qpn: Qpn,
+    /// Transport service.
+    pub qp_type: QpType,
+    /// Created through `ibv_create_qp_ex` with `send_ops_flags`: `ibv_qp_to_qp_ex` hands out
+    /// `ex`.
+    pub has_ex: bool,
+    /// `send_ops_flags` of `ibv_create_qp_ex`.
+    pub send_ops: u64,
+    /// Largest inline payload (the QP's capability).
+    pub max_inline: u32,
+    /// WRs built by the `ibv_wr_*` interface between `ibv_wr_start` and `ibv_wr_complete`.
+    pub wr_batch: Vec<SendWr>,
+    /// Set when a `ibv_wr_*` call in the batch was invalid (`ibv_wr_complete` fails).
+    pub wr_error: i32,
+}
+
+/// An SRQ: `struct ibv_srq` and its HCA handle.
+#[repr(C)]
+pub struct SoftSrq {
+    /// Must be first.
+    pub srq: ibv_srq,
+    /// The context's engine.
+    pub shared: Arc<Shared>,
+    /// The HCA's SRQ.
+    pub handle: SrqHandle,
+}
+
+/// Fills the QP and SRQ entries of `context->ops`.
+pub fn fill_ops(ops: &mut ibv_context_ops) {
+    ops.post_send = Some(post_send);
+    ops.post_recv = Some(post_recv);
+    ops.post_srq_recv = Some(post_srq_recv);
+}
+
+unsafe fn cq_handle(cq: *mut ibv_cq) -> Option<softib_core::verbs::CqHandle> {
+    if !registry::is_live(cq, Kind::Cq) {
+        return None;
+    }
+    Some((*cq.cast::<SoftCq>()).handle)
+}
+
+/// Creates a QP from the extended attributes (the plain verb converts to them).
+pub unsafe fn create(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> Result<*mut SoftQp, i32> {
+    let sc = SoftContext::from_ctx(ctx).ok_or(libc::EINVAL)?;
+    if attr.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let a = &mut *attr;
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        return Err(libc::EINVAL);
+    }
+    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & !known != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let (_, sp) = mr::pd_parts(a.pd).ok_or(libc::EINVAL)?;
+    if !std::ptr::eq(sp.pd.context, ctx) {
+        return Err(libc::EINVAL);
+    }
+    let qp_type = match a.qp_type {
+        IBV_QPT_RC => QpType::Rc,
+        IBV_QPT_UC => QpType::Uc,
+        IBV_QPT_UD => QpType::Ud,
+        _ => return Err(libc::EOPNOTSUPP),
+    };
+    let send_cq = cq_handle(a.send_cq).ok_or(libc::EINVAL)?;
+    let recv_cq = cq_handle(a.recv_cq).ok_or(libc::EINVAL)?;
+    let srq = if a.srq.is_null() {
+        None
+    } else {
+        if !registry::is_live(a.srq, Kind::Srq) {
+            return Err(libc::EINVAL);
+        }
+        Some((*a.srq.cast::<SoftSrq>()).handle)
+    };
+    let has_ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+    if has_ex && a.send_ops_flags & !crate::ex::SUPPORTED_SEND_OPS != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let init = QpInitAttr {
+        send_cq,
+        recv_cq,
+        srq,
+        cap: convert::cap_from_c(&a.cap),
+        qp_type,
+        sq_sig_all: a.sq_sig_all != 0,
+    };
+    let mut eng = sc.shared.lock();
+    let qpn = eng
+        .dev
+        .hca_mut()
+        .create_qp(sp.handle, &init)
+        .map_err(|e| convert::create_qp_errno(&e))?;
+    if let Ok(i) = eng.dev.hca().query_qp_init_attr(qpn) {
+        a.cap = convert::cap_to_c(&i.cap);
+    }
+    let mut ex: ibv_qp_ex = util::zeroed();
+    ex.qp_base.context = ctx;
+    ex.qp_base.qp_context = a.qp_context;
+    ex.qp_base.pd = a.pd;
+    ex.qp_base.send_cq = a.send_cq;
+    ex.qp_base.recv_cq = a.recv_cq;
+    ex.qp_base.srq = a.srq;
+    ex.qp_base.qp_num = qpn.value();
+    ex.qp_base.state = IBV_QPS_RESET;
+    ex.qp_base.qp_type = a.qp_type;
+    if has_ex {
+        crate::ex::fill_qp_ex(&mut ex, a.send_ops_flags);
+    }
+    let p = Box::into_raw(Box::new(SoftQp {
+        ex,
+        shared: sc.shared.clone(),
+        qpn,
+        qp_type,
+        has_ex,
+        send_ops: if has_ex { a.send_ops_flags } else { 0 },
+        max_inline: a.cap.max_inline_data,
+        wr_batch: Vec::new(),
+        wr_error: 0,
+    }));
+    (*p).ex.qp_base.handle = qpn.value();
+    eng.qps.insert(qpn.value(), p);
+    registry::add(p.cast::<ibv_qp>(), Kind::Qp);
+    Ok(p)
+}
+
+symver!(ibv_create_qp);
+#[export_name = "softib_ibv_create_qp"]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    if !registry::is_live(pd, Kind::Pd) || attr.is_null() {
+        return null_errno(libc::EINVAL);
+    }
+    let a = &mut *attr;
+    let mut ex: ibv_qp_init_attr_ex = util::zeroed();
+    ex.qp_context = a.qp_context;
+    ex.send_cq = a.send_cq;
+    ex.recv_cq = a.recv_cq;
+    ex.srq = a.srq;
+    ex.cap = a.cap;
+    ex.qp_type = a.qp_type;
+    ex.sq_sig_all = a.sq_sig_all;
+    ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+    ex.pd = pd;
+    match create((*pd.cast::<SoftPd>()).pd.context, &mut ex) {
+        Ok(p) => {
+            a.cap = ex.cap;
+            p.cast()
+        }
+        Err(e) => null_errno(e),
+    }
+}
+
+/// The QP behind a pointer, if live.
+pub unsafe fn soft_qp<'a>(qp: *mut ibv_qp) -> Option<&'a mut SoftQp> {
+    if !registry::is_live(qp, Kind::Qp) {
+        return None;
+    }
+    Some(&mut *qp.cast::<SoftQp>())
+}
+
+symver!(ibv_modify_qp);
+#[export_name = "softib_ibv_modify_qp"]
+pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
+    let Some(q) = soft_qp(qp) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if attr.is_null() {
+        return ret_errno(libc::EINVAL);
+    }
+    let (a, m) = match convert::qp_attr_from_c(&*attr, mask as u32) {
+        Ok(v) => v,
+        Err(e) => return ret_errno(e),
+    };
+    let shared = q.shared.clone();
+    let mut eng = shared.lock();
+    if let Err(e) = eng.dev.hca_mut().modify_qp(q.qpn, &a, m) {
+        return ret_errno(convert::modify_qp_errno(&e));
+    }
+    if let Ok(now) = eng.dev.hca().query_qp(q.qpn) {
+        q.ex.qp_base.state = now.qp_state.raw();
+    }
+    // A move to ERR flushes: completions and events may be waiting.
+    eng.flush(&shared);
+    if m.contains(QpAttrMask::STATE) && a.qp_state == QpState::Err {
+        eng.dispatch_events(&shared);
+    }
+    0
+}
+
+symver!(ibv_query_qp);
+#[export_name = "softib_ibv_query_qp"]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: i32,
+    init_attr: *mut ibv_qp_init_attr,
+) -> i32 {
+    let Some(q) = soft_qp(qp) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if attr.is_null() {
+        return ret_errno(libc::EINVAL);
+    }
+    let eng = q.shared.lock();
+    let Ok(a) = eng.dev.hca().query_qp(q.qpn) else {
+        return ret_errno(libc::EINVAL);
+    };
+    *attr = convert::qp_attr_to_c(&a);
+    q.ex.qp_base.state = a.qp_state.raw();
+    if !init_attr.is_null() {
+        if let Ok(i) = eng.dev.hca().query_qp_init_attr(q.qpn) {
+            let ia = &mut *init_attr;
+            ia.qp_context = q.ex.qp_base.qp_context;
+            ia.send_cq = q.ex.qp_base.send_cq;
+            ia.recv_cq = q.ex.qp_base.recv_cq;
+            ia.srq = q.ex.qp_base.srq;
+            ia.cap = convert::cap_to_c(&i.cap);
+            ia.qp_type = q.ex.qp_base.qp_type;
+            ia.sq_sig_all = i32::from(i.sq_sig_all);
+        }
+    }
+    0
+}
+
+symver!(ibv_query_qp_data_in_order);
+#[export_name = "softib_ibv_query_qp_data_in_order"]
+pub unsafe extern "C" fn ibv_query_qp_data_in_order(
+    qp: *mut ibv_qp,
+    _op: ibv_wr_opcode,
+    _flags: u32,
+) -> i32 {
+    // rdma-core 44: 1 if the data is written in order. softib places every message's bytes
+    // in order before it completes.
+    if soft_qp(qp).is_none() {
+        return 0;
+    }
+    1
+}
+
+symver!(ibv_destroy_qp);
+#[export_name = "softib_ibv_destroy_qp"]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
+    let Some(q) = soft_qp(qp) else {
+        return ret_errno(libc::EINVAL);
+    };
+    {
+        let shared = q.shared.clone();
+        let mut eng = shared.lock();
+        if eng.dev.hca_mut().destroy_qp(q.qpn).is_err() {
+            return ret_errno(libc::EINVAL);
+        }
+        eng.qps.remove(&q.qpn.value());
+        eng.flush(&shared);
+    }
+    registry::remove(qp, Kind::Qp);
+    drop(Box::from_raw(qp.cast::<SoftQp>()));
+    0
+}
+
+// ----- posting ---------------------------------------------------------------------------
+
+/// Converts one `ibv_send_wr` to the core's WR. `Err(errno)` for a WR no QP could take.
+pub unsafe fn send_wr_from_c(w: &ibv_send_wr, max_inline: u32) -> Result<SendWr, i32> {
+    let imm = u32::from_be(w.__bindgen_anon_1.imm_data);
+    let opcode = match w.opcode {
+        IBV_WR_SEND => WrOpcode::Send,
+        IBV_WR_SEND_WITH_IMM => WrOpcode::SendWithImm(imm),
+        IBV_WR_SEND_WITH_INV => WrOpcode::SendWithInv(w.__bindgen_anon_1.invalidate_rkey),
+        IBV_WR_RDMA_WRITE => WrOpcode::RdmaWrite {
+            remote: softib_core::verbs::wr::RemoteAddr::new(w.wr.rdma.remote_addr, w.wr.rdma.rkey),
+        },
+        IBV_WR_RDMA_WRITE_WITH_IMM => WrOpcode::RdmaWriteWithImm {
+            remote: softib_core::verbs::wr::RemoteAddr::new(w.wr.rdma.remote_addr, w.wr.rdma.rkey),
+            imm,
+        },
+        IBV_WR_RDMA_READ => WrOpcode::RdmaRead {
+            remote: softib_core::verbs::wr::RemoteAddr::new(w.wr.rdma.remote_addr, w.wr.rdma.rkey),
+        },
+        IBV_WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCmpSwp {
+            remote_addr: w.wr.atomic.remote_addr,
+            rkey: w.wr.atomic.rkey,
+            compare: w.wr.atomic.compare_add,
+            swap: w.wr.atomic.swap,
+        },
+        IBV_WR_ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFetchAdd {
+            remote_addr: w.wr.atomic.remote_addr,
+            rkey: w.wr.atomic.rkey,
+            add: w.wr.atomic.compare_add,
+        },
+        _ => return Err(libc::EINVAL),
+    };
+    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    let sges = if w.num_sge == 0 {
+        &[][..]
+    } else {
+        std::slice::from_raw_parts(w.sg_list, w.num_sge as usize)
+    };
+    let flags = SendFlags::from_bits_truncate(w.send_flags);
+    let mut wr = SendWr::new(w.wr_id, opcode);
+    wr.flags = flags;
+    if flags.contains(SendFlags::INLINE) && !opcode.writes_local_memory() {
+        // Inline: the bytes are copied now, the lkeys are ignored (as rdma-core documents).
+        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+        if total > u64::from(max_inline) {
+            return Err(libc::EINVAL);
+        }
+        let mut data = Vec::with_capacity(total as usize);
+        for s in sges {
+            if s.length > 0 {
+                if s.addr == 0 {
+                    return Err(libc::EINVAL);
+                }
+                data.extend_from_slice(std::slice::from_raw_parts(
+                    s.addr as usize as *const u8,
+                    s.length as usize,
+                ));
+            }
+        }
+        wr.inline_data = Some(data);
+    } else {
+        wr.flags.remove(SendFlags::INLINE);
+        wr.sg_list = sges
+            .iter()
+            .map(|s| Sge::new(s.addr, s.length, s.lkey))
+            .collect();
+    }
+    Ok(wr)
+}
+
+/// `ops.post_send`.
+pub unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> i32 {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    let q = &mut *qp.cast::<SoftQp>();
+    let shared = q.shared.clone();
+    let mut eng = shared.lock();
+    let max_inline = q.max_inline;
+    let mut cur = wr;
+    let mut rc = 0;
+    while !cur.is_null() {
+        let w = &*cur;
+        let mut one = match send_wr_from_c(w, max_inline) {
+            Ok(x) => x,
+            Err(e) => {
+                rc = e;
+                break;
+            }
+        };
+        if q.qp_type == QpType::Ud {
+            match mr::ah_handle(w.wr.ud.ah) {
+                Some(ah) => {
+                    one.ud = Some(UdDest {
+                        ah,
+                        remote_qpn: Qpn::new(w.wr.ud.remote_qpn),
+                        remote_qkey: w.wr.ud.remote_qkey,
+                    })
+                }
+                None => {
+                    rc = libc::EINVAL;
+                    break;
+                }
+            }
+        }
+        if let Err(e) = eng
+            .dev
+            .hca_mut()
+            .post_send(q.qpn, std::slice::from_ref(&one))
+        {
+            rc = convert::post_send_errno(&e);
+            break;
+        }
+        cur = w.next;
+    }
+    if rc != 0 && !bad_wr.is_null() {
+        *bad_wr = cur;
+    }
+    eng.flush(&shared);
+    rc
+}
+
+unsafe fn recv_wr_from_c(w: &ibv_recv_wr) -> Result<RecvWr, i32> {
+    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    let sges = if w.num_sge == 0 {
+        &[][..]
+    } else {
+        std::slice::from_raw_parts(w.sg_list, w.num_sge as usize)
+    };
+    Ok(RecvWr::new(
+        w.wr_id,
+        sges.iter()
+            .map(|s| Sge::new(s.addr, s.length, s.lkey))
+            .collect(),
+    ))
+}
+
+/// `ops.post_recv`.
+pub unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> i32 {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    let q = &*qp.cast::<SoftQp>();
+    let shared = q.shared.clone();
+    let mut eng = shared.lock();
+    let mut cur = wr;
+    let mut rc = 0;
+    while !cur.is_null() {
+        let w = &*cur;
+        let one = match recv_wr_from_c(w) {
+            Ok(x) => x,
+            Err(e) => {
+                rc = e;
+                break;
+            }
+        };
+        if let Err(e) = eng
+            .dev
+            .hca_mut()
+            .post_recv(q.qpn, std::slice::from_ref(&one))
+        {
+            rc = convert::post_recv_errno(&e);
+            break;
+        }
+        cur = w.next;
+    }
+    if rc != 0 && !bad_wr.is_null() {
+        *bad_wr = cur;
+    }
+    rc
+}
+
+/// `ops.post_srq_recv`.
+pub unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> i32 {
+    if srq.is_null() {
+        return libc::EINVAL;
+    }
+    let s = &*srq.cast::<SoftSrq>();
+    let shared = s.shared.clone();
+    let mut eng = shared.lock();
+    let mut cur = wr;
+    let mut rc = 0;
+    while !cur.is_null() {
+        let w = &*cur;
+        let one = match recv_wr_from_c(w) {
+            Ok(x) => x,
+            Err(e) => {
+                rc = e;
+                break;
+            }
+        };
+        if let Err(e) = eng
+            .dev
+            .hca_mut()
+            .post_srq_recv(s.handle, std::slice::from_ref(&one))
+        {
+            rc = match e {
+                softib_core::error::PostSrqRecvError::QueueFull { .. } => libc::ENOMEM,
+                _ => libc::EINVAL,
+            };
+            break;
+        }
+        cur = w.next;
+    }
+    if rc != 0 && !bad_wr.is_null() {
+        *bad_wr = cur;
+    }
+    rc
+}
+
+// ----- shared receive queues --------------------------------------------------------------
+
+/// Creates an SRQ of `pd`.
+pub unsafe fn create_srq(
+    pd: *mut ibv_pd,
+    srq_context: *mut libc::c_void,
+    attr: &mut ibv_srq_attr,
+) -> Result<*mut SoftSrq, i32> {
+    let (sc, sp) = mr::pd_parts(pd).ok_or(libc::EINVAL)?;
+    let init = SrqInitAttr {
+        max_wr: attr.max_wr,
+        max_sge: attr.max_sge,
+        srq_limit: attr.srq_limit,
+    };
+    let mut eng = sc.shared.lock();
+    let h = eng
+        .dev
+        .hca_mut()
+        .create_srq(sp.handle, &init)
+        .map_err(|_| libc::EINVAL)?;
+    if let Ok(a) = eng.dev.hca().query_srq(h) {
+        attr.max_wr = a.max_wr;
+        attr.max_sge = a.max_sge;
+    }
+    let mut s: ibv_srq = util::zeroed();
+    s.context = sp.pd.context;
+    s.srq_context = srq_context;
+    s.pd = pd;
+    let p = Box::into_raw(Box::new(SoftSrq {
+        srq: s,
+        shared: sc.shared.clone(),
+        handle: h,
+    }));
+    (*p).srq.handle = p as usize as u32;
+    eng.srqs.insert(h, p);
+    registry::add(p.cast::<ibv_srq>(), Kind::Srq);
+    Ok(p)
+}
+
+symver!(ibv_create_srq);
+#[export_name = "softib_ibv_create_srq"]
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    if attr.is_null() {
+        return null_errno(libc::EINVAL);
+    }
+    let a = &mut *attr;
+    match create_srq(pd, a.srq_context, &mut a.attr) {
+        Ok(p) => p.cast(),
+        Err(e) => null_errno(e),
+    }
+}
+
+unsafe fn soft_srq<'a>(srq: *mut ibv_srq) -> Option<&'a SoftSrq> {
+    if !registry::is_live(srq, Kind::Srq) {
+        return None;
+    }
+    Some(&*srq.cast::<SoftSrq>())
+}
+
+symver!(ibv_modify_srq);
+#[export_name = "softib_ibv_modify_srq"]
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: i32,
+) -> i32 {
+    let Some(s) = soft_srq(srq) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if attr.is_null() {
+        return ret_errno(libc::EINVAL);
+    }
+    let Some(m) = SrqAttrMask::from_bits(mask as u32) else {
+        return ret_errno(libc::EINVAL);
+    };
+    let a = &*attr;
+    let sa = SrqAttr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    };
+    match s.shared.lock().dev.hca_mut().modify_srq(s.handle, &sa, m) {
+        Ok(_) => 0,
+        Err(_) => ret_errno(libc::EINVAL),
+    }
+}
+
+symver!(ibv_query_srq);
+#[export_name = "softib_ibv_query_srq"]
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> i32 {
+    let Some(s) = soft_srq(srq) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if attr.is_null() {
+        return ret_errno(libc::EINVAL);
+    }
+    match s.shared.lock().dev.hca().query_srq(s.handle) {
+        Ok(a) => {
+            *attr = ibv_srq_attr {
+                max_wr: a.max_wr,
+                max_sge: a.max_sge,
+                srq_limit: a.srq_limit,
+            };
+            0
+        }
+        Err(_) => ret_errno(libc::EINVAL),
+    }
+}
+
+symver!(ibv_destroy_srq);
+#[export_name = "softib_ibv_destroy_srq"]
+pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> i32 {
+    let Some(s) = soft_srq(srq) else {
+        return ret_errno(libc::EINVAL);
+    };
+    {
+        let mut eng = s.shared.lock();
+        if eng.dev.hca_mut().destroy_srq(s.handle).is_err() {
+            return ret_errno(libc::EBUSY);
+        }
+        eng.srqs.remove(&s.handle);
+    }
+    registry::remove(srq, Kind::Srq);
+    drop(Box::from_raw(srq.cast::<SoftSrq>()));
+    0
+}
+
+// ----- multicast ---------------------------------------------------------------------------
+
+symver!(ibv_attach_mcast);
+#[export_name = "softib_ibv_attach_mcast"]
+pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> i32 {
+    let Some(q) = soft_qp(qp) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if gid.is_null() {
+        return ret_errno(libc::EINVAL);
+    }
+    let g = Gid((*gid).raw);
+    match q.shared.lock().dev.hca_mut().attach_mcast(q.qpn, g, lid) {
+        Ok(()) => 0,
+        Err(_) => ret_errno(libc::EINVAL),
+    }
+}
+
+symver!(ibv_detach_mcast);
+#[export_name = "softib_ibv_detach_mcast"]
+pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> i32 {
+    let Some(q) = soft_qp(qp) else {
+        return ret_errno(libc::EINVAL);
+    };
+    if gid.is_null() {
+        return ret_errno(libc::EINVAL);
+    }
+    let g = Gid((*gid).raw);
+    match q.shared.lock().dev.hca_mut().detach_mcast(q.qpn, g, lid) {
+        Ok(()) => 0,
+        Err(_) => ret_errno(libc::EINVAL),
+    }
+}
