@@ -30,6 +30,9 @@ mod convert;
 mod cq;
 mod device;
 mod ex;
+mod kern;
+#[allow(dead_code, clippy::all)]
+pub mod kern_h;
 mod misc;
 mod mr;
 mod qp;

@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::util::{self, minus_one, ret_errno};
+use crate::util::{minus_one, ret_errno};
 use crate::verbs_h::*;
 
 macro_rules! cstr {
@@ -266,8 +266,3 @@ symver!(verbs_allow_disassociate_destroy);
 /// after a device is disassociated; softib devices never are.
 #[export_name = "softib_verbs_allow_disassociate_destroy"]
 pub static mut verbs_allow_disassociate_destroy: bool = false;
-
-#[allow(dead_code)]
-fn _unused() {
-    util::set_errno(0);
-}
