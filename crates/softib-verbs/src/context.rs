@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -58,6 +58,12 @@ pub struct Shared {
     /// Incremented by every `ibv_poll_cq`: the progress thread stays off the socket while it
     /// moves.
     pub app_polls: AtomicU64,
+    /// Threads blocked in `ibv_get_cq_event` on a channel of this context: while one waits,
+    /// the progress thread drives the engine even if `app_polls` moved.
+    pub cq_waiters: AtomicU32,
+    /// Set while the progress thread leaves the socket to a polling application; a thread
+    /// about to block for a completion event then wakes it.
+    pub parked: AtomicBool,
     /// Tells the progress thread to exit.
     pub stop: AtomicBool,
     /// Wakes the progress thread (close).
@@ -77,6 +83,20 @@ pub struct AsyncItem(pub ibv_async_event);
 unsafe impl Send for AsyncItem {}
 
 impl Shared {
+    /// Called by a thread about to block for a completion event: the progress thread must
+    /// drive the engine now (the application is no longer polling).
+    pub fn begin_cq_wait(&self) {
+        self.cq_waiters.fetch_add(1, Ordering::AcqRel);
+        if self.parked.load(Ordering::Acquire) {
+            util::signal(self.wake_fd);
+        }
+    }
+
+    /// The blocked thread woke up.
+    pub fn end_cq_wait(&self) {
+        self.cq_waiters.fetch_sub(1, Ordering::AcqRel);
+    }
+
     /// Locks the engine (a panic inside never leaves it poisoned for the C caller).
     pub fn lock(&self) -> MutexGuard<'_, Engine> {
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
@@ -194,10 +214,16 @@ fn progress_loop(shared: &Shared) {
     let mut last_polls = shared.app_polls.load(Ordering::Relaxed);
     while !shared.stop.load(Ordering::Acquire) {
         let polls = shared.app_polls.load(Ordering::Relaxed);
-        let app_active = polls != last_polls;
+        let app_active = polls != last_polls && shared.cq_waiters.load(Ordering::Acquire) == 0;
         last_polls = polls;
         if app_active {
-            sleep_on(&[shared.wake_fd], APP_POLL_CHECK);
+            shared.parked.store(true, Ordering::Release);
+            // A waiter that registered before `parked` was set signalled nobody: look again.
+            if shared.cq_waiters.load(Ordering::Acquire) == 0 {
+                sleep_on(&[shared.wake_fd], APP_POLL_CHECK);
+            }
+            shared.parked.store(false, Ordering::Release);
+            util::drain(shared.wake_fd);
             continue;
         }
         // The application is not polling: this thread drives the engine.
@@ -258,6 +284,8 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
             srqs: HashMap::new(),
         }),
         app_polls: AtomicU64::new(0),
+        cq_waiters: AtomicU32::new(0),
+        parked: AtomicBool::new(false),
         stop: AtomicBool::new(false),
         wake_fd,
         async_fd,

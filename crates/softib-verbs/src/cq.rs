@@ -280,7 +280,15 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         return minus_one(libc::EINVAL);
     }
     let ch = channel.cast::<SoftChannel>();
-    if util::wait_one((*ch).ch.fd) != 0 {
+    let shared = SoftContext::from_ctx((*ch).ch.context).map(|sc| sc.shared.clone());
+    if let Some(s) = &shared {
+        s.begin_cq_wait();
+    }
+    let rc = util::wait_one((*ch).ch.fd);
+    if let Some(s) = &shared {
+        s.end_cq_wait();
+    }
+    if rc != 0 {
         return -1;
     }
     let ev = (*ch)
