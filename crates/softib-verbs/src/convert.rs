@@ -58,7 +58,7 @@ pub fn ah_attr_from_c(a: &ibv_ah_attr) -> AhAttr {
         src_path_bits: a.src_path_bits,
         static_rate: a.static_rate,
         port_num: a.port_num,
-        grh: (a.is_global != 0).then(|| GlobalRoute {
+        grh: (a.is_global != 0).then_some(GlobalRoute {
             // SAFETY: every bit pattern of the union is a valid byte array.
             dgid: Gid(unsafe { a.grh.dgid.raw }),
             flow_label: a.grh.flow_label,

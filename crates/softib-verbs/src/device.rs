@@ -32,8 +32,11 @@ pub struct SoftDevice {
 unsafe impl Send for SoftDevice {}
 unsafe impl Sync for SoftDevice {}
 
+// Boxed: the `ibv_device` addresses handed out must never move.
+#[allow(clippy::vec_box)]
 static DEVICES: OnceLock<Vec<Box<SoftDevice>>> = OnceLock::new();
 
+#[allow(clippy::vec_box)]
 fn devices() -> &'static [Box<SoftDevice>] {
     DEVICES.get_or_init(|| {
         config::devices()
@@ -281,12 +284,26 @@ fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
     Err(last)
 }
 
+/// In a child after fork(): the parent's contexts and objects are not the child's (rdma-core:
+/// a child may not use its parent's verbs resources, and their progress threads did not
+/// follow it). They are forgotten, so a control verb on one fails with EINVAL instead of
+/// touching the parent's engine; the child opens its own devices.
+extern "C" fn forget_parent_objects() {
+    registry::clear();
+}
+
+static ATFORK: std::sync::Once = std::sync::Once::new();
+
 symver!(ibv_open_device);
 #[export_name = "softib_ibv_open_device"]
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     let Some(sd) = soft_device(device) else {
         return null_errno(libc::ENODEV);
     };
+    ATFORK.call_once(|| {
+        // SAFETY: registers a handler that only touches this library's registry.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_parent_objects)) };
+    });
     let dev = match open_engine(&sd.spec) {
         Ok(d) => d,
         Err(e) => return null_errno(e.raw_os_error().unwrap_or(libc::ENODEV)),
@@ -551,9 +568,11 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     if gid_type.is_null() {
         return minus_one(libc::EINVAL);
     }
+    // rdma-core's private `enum ibv_gid_type_sysfs` (driver.h): 0 = IB / RoCE v1,
+    // 1 = RoCE v2 (not the public `enum ibv_gid_type`).
     match gid_entry(sc, u32::from(port), index) {
         Ok((_, t)) => {
-            *gid_type = gid_type_raw(t);
+            *gid_type = u32::from(t == GidType::RoceV2);
             0
         }
         Err(e) => minus_one(e),
