@@ -126,6 +126,31 @@ pub enum DestroyCqError {
     },
 }
 
+/// `resize_cq` failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResizeCqError {
+    /// The handle does not name a live CQ.
+    #[error("no such completion queue {0:?}")]
+    NoSuchCq(CqHandle),
+    /// `cqe` is 0 or larger than the device allows.
+    #[error("cqe {cqe} is out of range 1..={max}")]
+    InvalidCqe {
+        /// Requested entries.
+        cqe: u32,
+        /// `max_cqe`.
+        max: u32,
+    },
+    /// More completions are queued than the new size holds.
+    #[error("cqe {cqe} cannot hold the {queued} completions queued")]
+    TooSmall {
+        /// Requested entries.
+        cqe: u32,
+        /// Completions queued now.
+        queued: u32,
+    },
+}
+
 /// `poll_cq`, `req_notify_cq` or `query_cq` failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

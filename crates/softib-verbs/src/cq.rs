@@ -163,11 +163,20 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> i32 {
 
 symver!(ibv_resize_cq);
 #[export_name = "softib_ibv_resize_cq"]
-pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, _cqe: i32) -> i32 {
-    if !registry::is_live(cq, Kind::Cq) {
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: i32) -> i32 {
+    if !registry::is_live(cq, Kind::Cq) || cqe <= 0 {
         return ret_errno(libc::EINVAL);
     }
-    ret_errno(libc::EOPNOTSUPP)
+    let p = cq.cast::<SoftCq>();
+    let shared = (*p).shared.clone();
+    let mut eng = shared.lock();
+    match eng.dev.hca_mut().resize_cq((*p).handle, cqe as u32) {
+        Ok(cap) => {
+            (*p).ex.cqe = cap as i32;
+            0
+        }
+        Err(_) => ret_errno(libc::EINVAL),
+    }
 }
 
 /// `ops.poll_cq`.

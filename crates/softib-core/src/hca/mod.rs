@@ -45,7 +45,7 @@ mod tests;
 use crate::error::{
     AhError, AllocPdError, CqError, CreateAhError, CreateCqError, CreateSrqError, DeallocPdError,
     DeregMrError, DestroyCqError, DestroySrqError, ModifySrqError, PostSrqRecvError,
-    QueryPortError, RegMrError, SrqError,
+    QueryPortError, RegMrError, ResizeCqError, SrqError,
 };
 use crate::table::Table;
 use crate::verbs::ah::{self, Ah, AhAttr};
@@ -435,6 +435,24 @@ impl Hca {
         Ok(CqHandle(
             self.cqs.insert(Cq::new(cq::rounded_capacity(cqe))),
         ))
+    }
+
+    /// Resizes a CQ (`ibv_resize_cq`): the new capacity is `cqe` rounded as at creation; the
+    /// queued completions, the armed notification and the error state are kept. Fails when
+    /// the new capacity cannot hold the completions queued now. Returns the new capacity.
+    pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32) -> Result<u32, ResizeCqError> {
+        let max = self.device.max_cqe;
+        if cqe == 0 || cqe > max {
+            return Err(ResizeCqError::InvalidCqe { cqe, max });
+        }
+        let c = self.cqs.get_mut(cq.0).ok_or(ResizeCqError::NoSuchCq(cq))?;
+        let capacity = cq::rounded_capacity(cqe);
+        let queued = c.attr().len;
+        if queued > capacity {
+            return Err(ResizeCqError::TooSmall { cqe, queued });
+        }
+        c.capacity = capacity;
+        Ok(capacity)
     }
 
     /// Destroys a CQ; fails while QPs use it. Pending completion events for it are dropped.

@@ -276,6 +276,40 @@ fn cq_overrun_is_an_error() {
 }
 
 #[test]
+fn resize_cq_keeps_completions_and_refuses_too_small() {
+    let mut f = Fixture::new();
+    let cq = f.hca.create_cq(3).unwrap();
+    let qpn = f
+        .hca
+        .create_qp(f.pd, &QpInitAttr::new(QpType::Rc, cq, CAP))
+        .unwrap();
+    f.bring_to(qpn, QpState::Err);
+    let wrs: Vec<_> = (0..3).map(|i| RecvWr::new(i, vec![])).collect();
+    f.hca.post_recv(qpn, &wrs).unwrap();
+    assert_eq!(f.hca.query_cq(cq).unwrap().len, 3);
+    // Capacity 1 cannot hold the 3 queued completions.
+    assert_eq!(
+        f.hca.resize_cq(cq, 1),
+        Err(ResizeCqError::TooSmall { cqe: 1, queued: 3 })
+    );
+    assert_eq!(
+        f.hca.resize_cq(cq, 0),
+        Err(ResizeCqError::InvalidCqe { cqe: 0, max: 32767 })
+    );
+    assert_eq!(f.hca.resize_cq(cq, 100), Ok(127));
+    assert_eq!(f.hca.query_cq(cq).unwrap().cqe, 127);
+    let ids: Vec<_> = f
+        .hca
+        .poll_cq(cq, 10)
+        .unwrap()
+        .iter()
+        .map(|w| w.wr_id)
+        .collect();
+    assert_eq!(ids, vec![0, 1, 2]);
+    assert_eq!(f.hca.resize_cq(cq, 1), Ok(1));
+}
+
+#[test]
 fn cq_rounding_and_limits() {
     let mut config = HcaConfig::new(1);
     config.device.max_cq = 2;
