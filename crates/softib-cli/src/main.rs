@@ -14,6 +14,7 @@ mod pcap_cmd;
 mod perftest;
 mod pingpong_cmd;
 mod relay_cmd;
+mod run_cmd;
 mod sim_cmd;
 mod synth;
 
@@ -48,6 +49,9 @@ enum Command {
     Bench(Box<bench_cmd::BenchArgs>),
     /// A lossy, reordering UDP relay between two softib processes (seeded).
     Relay(relay_cmd::RelayArgs),
+    /// Run an unmodified RDMA program (built against rdma-core's libibverbs) on softib:
+    /// `softib run [--bind IP] -- PROGRAM ARGS...`.
+    Run(run_cmd::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,5 +64,6 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => pingpong_cmd::run(*args),
         Command::Bench(args) => bench_cmd::run(*args),
         Command::Relay(args) => relay_cmd::run(args),
+        Command::Run(args) => run_cmd::run(args),
     }
 }

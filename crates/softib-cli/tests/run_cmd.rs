@@ -1,0 +1,91 @@
+//! `softib run`: the program runs with softib's libibverbs.so.1 first on the loader path.
+
+#[allow(dead_code)]
+mod procs;
+
+use procs::softib;
+use std::path::{Path, PathBuf};
+
+/// softib's cdylib beside the softib binary, if this build produced it (`cargo test
+/// --workspace` and `cargo build --release` do).
+fn library() -> Option<PathBuf> {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_softib"));
+    let lib = exe.parent()?.join("libibverbs.so");
+    lib.is_file().then_some(lib)
+}
+
+#[test]
+fn run_sets_the_loader_path_and_options() {
+    let Some(lib) = library() else {
+        println!("SKIPPED: softib's libibverbs.so was not built beside the softib binary");
+        return;
+    };
+    let out = softib()
+        .args([
+            "run",
+            "--bind",
+            "127.0.0.9",
+            "--pcap",
+            "/tmp/x",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$LD_LIBRARY_PATH|$SOFTIB_BIND|$SOFTIB_PCAP\"",
+        ])
+        .env("LD_LIBRARY_PATH", "/old/path")
+        .output()
+        .expect("run softib");
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let parts: Vec<&str> = line.split('|').collect();
+    assert_eq!(parts.len(), 3, "{line}");
+    let dirs: Vec<&str> = parts[0].split(':').collect();
+    assert_eq!(dirs.last(), Some(&"/old/path"), "{line}");
+    let so1 = Path::new(dirs[0]).join("libibverbs.so.1");
+    assert_eq!(
+        std::fs::canonicalize(&so1).expect("the libibverbs.so.1 link resolves"),
+        std::fs::canonicalize(&lib).unwrap()
+    );
+    assert_eq!(parts[1], "127.0.0.9");
+    assert_eq!(parts[2], "/tmp/x");
+}
+
+#[test]
+fn run_passes_the_exit_status_and_reports_a_missing_program() {
+    if library().is_none() {
+        println!("SKIPPED: softib's libibverbs.so was not built beside the softib binary");
+        return;
+    }
+    let st = softib()
+        .args(["run", "--", "sh", "-c", "exit 7"])
+        .status()
+        .expect("run softib");
+    assert_eq!(st.code(), Some(7));
+    let out = softib()
+        .args(["run", "--", "/nonexistent/program"])
+        .output()
+        .expect("run softib");
+    assert_eq!(out.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot run"));
+}
+
+#[test]
+fn run_ibv_devices_lists_softib0() {
+    if library().is_none() {
+        println!("SKIPPED: softib's libibverbs.so was not built beside the softib binary");
+        return;
+    }
+    if !Path::new("/usr/bin/ibv_devices").exists() {
+        println!("SKIPPED: ibv_devices (Debian ibverbs-utils) is not installed");
+        return;
+    }
+    let out = softib()
+        .args(["run", "--", "ibv_devices"])
+        .env_remove("SOFTIB_BIND")
+        .env("SOFTIB_CONFIG", "/nonexistent")
+        .output()
+        .expect("run softib");
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{s}");
+    assert!(s.contains("softib0"), "{s}");
+}
