@@ -27,6 +27,14 @@ fi
 missing=()
 command -v tshark >/dev/null 2>&1 || missing+=(tshark)
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
+# softib's libibverbs.so.1 runs Debian's own RDMA tools and bindings unmodified
+# (scripts/verbs-tools.sh, crates/softib-verbs/tests): the programs, rdma-core's headers (the
+# ABI reference of the layout test) and pyverbs.
+command -v ibv_rc_pingpong >/dev/null 2>&1 || missing+=(ibverbs-utils)
+command -v ib_write_bw >/dev/null 2>&1 || missing+=(perftest)
+command -v rping >/dev/null 2>&1 || missing+=(rdmacm-utils)
+[ -f /usr/include/infiniband/verbs.h ] || missing+=(libibverbs-dev)
+[ -d /usr/lib/python3/dist-packages/pyverbs ] || missing+=(python3-pyverbs)
 # libFuzzer is C++ built by the cc crate: needs a C++ compiler.
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 

@@ -114,6 +114,13 @@ impl Engine {
     /// One non-blocking I/O round, then the events it raised. Returns true if anything moved.
     pub fn io(&mut self, shared: &Shared) -> bool {
         let busy = self.dev.poll_io().unwrap_or(false);
+        if busy {
+            // The ACKs and READ responses of what was just received leave now, as a NIC
+            // sends them, not at the next round: the application may never come back (a
+            // program that exits after its last receive still acknowledges it).
+            let now = self.dev.now();
+            let _ = self.dev.flush(now);
+        }
         self.dispatch_events(shared);
         busy
     }

@@ -351,9 +351,13 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> i32 {
     let sc = SoftContext::from_ctx_unchecked(ctx);
     {
         let s = &(*sc).shared;
+        {
+            let mut eng = s.lock();
+            eng.flush(s);
+            let _ = eng.dev.flush_pcap();
+        }
         s.stop.store(true, Ordering::Release);
         util::signal(s.wake_fd);
-        let _ = s.lock().dev.flush_pcap();
     }
     let handle = (*sc)
         .thread

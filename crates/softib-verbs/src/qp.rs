@@ -281,11 +281,12 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
     {
         let shared = q.shared.clone();
         let mut eng = shared.lock();
+        // What the QP still has to send (the ACK of its last receive) leaves first.
+        eng.flush(&shared);
         if eng.dev.hca_mut().destroy_qp(q.qpn).is_err() {
             return ret_errno(libc::EINVAL);
         }
         eng.qps.remove(&q.qpn.value());
-        eng.flush(&shared);
     }
     registry::remove(qp, Kind::Qp);
     drop(Box::from_raw(qp.cast::<SoftQp>()));

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# verbs-tools.sh - Debian's own RDMA tools, unmodified, on softib's libibverbs.so.1.
+#
+# Every case runs a server and a client as two processes on this machine, both loading
+# softib's library (LD_LIBRARY_PATH=<repo>/lib, no other configuration: each process's
+# device takes the first free 127.0.0.x), and passes when both exit 0 and the client prints
+# its result line:
+#   ibv_devices, ibv_devinfo -v
+#   ibv_rc/uc/ud/srq_pingpong, each polling and with -e (completion events), all with -c
+#     (the receiver checks every buffer); ibv_rc_pingpong also with -N (the ibv_wr_* API)
+#   perftest ib_{write,read,send,atomic}_{bw,lat} (RC), ib_send_bw -c UC / -c UD,
+#     ib_write_bw -c UC
+# Prints PASS/FAIL per case and "N passed, M failed"; exits non-zero on any failure. Prints
+# "SKIPPED: why" and exits 0 when the tools cannot be installed.
+#
+# Environment:
+#   SOFTIB_LIB_DIR      directory of softib's libibverbs.so [<target dir>/release]
+#   VERBS_TOOLS_ITERS   pingpong iterations [200]; VERBS_TOOLS_BENCH_ITERS perftest [500]
+#   VERBS_TOOLS_OUT     logs [<target dir>/verbs-tools]
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TARGET=${CARGO_TARGET_DIR:-$REPO/target}
+LIBDIR=${SOFTIB_LIB_DIR:-$TARGET/release}
+OUT=${VERBS_TOOLS_OUT:-$TARGET/verbs-tools}
+ITERS=${VERBS_TOOLS_ITERS:-200}
+BENCH_ITERS=${VERBS_TOOLS_BENCH_ITERS:-500}
+T0=$SECONDS
+
+skip() { echo "SKIPPED: $*"; exit 0; }
+
+# --- the tools ------------------------------------------------------------------------------
+need=()
+command -v ibv_rc_pingpong >/dev/null || need+=(ibverbs-utils)
+command -v ib_write_bw >/dev/null || need+=(perftest)
+if [ "${#need[@]}" -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        "${need[@]}" >/tmp/softib-verbs-tools-apt.log 2>&1 \
+        || skip "cannot install ${need[*]} (see /tmp/softib-verbs-tools-apt.log)"
+fi
+
+# --- softib's library -----------------------------------------------------------------------
+[ -f "$LIBDIR/libibverbs.so" ] || {
+    echo "FAIL: $LIBDIR/libibverbs.so is missing (cargo build --release)"
+    exit 1
+}
+mkdir -p "$OUT/ld"
+ln -sf "$LIBDIR/libibverbs.so" "$OUT/ld/libibverbs.so.1"
+export LD_LIBRARY_PATH="$OUT/ld"
+unset SOFTIB_BIND SOFTIB_PCAP
+export SOFTIB_CONFIG=/nonexistent
+
+passed=0
+failed=0
+failures=()
+port=19000
+
+result() { # name ok reason
+    if [ "$2" = 1 ]; then
+        passed=$((passed + 1))
+        printf 'PASS %-40s %s\n' "$1" "$3"
+    else
+        failed=$((failed + 1))
+        failures+=("$1")
+        printf 'FAIL %-40s %s\n' "$1" "$3"
+    fi
+}
+
+# single NAME PATTERN CMD... : one process; passes on exit 0 with PATTERN in its output.
+single() {
+    local name=$1 pat=$2
+    shift 2
+    local log="$OUT/$name.log"
+    if timeout 30 "$@" >"$log" 2>&1 && grep -qE "$pat" "$log"; then
+        result "$name" 1 ""
+    else
+        result "$name" 0 "$(tail -n 3 "$log" | tr '\n' ' ')"
+    fi
+}
+
+# pair NAME PATTERN SERVER_CMD... -- CLIENT_CMD... : the server in the background, then the
+# client (both connect their TCP exchange to 127.0.0.1, which reaches the server whatever
+# loopback address its softib device took for RoCE); passes when both exit 0 and the client
+# printed PATTERN.
+pair() {
+    local name=$1 pat=$2
+    shift 2
+    local scmd=() ccmd=()
+    while [ "$1" != "--" ]; do scmd+=("$1"); shift; done
+    shift
+    ccmd=("$@")
+    local slog="$OUT/$name.server.log" clog="$OUT/$name.client.log"
+    timeout 60 "${scmd[@]}" >"$slog" 2>&1 &
+    local spid=$!
+    # Wait until the server listens on its TCP port.
+    local p
+    p=$(printf '%s\n' "${scmd[@]}" | grep -A1 -x -- '-p' | tail -n 1)
+    for _ in $(seq 1 100); do
+        ss -ltn 2>/dev/null | grep -q ":$p " && break
+        sleep 0.05
+    done
+    timeout 60 "${ccmd[@]}" >"$clog" 2>&1
+    local crc=$?
+    wait "$spid"
+    local src=$?
+    if [ "$crc" = 0 ] && [ "$src" = 0 ] && grep -qE "$pat" "$clog"; then
+        result "$name" 1 "$(grep -E "$pat" "$clog" | tail -n 1 | tr -s ' ' | cut -c1-60)"
+    else
+        result "$name" 0 "server rc=$src client rc=$crc: $(tail -n 2 "$slog" "$clog" | tr '\n' ' ' | cut -c1-300)"
+    fi
+}
+
+next_port() { port=$((port + 1)); }
+
+echo "=== softib's libibverbs.so.1: $LIBDIR/libibverbs.so"
+
+single ibv_devices 'softib0' ibv_devices
+single ibv_devinfo-v 'PORT_ACTIVE.*' ibv_devinfo -v
+grep -q 'GID\[  0\]:.*::ffff:127\.0\.0\.[0-9]*, RoCE v2' "$OUT/ibv_devinfo-v.log" \
+    && result ibv_devinfo-gid 1 "" || result ibv_devinfo-gid 0 "no RoCE v2 GID line"
+
+# --- pingpongs --------------------------------------------------------------------------------
+PP_PAT='[0-9]+ iters in [0-9.]+ seconds'
+for svc in rc uc ud srq; do
+    for mode in poll events; do
+        next_port
+        extra=(-c)
+        [ "$mode" = events ] && extra+=(-e)
+        size=()
+        [ "$svc" = ud ] && size=(-s 1024)
+        pair "ibv_${svc}_pingpong-$mode" "$PP_PAT" \
+            "ibv_${svc}_pingpong" -g 0 -p "$port" -n "$ITERS" "${size[@]}" "${extra[@]}" -- \
+            "ibv_${svc}_pingpong" -g 0 -p "$port" -n "$ITERS" "${size[@]}" "${extra[@]}" 127.0.0.1
+    done
+done
+next_port
+pair "ibv_rc_pingpong-new-send-api" "$PP_PAT" \
+    ibv_rc_pingpong -g 0 -p "$port" -n "$ITERS" -c -N -- \
+    ibv_rc_pingpong -g 0 -p "$port" -n "$ITERS" -c -N 127.0.0.1
+
+# --- perftest ---------------------------------------------------------------------------------
+# The result line: "#bytes #iterations ..." followed by numbers.
+PT_PAT='^ *[0-9]+ +[0-9]+ +[0-9.]+'
+for tool in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
+    next_port
+    pair "$tool-RC" "$PT_PAT" \
+        "$tool" -p "$port" -n "$BENCH_ITERS" -- \
+        "$tool" -p "$port" -n "$BENCH_ITERS" 127.0.0.1
+done
+for spec in "ib_send_bw UC" "ib_send_bw UD" "ib_write_bw UC"; do
+    set -- $spec
+    next_port
+    size=()
+    [ "$2" = UD ] && size=(-s 1024)
+    pair "$1-$2" "$PT_PAT" \
+        "$1" -c "$2" -p "$port" -n "$BENCH_ITERS" "${size[@]}" -- \
+        "$1" -c "$2" -p "$port" -n "$BENCH_ITERS" "${size[@]}" 127.0.0.1
+done
+
+echo "=== verbs-tools: $passed passed, $failed failed in $((SECONDS - T0)) s (logs: $OUT)"
+[ "$failed" = 0 ] || { printf '  failed: %s\n' "${failures[@]}"; exit 1; }
