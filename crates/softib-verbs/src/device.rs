@@ -487,11 +487,12 @@ pub unsafe extern "C" fn ibv_query_port(
     }
     match port_attr(sc, port) {
         Ok(a) => {
-            // The compat struct is the prefix of the current one.
+            // rdma-core's `struct _compat_ibv_port_attr` (opaque in the header) is the
+            // original layout: the current one up to `flags`, without `port_cap_flags2`.
             std::ptr::copy_nonoverlapping(
                 (&a as *const ibv_port_attr).cast::<u8>(),
                 attr.cast::<u8>(),
-                std::mem::size_of::<_compat_ibv_port_attr>(),
+                std::mem::offset_of!(ibv_port_attr, port_cap_flags2),
             );
             0
         }
