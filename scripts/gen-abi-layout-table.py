@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates crates/softib-verbs/tests/abi_layout_table.rs from the bindgen mirrors
+"""Generates crates/softib-verbs/tests/abi/table.rs from the bindgen mirrors
 (src/verbs_h.rs, src/kern_h.rs): for every struct and union of rdma-core's headers, its size,
 its alignment and the offset and size of every field, nested members of anonymous and
 unnamed struct/union types included, as a C expression and the matching Rust expression.
@@ -114,5 +114,5 @@ for label, ca, cb, r in rows:
 out += ['    ]', '}', '',
         '/// The types the table covers (every named struct and union of the mirrors).',
         'pub const TYPES: &[&str] = &[' + ', '.join(f'"{t}"' for t in tops) + '];', '']
-open(os.path.join(ROOT, 'tests', 'abi_layout_table.rs'), 'w').write('\n'.join(out))
+open(os.path.join(ROOT, 'tests', 'abi', 'table.rs'), 'w').write('\n'.join(out))
 print(f'{len(tops)} types, {len(rows)} rows', file=sys.stderr)

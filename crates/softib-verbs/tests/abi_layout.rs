@@ -31,6 +31,7 @@ fn pointee_size<U>(_: *const U) -> usize {
 }
 
 #[allow(clippy::all)]
+#[path = "abi/table.rs"]
 mod abi_layout_table;
 
 const HEADERS: &[&str] = &[
