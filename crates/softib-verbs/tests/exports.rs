@@ -1,0 +1,184 @@
+//! The built library is what the dynamic loader expects of rdma-core 44's libibverbs.so.1:
+//! its soname, exactly the symbols of `symbols.tsv` at their version nodes (as default
+//! versions), and every `IBVERBS_*` symbol the distribution's rdma-core packages on this
+//! machine import (their programs, librdmacm, the libmlx5 / libefa that perftest links, the
+//! pyverbs extension modules).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The cdylib of this build: `<target>/<profile>/libibverbs.so` (the test binary lives in
+/// `<target>/<profile>/deps`).
+fn library() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let lib = exe.parent()?.parent()?.join("libibverbs.so");
+    lib.is_file().then_some(lib)
+}
+
+fn readelf(args: &[&str], file: &Path) -> Option<String> {
+    let out = Command::new("readelf").args(args).arg(file).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// (name, version, default?) of the defined dynamic symbols carrying a version.
+fn defined_versioned(text: &str) -> BTreeMap<String, (String, bool)> {
+    let mut m = BTreeMap::new();
+    for line in text.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() < 8 || cols[6] == "UND" {
+            continue;
+        }
+        let sym = cols[7];
+        if let Some((name, ver)) = sym.split_once("@@") {
+            m.insert(name.to_string(), (ver.to_string(), true));
+        } else if let Some((name, ver)) = sym.split_once('@') {
+            m.insert(name.to_string(), (ver.to_string(), false));
+        }
+    }
+    m
+}
+
+/// (name, version) of the undefined IBVERBS_* symbols a file imports.
+fn imports(text: &str) -> BTreeSet<(String, String)> {
+    let mut s = BTreeSet::new();
+    for line in text.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() < 8 || cols[6] != "UND" {
+            continue;
+        }
+        if let Some((name, ver)) = cols[7].split_once('@') {
+            if ver.starts_with("IBVERBS_") {
+                s.insert((name.to_string(), ver.to_string()));
+            }
+        }
+    }
+    s
+}
+
+fn table() -> BTreeMap<String, String> {
+    include_str!("../symbols.tsv")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (n, v) = l.split_once('\t').expect("name<TAB>version");
+            (n.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn soname_and_exactly_the_table() {
+    let Some(lib) = library() else {
+        println!("SKIPPED: the cdylib was not built beside this test (cargo test --workspace)");
+        return;
+    };
+    let Some(dynamic) = readelf(&["-d"], &lib) else {
+        println!("SKIPPED: readelf (binutils) is not available");
+        return;
+    };
+    assert!(
+        dynamic.contains("Library soname: [libibverbs.so.1]"),
+        "{dynamic}"
+    );
+    let syms = readelf(&["--dyn-syms", "-W"], &lib).unwrap();
+    let defined = defined_versioned(&syms);
+    let want = table();
+    for (name, ver) in &want {
+        match defined.get(name) {
+            Some((v, true)) if v == ver => {}
+            other => panic!("{name}: want {name}@@{ver}, the library has {other:?}"),
+        }
+    }
+    // Nothing else carries an rdma-core version.
+    for (name, (ver, _)) in &defined {
+        if ver.starts_with("IBVERBS_") {
+            assert!(
+                want.contains_key(name),
+                "{name}@{ver} is not in symbols.tsv"
+            );
+        }
+    }
+    assert_eq!(
+        want.len(),
+        146,
+        "rdma-core 44 exports 146 symbols by default"
+    );
+}
+
+#[test]
+fn every_import_of_the_distribution_resolves() {
+    let Some(lib) = library() else {
+        println!("SKIPPED: the cdylib was not built beside this test (cargo test --workspace)");
+        return;
+    };
+    let Some(syms) = readelf(&["--dyn-syms", "-W"], &lib) else {
+        println!("SKIPPED: readelf (binutils) is not available");
+        return;
+    };
+    let defined = defined_versioned(&syms);
+    let mut files: Vec<PathBuf> = Vec::new();
+    for dir in ["/usr/bin"] {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.starts_with("ibv_") || n.starts_with("ib_") || n == "rping" || n == "ucmatose"
+                {
+                    files.push(e.path());
+                }
+            }
+        }
+    }
+    for f in [
+        "/usr/lib/x86_64-linux-gnu/librdmacm.so.1",
+        "/usr/lib/x86_64-linux-gnu/libmlx5.so.1",
+        "/usr/lib/x86_64-linux-gnu/libmlx4.so.1",
+        "/usr/lib/x86_64-linux-gnu/libefa.so.1",
+    ] {
+        files.push(PathBuf::from(f));
+    }
+    let mut stack = vec![PathBuf::from("/usr/lib/python3/dist-packages/pyverbs")];
+    while let Some(d) = stack.pop() {
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "so") {
+                    files.push(p);
+                }
+            }
+        }
+    }
+    let files: Vec<PathBuf> = files.into_iter().filter(|f| f.is_file()).collect();
+    if files.is_empty() {
+        println!("SKIPPED: no rdma-core package is installed (ibverbs-utils, perftest, ...)");
+        return;
+    }
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for f in &files {
+        let Some(text) = readelf(&["--dyn-syms", "-W"], f) else {
+            continue;
+        };
+        for (name, ver) in imports(&text) {
+            checked += 1;
+            match defined.get(&name) {
+                Some((v, _)) if *v == ver => {}
+                other => missing.push(format!(
+                    "{}: {name}@{ver} (library: {other:?})",
+                    f.display()
+                )),
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "unresolved imports:\n{}",
+        missing.join("\n")
+    );
+    assert!(checked > 0);
+    println!("{checked} imports of {} files resolve", files.len());
+}
