@@ -152,7 +152,10 @@ done
 for spec in "ib_send_bw UC" "ib_send_bw UD" "ib_write_bw UC"; do
     set -- $spec
     next_port
-    size=()
+    # UD messages fit one MTU; UC has no flow control, so a burst of 128 64 KiB messages can
+    # overrun the receiver's socket buffer and lose a message (UC may), which perftest's UC
+    # receiver waits for forever: 4 KiB messages keep a full send queue inside the buffer.
+    size=(-s 4096)
     [ "$2" = UD ] && size=(-s 1024)
     pair "$1-$2" "$PT_PAT" \
         "$1" -c "$2" -p "$port" -n "$BENCH_ITERS" "${size[@]}" -- \

@@ -28,8 +28,14 @@ use crate::qp::{SoftQp, SoftSrq};
 use crate::util;
 use crate::verbs_h::*;
 
-/// How long the progress thread sleeps between checks while the application polls.
-const APP_POLL_CHECK: Duration = Duration::from_millis(1);
+/// Shortest and longest pause of the progress thread while the application polls (the
+/// pause doubles while the application keeps polling, and drops to the shortest once it
+/// stops).
+const PARK_MIN: Duration = Duration::from_micros(20);
+const PARK_MAX: Duration = Duration::from_micros(400);
+/// How long the progress thread watches the application's poll counter before it decides
+/// the application is not polling.
+const APP_POLL_WINDOW: Duration = Duration::from_micros(10);
 /// Longest sleep of an idle progress thread (it also wakes on packets, deadlines and close).
 const IDLE_SLEEP: Duration = Duration::from_millis(100);
 /// I/O rounds one progress turn runs at most before it lets the application in.
@@ -55,8 +61,9 @@ unsafe impl Send for Engine {}
 pub struct Shared {
     /// The engine.
     pub engine: Mutex<Engine>,
-    /// Incremented by every `ibv_poll_cq`: the progress thread stays off the socket while it
-    /// moves.
+    /// Incremented by every data-path call of the application (`ibv_poll_cq`, the posts):
+    /// while it moves quickly the application drives the engine itself and the progress
+    /// thread stays off the socket.
     pub app_polls: AtomicU64,
     /// Threads blocked in `ibv_get_cq_event` on a channel of this context: while one waits,
     /// the progress thread drives the engine even if `app_polls` moved.
@@ -64,6 +71,9 @@ pub struct Shared {
     /// Set while the progress thread leaves the socket to a polling application; a thread
     /// about to block for a completion event then wakes it.
     pub parked: AtomicBool,
+    /// Sends were posted and not yet handed to the socket (the application's next
+    /// `ibv_poll_cq`, or the progress thread, sends them).
+    pub tx_pending: AtomicBool,
     /// Tells the progress thread to exit.
     pub stop: AtomicBool,
     /// Wakes the progress thread (close).
@@ -86,6 +96,9 @@ impl Shared {
     /// Called by a thread about to block for a completion event: the progress thread must
     /// drive the engine now (the application is no longer polling).
     pub fn begin_cq_wait(&self) {
+        if self.tx_pending.load(Ordering::Acquire) {
+            self.lock().flush(self);
+        }
         self.cq_waiters.fetch_add(1, Ordering::AcqRel);
         if self.parked.load(Ordering::Acquire) {
             util::signal(self.wake_fd);
@@ -113,6 +126,7 @@ impl Drop for Shared {
 impl Engine {
     /// One non-blocking I/O round, then the events it raised. Returns true if anything moved.
     pub fn io(&mut self, shared: &Shared) -> bool {
+        shared.tx_pending.store(false, Ordering::Relaxed);
         let busy = self.dev.poll_io().unwrap_or(false);
         if busy {
             // The ACKs and READ responses of what was just received leave now, as a NIC
@@ -127,6 +141,7 @@ impl Engine {
 
     /// Sends what the HCA has queued (after a post), then the events.
     pub fn flush(&mut self, shared: &Shared) {
+        shared.tx_pending.store(false, Ordering::Relaxed);
         let now = self.dev.now();
         let _ = self.dev.flush(now);
         self.dispatch_events(shared);
@@ -217,25 +232,118 @@ pub fn spawn_progress(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
         .spawn(move || progress_loop(&shared))
 }
 
+/// Asks the scheduler for short time slices for the calling thread (Linux 6.12+ EEVDF: a
+/// SCHED_NORMAL thread's `sched_runtime` is its requested slice; no privilege needed). The
+/// progress thread sleeps most of the time and must run at once when a packet arrives, even
+/// while the application spins on another core or on this one (perftest's latency tests spin
+/// on memory); a short slice gives it an early deadline, so its wake-up preempts the spinner.
+/// Older kernels refuse or ignore the request; nothing else changes.
+fn request_short_slices() {
+    #[repr(C)]
+    struct SchedAttr {
+        size: u32,
+        sched_policy: u32,
+        sched_flags: u64,
+        sched_nice: i32,
+        sched_priority: u32,
+        sched_runtime: u64,
+        sched_deadline: u64,
+        sched_period: u64,
+    }
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        sched_policy: libc::SCHED_OTHER as u32,
+        sched_flags: 0,
+        sched_nice: 0,
+        sched_priority: 0,
+        sched_runtime: 100_000,
+        sched_deadline: 0,
+        sched_period: 0,
+    };
+    // SAFETY: sched_setattr(0 = this thread, attr, flags 0) reads `attr` only.
+    unsafe {
+        libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0);
+    }
+}
+
+/// Runs the calling thread at the lowest real-time priority (SCHED_FIFO 1) where the process
+/// may (root, CAP_SYS_NICE or an RLIMIT_RTPRIO): a woken progress thread then runs at once
+/// instead of at the next scheduler tick when the application's threads spin on every core.
+/// It blocks in poll(2) whenever it has nothing to do, and the kernel's real-time throttling
+/// bounds it regardless. Returns false where the process may not (then short slices are asked
+/// for instead). `SOFTIB_PROGRESS_RT=0` turns it off.
+fn request_realtime() -> bool {
+    if std::env::var("SOFTIB_PROGRESS_RT").is_ok_and(|v| v == "0") {
+        return false;
+    }
+    let p = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sets the calling thread's policy; reads `p` only.
+    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &p) == 0 }
+}
+
 fn progress_loop(shared: &Shared) {
-    let mut last_polls = shared.app_polls.load(Ordering::Relaxed);
+    if !request_realtime() {
+        request_short_slices();
+    }
+    // Microsecond sleeps mean microseconds (the default timer slack is 50 us).
+    // SAFETY: prctl on the calling thread.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0u64, 0u64, 0u64);
+    }
+    let mut wait = Duration::ZERO;
+    let mut seen_polls = shared.app_polls.load(Ordering::Relaxed);
+    let mut park = PARK_MIN;
     while !shared.stop.load(Ordering::Acquire) {
+        if !wait.is_zero() {
+            sleep_on(&[shared.sock_fd, shared.wake_fd], wait);
+        }
+        util::drain(shared.wake_fd);
+        // Is the application polling right now? Then its own calls move the packets (no
+        // thread hand-off): step aside for a while. Only an application that called while
+        // this thread slept can be polling; it is polling if its counter moves within
+        // APP_POLL_WINDOW. One that calls between other work (perftest's latency tests spin
+        // on memory between polls) is not, and is served at once.
         let polls = shared.app_polls.load(Ordering::Relaxed);
-        let app_active = polls != last_polls && shared.cq_waiters.load(Ordering::Acquire) == 0;
-        last_polls = polls;
-        if app_active {
+        let mut polling = polls != seen_polls
+            && shared.cq_waiters.load(Ordering::Acquire) == 0
+            && app_is_polling(shared);
+        // This thread drives the engine, unless the application holds it right now (it is
+        // in a call that moves the packets itself): waiting for the lock would only trade
+        // futex wake-ups with it.
+        let eng = if polling {
+            None
+        } else {
+            match shared.engine.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    polling = true;
+                    None
+                }
+            }
+        };
+        let Some(mut eng) = eng else {
+            debug_assert!(polling);
             shared.parked.store(true, Ordering::Release);
             // A waiter that registered before `parked` was set signalled nobody: look again.
             if shared.cq_waiters.load(Ordering::Acquire) == 0 {
-                sleep_on(&[shared.wake_fd], APP_POLL_CHECK);
+                sleep_on(&[shared.wake_fd], park);
             }
             shared.parked.store(false, Ordering::Release);
-            util::drain(shared.wake_fd);
+            // Still polling after the pause: pause longer next time (a bandwidth loop). It
+            // stopped: come back sooner next time (a latency loop that polls between spins
+            // on memory), and serve what waits now.
+            park = if app_is_polling(shared) {
+                (park * 2).min(PARK_MAX)
+            } else {
+                PARK_MIN
+            };
+            seen_polls = shared.app_polls.load(Ordering::Relaxed);
+            wait = Duration::ZERO;
             continue;
-        }
-        // The application is not polling: this thread drives the engine.
-        let wait = {
-            let mut eng = shared.lock();
+        };
+        wait = {
+            eng.flush(shared);
             let mut rounds = 0;
             while eng.io(shared) && rounds < ROUNDS_PER_TURN {
                 rounds += 1;
@@ -248,14 +356,20 @@ fn progress_loop(shared: &Shared) {
                 .unwrap_or(IDLE_SLEEP)
                 .min(IDLE_SLEEP)
         };
-        if !wait.is_zero() {
-            sleep_on(&[shared.sock_fd, shared.wake_fd], wait);
-        }
-        util::drain(shared.wake_fd);
+        drop(eng);
+        seen_polls = shared.app_polls.load(Ordering::Relaxed);
     }
 }
 
-/// Sleeps until one of `fds` is readable or `d` passes.
+/// True if the application's call counter moves within [`APP_POLL_WINDOW`]. The thread
+/// sleeps meanwhile rather than spin: the application may need this very CPU to move it.
+fn app_is_polling(shared: &Shared) -> bool {
+    let p0 = shared.app_polls.load(Ordering::Relaxed);
+    sleep_on(&[], APP_POLL_WINDOW);
+    shared.app_polls.load(Ordering::Relaxed) != p0
+}
+
+/// Sleeps until one of `fds` is readable or `d` passes (microsecond resolution).
 fn sleep_on(fds: &[RawFd], d: Duration) {
     let mut p: Vec<libc::pollfd> = fds
         .iter()
@@ -265,10 +379,18 @@ fn sleep_on(fds: &[RawFd], d: Duration) {
             revents: 0,
         })
         .collect();
-    let ms = d.as_millis().clamp(1, i32::MAX as u128) as i32;
-    // SAFETY: the pollfd array is a local of the given length.
+    let ts = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: the pollfd array is a local of the given length; no signal mask.
     unsafe {
-        libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms);
+        libc::ppoll(
+            p.as_mut_ptr(),
+            p.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        );
     }
 }
 
@@ -293,6 +415,7 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
         app_polls: AtomicU64::new(0),
         cq_waiters: AtomicU32::new(0),
         parked: AtomicBool::new(false),
+        tx_pending: AtomicBool::new(false),
         stop: AtomicBool::new(false),
         wake_fd,
         async_fd,

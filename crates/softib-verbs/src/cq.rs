@@ -188,6 +188,9 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: i32, wc: *mut ibv
     let shared = &*(*p).shared;
     shared.app_polls.fetch_add(1, Ordering::Relaxed);
     let mut eng = shared.lock();
+    if shared.tx_pending.load(Ordering::Acquire) {
+        eng.flush(shared);
+    }
     let want = num_entries as usize;
     let mut done = 0usize;
     let mut buf = [WorkCompletion::default(); 16];

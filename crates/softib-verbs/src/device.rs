@@ -355,6 +355,18 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> i32 {
             let mut eng = s.lock();
             eng.flush(s);
             let _ = eng.dev.flush_pcap();
+            if std::env::var_os("SOFTIB_STATS").is_some() {
+                eprintln!(
+                    "softib {}: runtime {:?}",
+                    eng.dev.local_addr(),
+                    eng.dev.stats()
+                );
+                eprintln!(
+                    "softib {}: hca {:?}",
+                    eng.dev.local_addr(),
+                    eng.dev.hca().counters()
+                );
+            }
         }
         s.stop.store(true, Ordering::Release);
         util::signal(s.wake_fd);

@@ -376,6 +376,9 @@ pub unsafe extern "C" fn post_send(
     }
     let q = &mut *qp.cast::<SoftQp>();
     let shared = q.shared.clone();
+    shared
+        .app_polls
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut eng = shared.lock();
     let max_inline = q.max_inline;
     let mut cur = wr;
@@ -417,7 +420,16 @@ pub unsafe extern "C" fn post_send(
     if rc != 0 && !bad_wr.is_null() {
         *bad_wr = cur;
     }
-    eng.flush(&shared);
+    if shared.parked.load(std::sync::atomic::Ordering::Acquire) {
+        // The application is polling its CQ: its next ibv_poll_cq sends these together with
+        // whatever it posts until then (one system call for a batch). The progress thread
+        // sends them if it stops polling.
+        shared
+            .tx_pending
+            .store(true, std::sync::atomic::Ordering::Release);
+    } else {
+        eng.flush(&shared);
+    }
     rc
 }
 
