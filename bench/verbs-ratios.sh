@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The C boundary must not cost what the engine saved: Debian's perftest on softib's
+# libibverbs.so.1 against softib's own tools on the same engine, measured in the same run on
+# loopback, alternating baseline and library runs (ROUNDS each, medians). Prints ratios, never
+# bare times:
+#
+#   1. message rate: `ib_send_bw -s 64` (MsgRate) / `softib bench send -s 64`  target >= 0.9x
+#   2. bandwidth:    `ib_write_bw -s 65536` (BW average MiB/s)
+#                    / `softib bench write -s 65536` (bw_avg_mibps)           target >= 0.9x
+#   3. latency:      `ib_write_lat -s 64` (t_typical, the median)
+#                    / `softib bench write --lat -s 64` (t_median)            target <= 1.1x
+#
+# What each side does: both keep 128 WRs outstanding for bandwidth (perftest -t 128, softib
+# bench --tx-depth 128); perftest asks a completion of every 100th WR (CQ moderation 100),
+# softib bench of every 16th. perftest's latency is half of a ping-pong round trip in which
+# each side's application notices the peer's WRITE in memory and answers; softib bench's is
+# one WRITE's round trip to its ACK (the peer's HCA answers). The engine is the same; on the
+# library side its progress thread serves packets that arrive while perftest spins on memory.
+#
+# Usage: bench/verbs-ratios.sh [ROUNDS]   (env: SOFTIB=path/to/softib skips the build;
+#                                          ITERS_RATE, ITERS_BW, ITERS_LAT)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-3}
+if [[ -z "${SOFTIB:-}" ]]; then
+    cargo build --release -q -p softib -p softib-verbs
+    SOFTIB="${CARGO_TARGET_DIR:-target}/release/softib"
+fi
+LIBDIR=$(dirname "$SOFTIB")
+[[ -f $LIBDIR/libibverbs.so ]] || { echo "no $LIBDIR/libibverbs.so"; exit 1; }
+command -v ib_send_bw >/dev/null || { echo "SKIPPED: perftest is not installed"; exit 0; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+ln -s "$(cd "$LIBDIR" && pwd)/libibverbs.so" "$TMP/libibverbs.so.1"
+ITERS_RATE=${ITERS_RATE:-500000}
+ITERS_BW=${ITERS_BW:-20000}
+ITERS_LAT=${ITERS_LAT:-20000}
+PORT=19700
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# softib bench: server on 127.0.0.1, client on 127.0.0.2; prints the client's JSON field.
+softib_pair() { # field args...
+    local field=$1
+    shift
+    PORT=$((PORT + 1))
+    timeout 120 "$SOFTIB" bench "$@" -p "$PORT" --json --bind 127.0.0.1 >"$TMP/s.out" 2>&1 &
+    local spid=$!
+    sleep 0.3
+    timeout 120 "$SOFTIB" bench "$@" -p "$PORT" --json --bind 127.0.0.2 127.0.0.1 >"$TMP/c.out" 2>&1 \
+        || { echo "softib bench failed:"; cat "$TMP/c.out" "$TMP/s.out"; exit 1; }
+    wait "$spid" || true
+    grep -o "\"$field\":[0-9.e+-]*" "$TMP/c.out" | head -n 1 | cut -d: -f2
+}
+
+# perftest on softib's library (no configuration: each process binds its own 127.0.0.x);
+# prints column COL of the client's result line.
+perftest_pair() { # col tool args...
+    local col=$1 tool=$2
+    shift 2
+    PORT=$((PORT + 1))
+    LD_LIBRARY_PATH=$TMP SOFTIB_CONFIG=/nonexistent timeout 120 "$tool" "$@" -p "$PORT" >"$TMP/s.out" 2>&1 &
+    local spid=$!
+    for _ in $(seq 1 100); do ss -ltn | grep -q ":$PORT " && break; sleep 0.02; done
+    LD_LIBRARY_PATH=$TMP SOFTIB_CONFIG=/nonexistent timeout 120 "$tool" "$@" -p "$PORT" 127.0.0.1 >"$TMP/c.out" 2>&1 \
+        || { echo "$tool failed:"; cat "$TMP/c.out" "$TMP/s.out"; exit 1; }
+    wait "$spid" || true
+    awk -v c="$col" '/^ *[0-9]+ +[0-9]+ +[0-9.]+/ {print $c; exit}' "$TMP/c.out"
+}
+
+: >"$TMP/rate_b"; : >"$TMP/rate_l"; : >"$TMP/bw_b"; : >"$TMP/bw_l"; : >"$TMP/lat_b"; : >"$TMP/lat_l"
+for ((i = 0; i < ROUNDS; i++)); do
+    softib_pair msg_rate_mpps send -s 64 -n "$ITERS_RATE" --tx-depth 128 >>"$TMP/rate_b"
+    perftest_pair 5 ib_send_bw -s 64 -n "$ITERS_RATE" -t 128 >>"$TMP/rate_l"
+    softib_pair bw_avg_mibps write -s 65536 -n "$ITERS_BW" --tx-depth 128 >>"$TMP/bw_b"
+    perftest_pair 4 ib_write_bw -s 65536 -n "$ITERS_BW" -t 128 >>"$TMP/bw_l"
+    softib_pair t_median_us write --lat -s 64 -n "$ITERS_LAT" >>"$TMP/lat_b"
+    perftest_pair 5 ib_write_lat -s 64 -n "$ITERS_LAT" >>"$TMP/lat_l"
+done
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+verdict() { # ratio op target
+    awk -v r="$1" -v op="$2" -v t="$3" 'BEGIN {
+        ok = (op == ">=") ? (r >= t) : (r <= t); print (ok ? "PASS" : "MISS") }'
+}
+rb=$(median <"$TMP/rate_b"); rl=$(median <"$TMP/rate_l")
+bb=$(median <"$TMP/bw_b"); bl=$(median <"$TMP/bw_l")
+lb=$(median <"$TMP/lat_b"); ll=$(median <"$TMP/lat_l")
+r1=$(ratio "$rl" "$rb"); r2=$(ratio "$bl" "$bb"); r3=$(ratio "$ll" "$lb")
+echo "softib's libibverbs.so.1 under perftest vs softib bench, $ROUNDS rounds, medians"
+printf '  %-58s %6sx  target >= 0.9x  %s\n' "message rate  ib_send_bw -s 64 / softib bench send -s 64" "$r1" "$(verdict "$r1" ">=" 0.9)"
+printf '  %-58s %6sx  target >= 0.9x  %s\n' "bandwidth     ib_write_bw -s 65536 / softib bench write" "$r2" "$(verdict "$r2" ">=" 0.9)"
+printf '  %-58s %6sx  target <= 1.1x  %s\n' "latency       ib_write_lat -s 64 / softib bench write --lat" "$r3" "$(verdict "$r3" "<=" 1.1)"
+if [[ ${VERBOSE:-0} == 1 ]]; then
+    echo "  samples (baseline | library):"
+    paste "$TMP/rate_b" "$TMP/rate_l" | sed 's/^/    Mpps  /'
+    paste "$TMP/bw_b" "$TMP/bw_l" | sed 's#^#    MiB/s #'
+    paste "$TMP/lat_b" "$TMP/lat_l" | sed 's/^/    us    /'
+fi
