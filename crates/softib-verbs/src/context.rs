@@ -32,7 +32,7 @@ use crate::verbs_h::*;
 /// pause doubles while the application keeps polling, and drops to the shortest once it
 /// stops).
 const PARK_MIN: Duration = Duration::from_micros(20);
-const PARK_MAX: Duration = Duration::from_micros(400);
+const PARK_MAX: Duration = Duration::from_millis(2);
 /// How long the progress thread watches the application's poll counter before it decides
 /// the application is not polling.
 const APP_POLL_WINDOW: Duration = Duration::from_micros(10);
@@ -266,25 +266,69 @@ fn request_short_slices() {
     }
 }
 
-/// Runs the calling thread at the lowest real-time priority (SCHED_FIFO 1) where the process
-/// may (root, CAP_SYS_NICE or an RLIMIT_RTPRIO): a woken progress thread then runs at once
-/// instead of at the next scheduler tick when the application's threads spin on every core.
-/// It blocks in poll(2) whenever it has nothing to do, and the kernel's real-time throttling
-/// bounds it regardless. Returns false where the process may not (then short slices are asked
-/// for instead). `SOFTIB_PROGRESS_RT=0` turns it off.
-fn request_realtime() -> bool {
-    if std::env::var("SOFTIB_PROGRESS_RT").is_ok_and(|v| v == "0") {
-        return false;
+/// The progress thread's scheduling: the lowest real-time priority (SCHED_FIFO 1) while it
+/// serves packets, where the process may (root, CAP_SYS_NICE or an RLIMIT_RTPRIO), so that a
+/// packet that arrives while the application spins on every core (perftest's latency tests
+/// spin on memory) is served at once rather than at the next scheduler tick; the ordinary
+/// policy while it steps aside for a polling application, so that it never preempts the
+/// thread doing the work. It blocks in poll(2) whenever it has nothing to do, and the
+/// kernel's real-time throttling bounds it regardless. Where real time is not allowed it asks
+/// for short slices instead. `SOFTIB_PROGRESS_RT=0` turns real time off.
+struct Scheduling {
+    rt_allowed: bool,
+    rt_now: bool,
+}
+
+impl Scheduling {
+    fn new() -> Scheduling {
+        let mut s = Scheduling {
+            rt_allowed: !std::env::var("SOFTIB_PROGRESS_RT").is_ok_and(|v| v == "0"),
+            rt_now: false,
+        };
+        if s.rt_allowed {
+            s.rt_allowed = s.set(true);
+        }
+        if !s.rt_allowed {
+            request_short_slices();
+        }
+        s
     }
-    let p = libc::sched_param { sched_priority: 1 };
-    // SAFETY: sets the calling thread's policy; reads `p` only.
-    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &p) == 0 }
+
+    /// Real time on or off; returns whether the kernel agreed.
+    fn set(&mut self, on: bool) -> bool {
+        let (policy, prio) = if on {
+            (libc::SCHED_FIFO, 1)
+        } else {
+            (libc::SCHED_OTHER, 0)
+        };
+        let p = libc::sched_param {
+            sched_priority: prio,
+        };
+        // SAFETY: sets the calling thread's policy; reads `p` only.
+        let ok = unsafe { libc::pthread_setschedparam(libc::pthread_self(), policy, &p) == 0 };
+        if ok {
+            self.rt_now = on;
+        }
+        ok
+    }
+
+    /// Serving packets: real time where allowed.
+    fn serving(&mut self) {
+        if self.rt_allowed && !self.rt_now {
+            self.set(true);
+        }
+    }
+
+    /// Stepping aside for the application: the ordinary policy.
+    fn stepping_aside(&mut self) {
+        if self.rt_now {
+            self.set(false);
+        }
+    }
 }
 
 fn progress_loop(shared: &Shared) {
-    if !request_realtime() {
-        request_short_slices();
-    }
+    let mut sched = Scheduling::new();
     // Microsecond sleeps mean microseconds (the default timer slack is 50 us).
     // SAFETY: prctl on the calling thread.
     unsafe {
@@ -324,6 +368,7 @@ fn progress_loop(shared: &Shared) {
         };
         let Some(mut eng) = eng else {
             debug_assert!(polling);
+            sched.stepping_aside();
             shared.parked.store(true, Ordering::Release);
             // A waiter that registered before `parked` was set signalled nobody: look again.
             if shared.cq_waiters.load(Ordering::Acquire) == 0 {
@@ -342,6 +387,7 @@ fn progress_loop(shared: &Shared) {
             wait = Duration::ZERO;
             continue;
         };
+        sched.serving();
         wait = {
             eng.flush(shared);
             let mut rounds = 0;
