@@ -15,7 +15,8 @@
 //!
 //! Other settings: `SOFTIB_PCAP=PATH` writes every frame of every context to
 //! `PATH.<pid>.<n>.pcap`; `SOFTIB_MTU=256..4096` caps the port's active MTU (otherwise it is
-//! the largest IB MTU the bound interface's MTU allows, as rxe does).
+//! the largest IB MTU the bound interface's MTU allows, as rxe does); `SOFTIB_WINDOW=N` sets
+//! the requester's PSN window (default [`DEFAULT_WINDOW`], as the CLI tools).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -123,6 +124,19 @@ pub fn parse_config(text: &str) -> Vec<DeviceSpec> {
 /// The loopback address `n` (127.0.0.n) on the RoCEv2 port.
 pub fn loopback(n: u8) -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, n)), ROCEV2_PORT)
+}
+
+/// The requester PSN window (packets in flight per QP) of a device, as `softib bench`'s
+/// default: rxe's 128 limits a 64-byte message stream to 128 messages per round trip.
+pub const DEFAULT_WINDOW: u32 = 512;
+
+/// `SOFTIB_WINDOW`, or [`DEFAULT_WINDOW`].
+pub fn window() -> u32 {
+    std::env::var("SOFTIB_WINDOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&w| (1..=(1 << 23)).contains(&w))
+        .unwrap_or(DEFAULT_WINDOW)
 }
 
 /// `SOFTIB_PCAP`, if set.

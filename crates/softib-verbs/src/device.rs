@@ -269,6 +269,7 @@ fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
     for addr in candidates {
         let mut cfg = DeviceConfig::new(addr);
         cfg.active_mtu = interface_mtu(addr.ip());
+        cfg.max_unacked_psns = config::window();
         if let Some(base) = config::pcap_base() {
             let n = PCAP_SEQ.fetch_add(1, Ordering::Relaxed);
             cfg.pcap = Some(format!("{base}.{}.{n}.pcap", std::process::id()).into());
