@@ -14,6 +14,10 @@
 # Then for each of write, read, send and atomic, softib bench (speaking perftest's exchange)
 # against the guest's ib_<op>_bw, both as client and as server, with the same checks; the side
 # that prints the client's report must print the iteration count.
+# Then Debian's own binaries on softib's libibverbs.so.1 (LD_LIBRARY_PATH, SOFTIB_BIND) against
+# the same binaries on rxe, both roles: ibv_rc/uc/ud/srq_pingpong with -c, and perftest's
+# ib_{write,read,send,atomic}_{bw,lat} (RC) and ib_send_bw -c UC/UD, ib_write_bw -c UC; wire
+# capture checked the same way, retransmissions reported.
 # A run passes when both programs exit 0 and neither side retransmitted (the tap loses nothing,
 # so a retransmission means the peer silently dropped a packet, e.g. for a bad ICRC).
 #
@@ -307,6 +311,107 @@ for op in write read send atomic; do
         check_wire "$name" "$base.wire.pcap"
     done
 done
+
+# --- Debian's own tools on softib's libibverbs.so.1 against the same tools on rxe ----------
+# The host side runs the unmodified binaries with softib's library first on the loader path
+# and its device bound to the tap address (SOFTIB_BIND), GID index 0 on softib, 1 in the
+# guest; SOFTIB_STATS=1 makes the library print its counters at close (retransmissions).
+LIB_LD=$OUT/ld
+mkdir -p "$LIB_LD"
+if [ -f "$TARGET/release/libibverbs.so" ]; then
+    ln -sf "$TARGET/release/libibverbs.so" "$LIB_LD/libibverbs.so.1"
+    HAVE_LIB=1
+else
+    HAVE_LIB=0
+    bad "softib's libibverbs.so is not built ($TARGET/release/libibverbs.so; cargo build --release)"
+fi
+libx() { # the host tool under softib's library, in the namespace
+    nsx env LD_LIBRARY_PATH="$LIB_LD" SOFTIB_BIND="$HOST_IP" SOFTIB_STATS=1 \
+        SOFTIB_CONFIG=/nonexistent timeout 90 "$@"
+}
+lib_client_run() { # base tool guest_cmd host_cmd...
+    local base=$1 tool=$2 gcmd=$3
+    shift 3
+    gssh "pkill -x $tool; rm -f /tmp/run.rc; (timeout 60 $gcmd >/tmp/run.log 2>&1; echo \$? >/tmp/run.rc) >/dev/null 2>&1 &"
+    wait_for 10 gssh "ss -Hltn 'sport = :$PP_PORT' | grep -q LISTEN"
+    before=$(rxe_retries)
+    start_capture "$base.wire.pcap"
+    t=$SECONDS
+    libx "$@" 127.0.0.1 >"$base.log" 2>&1
+    src=$?
+    wait_for 20 gssh "test -s /tmp/run.rc"
+    grc=$(gssh "cat /tmp/run.rc" 2>/dev/null)
+    gssh "cat /tmp/run.log" >"$base.guest.log" 2>&1
+    stop_capture
+    after=$(rxe_retries)
+    sr=$(softib_retries "$base.log")
+}
+lib_server_run() { # base guest_cmd host_cmd...
+    local base=$1 gcmd=$2
+    shift 2
+    before=$(rxe_retries)
+    start_capture "$base.wire.pcap"
+    t=$SECONDS
+    libx "$@" -p "$SRV_PORT" >"$base.log" 2>&1 &
+    local spid=$!
+    BG_PIDS+=("$spid")
+    wait_for 10 nsx sh -c "ss -Hltn 'sport = :$SRV_PORT' | grep -q LISTEN"
+    gssh "timeout 60 $gcmd 10.0.2.100" >"$base.guest.log" 2>&1
+    grc=$?
+    wait "$spid"
+    src=$?
+    stop_capture
+    after=$(rxe_retries)
+    sr=$(softib_retries "$base.log")
+}
+lib_case() { # name base pattern: both exit 0 and either side printed the result line
+    local name=$1 base=$2 pat=$3
+    local report=$base.both.log
+    cat "$base.log" "$base.guest.log" >"$report" 2>/dev/null
+    if [ "$src" = 0 ] && [ "$grc" = 0 ] && [ "$before" -ge 0 ] && grep -qE "$pat" "$report"; then
+        ok "$name ($((SECONDS - t)) s; $(grep -E "$pat" "$report" | tail -n 1 | tr -s ' ' | cut -c1-50); $(retries_note "$((after - before))" "$sr"))"
+    else
+        bad "$name (host exit $src, guest exit ${grc:-none}, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
+        tail -n 5 "$base.log" "$base.guest.log"
+    fi
+    check_wire "$name" "$base.wire.pcap"
+}
+if [ "$HAVE_LIB" = 1 ]; then
+    PP_PAT='[0-9]+ iters in [0-9.]+ seconds'
+    for svc in rc uc ud srq; do
+        tool=ibv_${svc}_pingpong
+        sz=$SIZE
+        [ "$svc" = ud ] && [ "$sz" -lt 512 ] && sz=512
+        gcmd="$tool -d $GUEST_DEV -g $GUEST_GID -s $sz -n $ITERS -c"
+        name="$tool on softib's libibverbs (client) -> $tool on rxe"
+        base=$OUT/lib-$svc-client
+        lib_client_run "$base" "$tool" "$gcmd" "$tool" -g 0 -s "$sz" -n "$ITERS" -c
+        lib_case "$name" "$base" "$PP_PAT"
+        name="$tool on rxe -> $tool on softib's libibverbs (server)"
+        base=$OUT/lib-$svc-server
+        lib_server_run "$base" "$gcmd" "$tool" -g 0 -s "$sz" -n "$ITERS" -c
+        lib_case "$name" "$base" "$PP_PAT"
+    done
+    PT_PAT="^ *[0-9]+ +$BENCH_ITERS +[0-9.]+"
+    for spec in "ib_write_bw RC" "ib_read_bw RC" "ib_send_bw RC" "ib_atomic_bw RC" \
+        "ib_write_lat RC" "ib_read_lat RC" "ib_send_lat RC" "ib_atomic_lat RC" \
+        "ib_send_bw UC" "ib_send_bw UD" "ib_write_bw UC"; do
+        set -- $spec
+        tool=$1 conn=$2
+        sz=(-s 4096)
+        case $tool in ib_atomic_*) sz=() ;; *_lat) sz=(-s 64) ;; esac
+        [ "$conn" = UD ] && sz=(-s 1024)
+        gcmd="$tool -d $GUEST_DEV -x $GUEST_GID -c $conn -n $BENCH_ITERS ${sz[*]}"
+        name="$tool -c $conn on softib's libibverbs (client) -> rxe"
+        base=$OUT/lib-$tool-$conn-client
+        lib_client_run "$base" "$tool" "$gcmd" "$tool" -x 0 -c "$conn" -n "$BENCH_ITERS" "${sz[@]}" -p "$PP_PORT"
+        lib_case "$name" "$base" "$PT_PAT"
+        name="$tool -c $conn on rxe -> softib's libibverbs (server)"
+        base=$OUT/lib-$tool-$conn-server
+        lib_server_run "$base" "$gcmd" "$tool" -x 0 -c "$conn" -n "$BENCH_ITERS" "${sz[@]}"
+        lib_case "$name" "$base" "$PT_PAT"
+    done
+fi
 
 gssh "cd /sys/class/infiniband/$GUEST_DEV/ports/1/hw_counters && grep . *" >"$OUT/rxe-hw-counters.txt" 2>&1
 log "logs and captures in $OUT"
