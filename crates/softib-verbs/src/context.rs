@@ -20,6 +20,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use softib_core::verbs::event::AsyncEvent;
+use softib_core::verbs::wr::{RecvWr, SendWr, WrOpcode};
 use softib_core::verbs::{CqHandle, SrqHandle};
 use softib_udp::Device;
 
@@ -51,7 +52,17 @@ pub struct Engine {
     pub qps: HashMap<u32, *mut SoftQp>,
     /// SRQs by handle (async events).
     pub srqs: HashMap<SrqHandle, *mut SoftSrq>,
+    /// Send WRs posted since the last flush and not yet handed to the socket.
+    pub deferred: u32,
+    /// The WR buffers a post converts into (reused: no allocation per WR).
+    pub scratch_send: SendWr,
+    /// The receive WR buffer a post converts into.
+    pub scratch_recv: RecvWr,
 }
+
+/// Most send WRs a post leaves for the application's next poll: beyond it they leave at once,
+/// so that the peer works on the first ones while the application posts the rest.
+pub const DEFER_MAX: u32 = 32;
 
 // SAFETY: the raw pointers name objects this library allocated; they are only dereferenced
 // with the engine lock held, and removed from the maps before the objects are freed.
@@ -127,6 +138,7 @@ impl Engine {
     /// One non-blocking I/O round, then the events it raised. Returns true if anything moved.
     pub fn io(&mut self, shared: &Shared) -> bool {
         shared.tx_pending.store(false, Ordering::Relaxed);
+        self.deferred = 0;
         let busy = self.dev.poll_io().unwrap_or(false);
         if busy {
             // The ACKs and READ responses of what was just received leave now, as a NIC
@@ -142,6 +154,7 @@ impl Engine {
     /// Sends what the HCA has queued (after a post), then the events.
     pub fn flush(&mut self, shared: &Shared) {
         shared.tx_pending.store(false, Ordering::Relaxed);
+        self.deferred = 0;
         let now = self.dev.now();
         let _ = self.dev.flush(now);
         self.dispatch_events(shared);
@@ -457,6 +470,9 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
             cqs: HashMap::new(),
             qps: HashMap::new(),
             srqs: HashMap::new(),
+            deferred: 0,
+            scratch_send: SendWr::new(0, WrOpcode::Send),
+            scratch_recv: RecvWr::default(),
         }),
         app_polls: AtomicU64::new(0),
         cq_waiters: AtomicU32::new(0),

@@ -295,8 +295,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
 
 // ----- posting ---------------------------------------------------------------------------
 
-/// Converts one `ibv_send_wr` to the core's WR. `Err(errno)` for a WR no QP could take.
-pub unsafe fn send_wr_from_c(w: &ibv_send_wr, max_inline: u32) -> Result<SendWr, i32> {
+/// Fills `wr` from one `ibv_send_wr`, reusing its buffers (no allocation for the usual WR).
+/// `Err(errno)` for a WR no QP could take.
+pub unsafe fn fill_send_wr(wr: &mut SendWr, w: &ibv_send_wr, max_inline: u32) -> Result<(), i32> {
     let imm = u32::from_be(w.__bindgen_anon_1.imm_data);
     let opcode = match w.opcode {
         IBV_WR_SEND => WrOpcode::Send,
@@ -334,15 +335,19 @@ pub unsafe fn send_wr_from_c(w: &ibv_send_wr, max_inline: u32) -> Result<SendWr,
         std::slice::from_raw_parts(w.sg_list, w.num_sge as usize)
     };
     let flags = SendFlags::from_bits_truncate(w.send_flags);
-    let mut wr = SendWr::new(w.wr_id, opcode);
+    wr.wr_id = w.wr_id;
+    wr.opcode = opcode;
     wr.flags = flags;
+    wr.ud = None;
+    wr.sg_list.clear();
     if flags.contains(SendFlags::INLINE) && !opcode.writes_local_memory() {
         // Inline: the bytes are copied now, the lkeys are ignored (as rdma-core documents).
         let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
         if total > u64::from(max_inline) {
             return Err(libc::EINVAL);
         }
-        let mut data = Vec::with_capacity(total as usize);
+        let mut data = wr.inline_data.take().unwrap_or_default();
+        data.clear();
         for s in sges {
             if s.length > 0 {
                 if s.addr == 0 {
@@ -357,12 +362,11 @@ pub unsafe fn send_wr_from_c(w: &ibv_send_wr, max_inline: u32) -> Result<SendWr,
         wr.inline_data = Some(data);
     } else {
         wr.flags.remove(SendFlags::INLINE);
-        wr.sg_list = sges
-            .iter()
-            .map(|s| Sge::new(s.addr, s.length, s.lkey))
-            .collect();
+        wr.inline_data = None;
+        wr.sg_list
+            .extend(sges.iter().map(|s| Sge::new(s.addr, s.length, s.lkey)));
     }
-    Ok(wr)
+    Ok(())
 }
 
 /// `ops.post_send`.
@@ -383,15 +387,13 @@ pub unsafe extern "C" fn post_send(
     let max_inline = q.max_inline;
     let mut cur = wr;
     let mut rc = 0;
+    let mut one = std::mem::replace(&mut eng.scratch_send, SendWr::new(0, WrOpcode::Send));
     while !cur.is_null() {
         let w = &*cur;
-        let mut one = match send_wr_from_c(w, max_inline) {
-            Ok(x) => x,
-            Err(e) => {
-                rc = e;
-                break;
-            }
-        };
+        if let Err(e) = fill_send_wr(&mut one, w, max_inline) {
+            rc = e;
+            break;
+        }
         if q.qp_type == QpType::Ud {
             match mr::ah_handle(w.wr.ud.ah) {
                 Some(ah) => {
@@ -417,10 +419,14 @@ pub unsafe extern "C" fn post_send(
         }
         cur = w.next;
     }
+    eng.scratch_send = one;
     if rc != 0 && !bad_wr.is_null() {
         *bad_wr = cur;
     }
-    if shared.parked.load(std::sync::atomic::Ordering::Acquire) {
+    eng.deferred = eng.deferred.saturating_add(1);
+    if shared.parked.load(std::sync::atomic::Ordering::Acquire)
+        && eng.deferred < crate::context::DEFER_MAX
+    {
         // The application is polling its CQ: its next ibv_poll_cq sends these together with
         // whatever it posts until then (one system call for a batch). The progress thread
         // sends them if it stops polling.
@@ -433,7 +439,8 @@ pub unsafe extern "C" fn post_send(
     rc
 }
 
-unsafe fn recv_wr_from_c(w: &ibv_recv_wr) -> Result<RecvWr, i32> {
+/// Fills `r` from one `ibv_recv_wr`, reusing its scatter list.
+unsafe fn fill_recv_wr(r: &mut RecvWr, w: &ibv_recv_wr) -> Result<(), i32> {
     if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
         return Err(libc::EINVAL);
     }
@@ -442,12 +449,11 @@ unsafe fn recv_wr_from_c(w: &ibv_recv_wr) -> Result<RecvWr, i32> {
     } else {
         std::slice::from_raw_parts(w.sg_list, w.num_sge as usize)
     };
-    Ok(RecvWr::new(
-        w.wr_id,
-        sges.iter()
-            .map(|s| Sge::new(s.addr, s.length, s.lkey))
-            .collect(),
-    ))
+    r.wr_id = w.wr_id;
+    r.sg_list.clear();
+    r.sg_list
+        .extend(sges.iter().map(|s| Sge::new(s.addr, s.length, s.lkey)));
+    Ok(())
 }
 
 /// `ops.post_recv`.
@@ -461,18 +467,19 @@ pub unsafe extern "C" fn post_recv(
     }
     let q = &*qp.cast::<SoftQp>();
     let shared = q.shared.clone();
+    shared
+        .app_polls
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut eng = shared.lock();
     let mut cur = wr;
     let mut rc = 0;
+    let mut one = std::mem::take(&mut eng.scratch_recv);
     while !cur.is_null() {
         let w = &*cur;
-        let one = match recv_wr_from_c(w) {
-            Ok(x) => x,
-            Err(e) => {
-                rc = e;
-                break;
-            }
-        };
+        if let Err(e) = fill_recv_wr(&mut one, w) {
+            rc = e;
+            break;
+        }
         if let Err(e) = eng
             .dev
             .hca_mut()
@@ -483,6 +490,7 @@ pub unsafe extern "C" fn post_recv(
         }
         cur = w.next;
     }
+    eng.scratch_recv = one;
     if rc != 0 && !bad_wr.is_null() {
         *bad_wr = cur;
     }
@@ -500,18 +508,19 @@ pub unsafe extern "C" fn post_srq_recv(
     }
     let s = &*srq.cast::<SoftSrq>();
     let shared = s.shared.clone();
+    shared
+        .app_polls
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut eng = shared.lock();
     let mut cur = wr;
     let mut rc = 0;
+    let mut one = std::mem::take(&mut eng.scratch_recv);
     while !cur.is_null() {
         let w = &*cur;
-        let one = match recv_wr_from_c(w) {
-            Ok(x) => x,
-            Err(e) => {
-                rc = e;
-                break;
-            }
-        };
+        if let Err(e) = fill_recv_wr(&mut one, w) {
+            rc = e;
+            break;
+        }
         if let Err(e) = eng
             .dev
             .hca_mut()
@@ -525,6 +534,7 @@ pub unsafe extern "C" fn post_srq_recv(
         }
         cur = w.next;
     }
+    eng.scratch_recv = one;
     if rc != 0 && !bad_wr.is_null() {
         *bad_wr = cur;
     }
