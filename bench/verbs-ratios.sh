@@ -17,6 +17,9 @@
 # one WRITE's round trip to its ACK (the peer's HCA answers). The engine is the same; on the
 # library side its progress thread serves packets that arrive while perftest spins on memory.
 #
+# Beside the latency ratio it prints its floor: one blocking thread wake-up on this machine
+# (bench/wakeup.c, eventfd ping-pong between two threads) against softib bench's round trip.
+#
 # Usage: bench/verbs-ratios.sh [ROUNDS]   (env: SOFTIB=path/to/softib skips the build;
 #                                          ITERS_RATE, ITERS_BW, ITERS_LAT)
 set -euo pipefail
@@ -91,6 +94,12 @@ echo "softib's libibverbs.so.1 under perftest vs softib bench, $ROUNDS rounds, m
 printf '  %-58s %6sx  target >= 0.9x  %s\n' "message rate  ib_send_bw -s 64 / softib bench send -s 64" "$r1" "$(verdict "$r1" ">=" 0.9)"
 printf '  %-58s %6sx  target >= 0.9x  %s\n' "bandwidth     ib_write_bw -s 65536 / softib bench write" "$r2" "$(verdict "$r2" ">=" 0.9)"
 printf '  %-58s %6sx  target <= 1.1x  %s\n' "latency       ib_write_lat -s 64 / softib bench write --lat" "$r3" "$(verdict "$r3" "<=" 1.1)"
+# The floor under the latency ratio: one blocking thread wake-up, measured now.
+if cc -O2 -pthread -o "$TMP/wakeup" bench/wakeup.c 2>/dev/null; then
+    w=$("$TMP/wakeup" 20000)
+    printf '  %-58s %6sx  (%s us per wake-up; %s us softib bench RTT)\n' \
+        "one thread wake-up / softib bench write --lat" "$(ratio "$w" "$lb")" "$w" "$lb"
+fi
 if [[ ${VERBOSE:-0} == 1 ]]; then
     echo "  samples (baseline | library):"
     paste "$TMP/rate_b" "$TMP/rate_l" | sed 's/^/    Mpps  /'
