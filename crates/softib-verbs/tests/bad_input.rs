@@ -1,7 +1,8 @@
 //! Bad input through the C ABI (tests/c/bad_input.c, built against Debian's rdma-core 44
 //! headers and linked with this build's libibverbs.so.1), one test per case: each bad call
 //! gets rdma-core's documented error or completion status, the process goes on, and no byte
-//! outside a registered region changes.
+//! outside a registered region changes. The same program checks the event descriptors
+//! (poll(2) on a completion channel and on `async_fd`) and fork() after `ibv_fork_init`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -101,4 +102,14 @@ fn bad_oversized_sge_list() {
 #[test]
 fn bad_remote_outside_region() {
     run_case("remote_outside_region");
+}
+
+#[test]
+fn completion_channel_and_async_fd_wake_poll() {
+    run_case("events");
+}
+
+#[test]
+fn fork_after_fork_init() {
+    run_case("fork");
 }

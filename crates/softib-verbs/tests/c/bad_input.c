@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 static int failures;
@@ -520,6 +524,149 @@ static void case_remote_outside_region(void)
 	free(src);
 }
 
+/* Completion channels and the async fd are real descriptors: poll(2) wakes on them, a
+ * non-blocking read fails with EAGAIN, and the events name the right objects. */
+static void case_events(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	char *buf = calloc(1, 4096);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	CHECK(ch && ch->fd >= 0, "a channel with a descriptor");
+	int fl = fcntl(ch->fd, F_GETFL);
+	CHECK(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK on the channel");
+	struct ibv_cq *cq_b = ibv_create_cq(ctx, 16, (void *)0x1234, ch, 0);
+	struct pair p;
+	make_pair(&p, ctx, pd);
+	/* Re-make b on the channel's CQ. */
+	ibv_destroy_qp(p.b);
+	ibv_destroy_qp(p.a);
+	p.a = make_qp(pd, p.cq_a, 1);
+	p.b = make_qp(pd, cq_b, 1);
+	CHECK(!to_init(p.a) && !to_init(p.b) && !to_rtr(p.a, ctx, p.b->qp_num) &&
+	      !to_rtr(p.b, ctx, p.a->qp_num) && !to_rts(p.a) && !to_rts(p.b), "connect");
+	struct ibv_cq *got_cq = NULL;
+	void *got_ctx = NULL;
+	errno = 0;
+	CHECK(ibv_get_cq_event(ch, &got_cq, &got_ctx) == -1 && errno == EAGAIN,
+	      "no event yet: EAGAIN (errno %d)", errno);
+	CHECK(ibv_req_notify_cq(cq_b, 0) == 0, "req_notify_cq");
+	struct ibv_sge rs = { (uintptr_t)buf, 64, mr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = &rs, .num_sge = 1 }, *rbad;
+	CHECK(ibv_post_recv(p.b, &rwr, &rbad) == 0, "post_recv");
+	struct ibv_sge ss = { (uintptr_t)buf + 1024, 64, mr->lkey };
+	struct ibv_send_wr swr = { .wr_id = 2, .sg_list = &ss, .num_sge = 1,
+				   .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+			   *sbad;
+	CHECK(ibv_post_send(p.a, &swr, &sbad) == 0, "post_send");
+	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+	CHECK(poll(&pfd, 1, 5000) == 1 && (pfd.revents & POLLIN), "poll wakes on the channel");
+	CHECK(ibv_get_cq_event(ch, &got_cq, &got_ctx) == 0 && got_cq == cq_b &&
+	      got_ctx == (void *)0x1234, "the event names the CQ and its context");
+	ibv_ack_cq_events(cq_b, 1);
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(cq_b, 1, &wc) == 1 && wc.wr_id == 1 && wc.status == IBV_WC_SUCCESS,
+	      "the receive completion");
+	CHECK(poll_one(p.cq_a, &wc) == 0 && wc.status == IBV_WC_SUCCESS, "the send completion");
+
+	/* An overrun CQ raises IBV_EVENT_CQ_ERR on the async fd. */
+	struct ibv_cq *tiny = ibv_create_cq(ctx, 1, NULL, NULL, 0);
+	struct ibv_qp *q = make_qp(pd, tiny, 1);
+	CHECK(to_init(q) == 0, "to INIT");
+	for (int i = 0; i < 4; i++) {
+		struct ibv_recv_wr r = { .wr_id = 10 + i, .sg_list = &rs, .num_sge = 1 };
+		ibv_post_recv(q, &r, &rbad);
+	}
+	struct ibv_qp_attr ea = { .qp_state = IBV_QPS_ERR };
+	CHECK(ibv_modify_qp(q, &ea, IBV_QP_STATE) == 0, "to ERR (flushes 4 receives into 1 slot)");
+	fl = fcntl(ctx->async_fd, F_GETFL);
+	fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+	pfd.fd = ctx->async_fd;
+	CHECK(poll(&pfd, 1, 5000) == 1, "poll wakes on the async fd");
+	struct ibv_async_event ev;
+	CHECK(ibv_get_async_event(ctx, &ev) == 0 && ev.event_type == IBV_EVENT_CQ_ERR &&
+	      ev.element.cq == tiny, "IBV_EVENT_CQ_ERR for the overrun CQ (got %d)", ev.event_type);
+	ibv_ack_async_event(&ev);
+	errno = 0;
+	CHECK(ibv_get_async_event(ctx, &ev) == -1 && errno == EAGAIN, "no second event: EAGAIN");
+	ibv_destroy_qp(q);
+	ibv_destroy_cq(tiny);
+	ibv_destroy_qp(p.a);
+	ibv_destroy_qp(p.b);
+	ibv_destroy_cq(p.cq_a);
+	ibv_destroy_cq(p.cq_b);
+	ibv_destroy_cq(cq_b);
+	CHECK(ibv_destroy_comp_channel(ch) == 0, "destroy_comp_channel");
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	free(buf);
+}
+
+/* fork() after ibv_fork_init: the child may not use its parent's objects (they fail with
+ * EINVAL, the parent's engine untouched), opens its own device and moves data; the parent's
+ * connection still works afterwards. */
+static void case_fork(void)
+{
+	CHECK(ibv_fork_init() == 0, "ibv_fork_init");
+	CHECK(ibv_is_fork_initialized() == IBV_FORK_UNNEEDED, "ibv_is_fork_initialized");
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	char *buf = calloc(1, 8192);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 8192, IBV_ACCESS_LOCAL_WRITE |
+						    IBV_ACCESS_REMOTE_WRITE);
+	struct pair p;
+	make_pair(&p, ctx, pd);
+	pid_t child = fork();
+	if (child == 0) {
+		int bad = 0;
+		if (ibv_dealloc_pd(pd) != EINVAL)
+			bad++;
+		errno = 0;
+		if (ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE) != NULL || errno != EINVAL)
+			bad++;
+		struct ibv_context *c2 = open_ctx();
+		struct ibv_pd *pd2 = ibv_alloc_pd(c2);
+		struct ibv_mr *mr2 = ibv_reg_mr(pd2, buf, 8192, IBV_ACCESS_LOCAL_WRITE |
+								 IBV_ACCESS_REMOTE_WRITE);
+		struct pair q;
+		make_pair(&q, c2, pd2);
+		memset(buf, 7, 64);
+		struct ibv_sge s = { (uintptr_t)buf, 64, mr2->lkey };
+		struct ibv_send_wr w = { .wr_id = 1, .sg_list = &s, .num_sge = 1,
+					 .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED },
+				   *wb;
+		w.wr.rdma.remote_addr = (uintptr_t)buf + 4096;
+		w.wr.rdma.rkey = mr2->rkey;
+		struct ibv_wc wc;
+		if (ibv_post_send(q.a, &w, &wb) || poll_one(q.cq_a, &wc) || wc.status ||
+		    buf[4096 + 63] != 7)
+			bad++;
+		_exit(bad ? 1 : 0);
+	}
+	int st = 0;
+	CHECK(waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "the child's checks (status %d)", st);
+	memset(buf, 9, 64);
+	struct ibv_sge s = { (uintptr_t)buf, 64, mr->lkey };
+	struct ibv_send_wr w = { .wr_id = 2, .sg_list = &s, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED },
+			   *wb;
+	w.wr.rdma.remote_addr = (uintptr_t)buf + 2048;
+	w.wr.rdma.rkey = mr->rkey;
+	struct ibv_wc wc;
+	CHECK(ibv_post_send(p.a, &w, &wb) == 0 && poll_one(p.cq_a, &wc) == 0 &&
+	      wc.status == IBV_WC_SUCCESS && buf[2048 + 63] == 9,
+	      "the parent's connection after the fork");
+	free_pair(&p);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	free(buf);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -539,6 +686,10 @@ int main(int argc, char **argv)
 		case_oversized_sge_list();
 	else if (!strcmp(c, "remote_outside_region"))
 		case_remote_outside_region();
+	else if (!strcmp(c, "events"))
+		case_events();
+	else if (!strcmp(c, "fork"))
+		case_fork();
 	else {
 		fprintf(stderr, "unknown case %s\n", c);
 		return 2;
