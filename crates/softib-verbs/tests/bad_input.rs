@@ -32,7 +32,7 @@ fn program() -> &'static Result<(PathBuf, PathBuf), String> {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/bad_input.c");
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
         let out = Command::new(&cc)
-            .args(["-Wall", "-Werror", "-O1", "-o"])
+            .args(["-Wall", "-Werror", "-O1", "-pthread", "-o"])
             .arg(&exe)
             .arg(&src)
             .arg(format!("-L{}", dir.display()))
@@ -112,4 +112,9 @@ fn completion_channel_and_async_fd_wake_poll() {
 #[test]
 fn fork_after_fork_init() {
     run_case("fork");
+}
+
+#[test]
+fn threads_share_a_context() {
+    run_case("threads");
 }

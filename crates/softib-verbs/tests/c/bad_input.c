@@ -10,6 +10,7 @@
 #include <time.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
@@ -667,6 +668,66 @@ static void case_fork(void)
 	free(buf);
 }
 
+/* Several threads drive QPs of one context at once (libibverbs is thread-safe): each moves
+ * 2000 checked SENDs over its own connection. */
+struct worker {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	int id;
+	int bad;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct pair p;
+	make_pair(&p, w->ctx, w->pd);
+	unsigned char *buf = calloc(1, 8192);
+	struct ibv_mr *mr = ibv_reg_mr(w->pd, buf, 8192, IBV_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 2000 && !w->bad; i++) {
+		struct ibv_sge rs = { (uintptr_t)buf + 4096, 256, mr->lkey };
+		struct ibv_recv_wr r = { .wr_id = i, .sg_list = &rs, .num_sge = 1 }, *rb;
+		if (ibv_post_recv(p.b, &r, &rb)) {
+			w->bad++;
+			break;
+		}
+		for (int k = 0; k < 256; k++)
+			buf[k] = (unsigned char)(w->id * 31 + i + k);
+		struct ibv_sge ss = { (uintptr_t)buf, 256, mr->lkey };
+		struct ibv_send_wr s = { .wr_id = i, .sg_list = &ss, .num_sge = 1,
+					 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+				   *sb;
+		struct ibv_wc wc;
+		if (ibv_post_send(p.a, &s, &sb) || poll_one(p.cq_a, &wc) || wc.status ||
+		    poll_one(p.cq_b, &wc) || wc.status || wc.byte_len != 256 ||
+		    memcmp(buf, buf + 4096, 256))
+			w->bad++;
+	}
+	free_pair(&p);
+	ibv_dereg_mr(mr);
+	free(buf);
+	return NULL;
+}
+
+static void case_threads(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	enum { N = 4 };
+	struct worker w[N];
+	pthread_t t[N];
+	for (int i = 0; i < N; i++) {
+		w[i] = (struct worker){ ctx, pd, i, 0 };
+		pthread_create(&t[i], NULL, worker_main, &w[i]);
+	}
+	for (int i = 0; i < N; i++) {
+		pthread_join(t[i], NULL);
+		CHECK(w[i].bad == 0, "thread %d: %d bad exchanges", i, w[i].bad);
+	}
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -690,6 +751,8 @@ int main(int argc, char **argv)
 		case_events();
 	else if (!strcmp(c, "fork"))
 		case_fork();
+	else if (!strcmp(c, "threads"))
+		case_threads();
 	else {
 		fprintf(stderr, "unknown case %s\n", c);
 		return 2;
