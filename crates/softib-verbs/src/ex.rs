@@ -129,7 +129,7 @@ pub fn fill_cq_ex(ex: &mut ibv_cq_ex) {
 unsafe fn advance(cq: *mut ibv_cq_ex) -> i32 {
     let p = cq.cast::<SoftCq>();
     let mut w = [WorkCompletion::default()];
-    let shared = (*p).shared.clone();
+    let shared: &crate::context::Shared = &(*p).shared;
     shared
         .app_polls
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -379,7 +379,7 @@ pub unsafe extern "C" fn post_send(
         return libc::EINVAL;
     }
     let q = &mut *qp.cast::<SoftQp>();
-    let shared = q.shared.clone();
+    let shared: &Shared = &q.shared;
     shared
         .app_polls
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -466,7 +466,7 @@ pub unsafe extern "C" fn post_recv(
         return libc::EINVAL;
     }
     let q = &*qp.cast::<SoftQp>();
-    let shared = q.shared.clone();
+    let shared: &Shared = &q.shared;
     shared
         .app_polls
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -507,7 +507,7 @@ pub unsafe extern "C" fn post_srq_recv(
         return libc::EINVAL;
     }
     let s = &*srq.cast::<SoftSrq>();
-    let shared = s.shared.clone();
+    let shared: &Shared = &s.shared;
     shared
         .app_polls
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
