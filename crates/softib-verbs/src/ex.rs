@@ -135,11 +135,11 @@ unsafe fn advance(cq: *mut ibv_cq_ex) -> i32 {
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut eng = shared.lock();
     if shared.tx_pending.load(std::sync::atomic::Ordering::Acquire) {
-        eng.flush(&shared);
+        eng.flush(shared);
     }
     let mut got = eng.dev.hca_mut().poll_cq_into((*p).handle, &mut w);
     if matches!(got, Ok(0)) {
-        eng.io(&shared);
+        eng.io(shared);
         got = eng.dev.hca_mut().poll_cq_into((*p).handle, &mut w);
     }
     match got {

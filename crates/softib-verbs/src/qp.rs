@@ -434,7 +434,7 @@ pub unsafe extern "C" fn post_send(
             .tx_pending
             .store(true, std::sync::atomic::Ordering::Release);
     } else {
-        eng.flush(&shared);
+        eng.flush(shared);
     }
     rc
 }
