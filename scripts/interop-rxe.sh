@@ -97,8 +97,8 @@ HAVE_TSHARK=0; command -v tshark >/dev/null && HAVE_TSHARK=1
 
 # --- softib -----------------------------------------------------------------------------------
 if [ -z "${SOFTIB_BIN:-}" ]; then
-    log "building softib (cargo build --release -p softib --bin softib)"
-    (cd "$REPO" && cargo build --release -q -p softib --bin softib) || { echo "FAIL: cargo build"; echo "0 passed, 1 failed"; exit 1; }
+    log "building softib and its libibverbs.so.1 (cargo build --release -p softib -p softib-verbs)"
+    (cd "$REPO" && cargo build --release -q -p softib --bin softib -p softib-verbs) || { echo "FAIL: cargo build"; echo "0 passed, 1 failed"; exit 1; }
     SOFTIB_BIN=$TARGET/release/softib
 fi
 [ -x "$SOFTIB_BIN" ] || { echo "FAIL: no softib binary at $SOFTIB_BIN"; echo "0 passed, 1 failed"; exit 1; }

@@ -42,6 +42,14 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 # --- softib's library -----------------------------------------------------------------------
+# `cargo test` builds the cdylib into deps/ only; `cargo build` puts it where the loader path
+# (and lib/libibverbs.so.1) points. Quick when it is up to date.
+if [ -z "${SOFTIB_LIB_DIR:-}" ]; then
+    (cd "$REPO" && cargo build --release -q -p softib-verbs) || {
+        echo "FAIL: cargo build --release -p softib-verbs"
+        exit 1
+    }
+fi
 [ -f "$LIBDIR/libibverbs.so" ] || {
     echo "FAIL: $LIBDIR/libibverbs.so is missing (cargo build --release)"
     exit 1

@@ -6,12 +6,24 @@ mod procs;
 use procs::softib;
 use std::path::{Path, PathBuf};
 
-/// softib's cdylib beside the softib binary, if this build produced it (`cargo test
-/// --workspace` and `cargo build --release` do).
+/// softib's cdylib of this build: beside the softib binary after `cargo build`, in `deps/`
+/// after `cargo test --workspace` (which does not copy it up).
 fn library() -> Option<PathBuf> {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_softib"));
-    let lib = exe.parent()?.join("libibverbs.so");
-    lib.is_file().then_some(lib)
+    let dir = exe.parent()?;
+    [dir.join("deps/libibverbs.so"), dir.join("libibverbs.so")]
+        .into_iter()
+        .filter(|l| l.is_file())
+        .max_by_key(|l| std::fs::metadata(l).and_then(|m| m.modified()).ok())
+}
+
+/// `softib` with SOFTIB_LIB_DIR naming this build's library.
+fn softib_run() -> std::process::Command {
+    let mut c = softib();
+    if let Some(lib) = library() {
+        c.env("SOFTIB_LIB_DIR", lib.parent().unwrap());
+    }
+    c
 }
 
 #[test]
@@ -20,7 +32,7 @@ fn run_sets_the_loader_path_and_options() {
         println!("SKIPPED: softib's libibverbs.so was not built beside the softib binary");
         return;
     };
-    let out = softib()
+    let out = softib_run()
         .args([
             "run",
             "--bind",
@@ -56,12 +68,12 @@ fn run_passes_the_exit_status_and_reports_a_missing_program() {
         println!("SKIPPED: softib's libibverbs.so was not built beside the softib binary");
         return;
     }
-    let st = softib()
+    let st = softib_run()
         .args(["run", "--", "sh", "-c", "exit 7"])
         .status()
         .expect("run softib");
     assert_eq!(st.code(), Some(7));
-    let out = softib()
+    let out = softib_run()
         .args(["run", "--", "/nonexistent/program"])
         .output()
         .expect("run softib");
@@ -79,7 +91,7 @@ fn run_ibv_devices_lists_softib0() {
         println!("SKIPPED: ibv_devices (Debian ibverbs-utils) is not installed");
         return;
     }
-    let out = softib()
+    let out = softib_run()
         .args(["run", "--", "ibv_devices"])
         .env_remove("SOFTIB_BIND")
         .env("SOFTIB_CONFIG", "/nonexistent")
