@@ -153,6 +153,14 @@ fn reg(
     if addr.is_null() && length > 0 {
         return null_errno(libc::EINVAL);
     }
+    // rdma-core pins the pages here (rxe: ib_umem_get, writable for any write access), so
+    // memory the process cannot access fails now with EFAULT, not later in the progress
+    // thread when a peer writes there.
+    let writable =
+        access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0;
+    if !accessible(addr as usize, length, writable) {
+        return null_errno(libc::EFAULT);
+    }
     let flags = AccessFlags::from_bits_truncate(access);
     let mem = MrMemory::External(Box::new(AppMemory {
         ptr: addr.cast(),
@@ -184,6 +192,46 @@ fn reg(
     unsafe { (*m).mr.handle = info.lkey };
     registry::add(m.cast::<ibv_mr>(), Kind::Mr);
     m.cast()
+}
+
+/// True if every byte of `[addr, addr + len)` lies in mappings of this process that are
+/// readable, and writable if `write` (`/proc/self/maps`, whose lines are sorted by address).
+/// If the maps cannot be read the range is accepted, as before this check.
+fn accessible(addr: usize, len: usize, write: bool) -> bool {
+    if len == 0 {
+        return true;
+    }
+    let Some(end) = addr.checked_add(len) else {
+        return false;
+    };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return true;
+    };
+    let mut cur = addr;
+    for line in maps.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(range), Some(perms)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16)) else {
+            continue;
+        };
+        if e <= cur {
+            continue;
+        }
+        let p = perms.as_bytes();
+        if s > cur || p.first() != Some(&b'r') || (write && p.get(1) != Some(&b'w')) {
+            return false;
+        }
+        cur = e;
+        if cur >= end {
+            return true;
+        }
+    }
+    false
 }
 
 symver!(ibv_reg_mr);
