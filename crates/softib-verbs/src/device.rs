@@ -346,8 +346,9 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 symver!(ibv_close_device);
 #[export_name = "softib_ibv_close_device"]
 pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> i32 {
+    // ibv_open_device(3): "ibv_close_device() returns 0 on success, -1 on failure."
     if !registry::remove(ctx, Kind::Context) {
-        return ret_errno(libc::EINVAL);
+        return minus_one(libc::EINVAL);
     }
     let sc = SoftContext::from_ctx_unchecked(ctx);
     {
