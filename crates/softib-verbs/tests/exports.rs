@@ -8,12 +8,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The cdylib of this build: `<target>/<profile>/libibverbs.so` (the test binary lives in
-/// `<target>/<profile>/deps`).
+/// The cdylib of this build: `<target>/<profile>/deps/libibverbs.so` beside the test binary,
+/// else `<target>/<profile>/libibverbs.so`.
 fn library() -> Option<PathBuf> {
+    // `cargo test` builds the cdylib into `<profile>/deps` beside this test and does not copy
+    // it up to `<profile>/libibverbs.so` (only `cargo build` does): that one may be stale or
+    // absent.
     let exe = std::env::current_exe().ok()?;
-    let lib = exe.parent()?.parent()?.join("libibverbs.so");
-    lib.is_file().then_some(lib)
+    let deps = exe.parent()?;
+    [
+        deps.join("libibverbs.so"),
+        deps.parent()?.join("libibverbs.so"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 fn readelf(args: &[&str], file: &Path) -> Option<String> {
