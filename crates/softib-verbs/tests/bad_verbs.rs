@@ -1,0 +1,183 @@
+//! More bad input through the C ABI (the first cases are `tests/bad_input.rs`):
+//! `tests/c/bad_verbs.c`, compiled against the installed `<infiniband/verbs.h>` and linked with
+//! `-libverbs` against the built `libibverbs.so`, runs one case per test on softib
+//! (`LD_LIBRARY_PATH`). The program exits 0 only if every bad call
+//! failed the way rdma-core documents and the process went on; its stderr names each check
+//! that did not hold.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The compiled program and the directory of the library, or why the tests cannot run.
+fn program() -> &'static Result<(PathBuf, PathBuf), String> {
+    static P: OnceLock<Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    P.get_or_init(|| {
+        if let Some(h) = common::missing_header(&["infiniband/verbs.h"]) {
+            return Err(format!("{h} is not installed (Debian: libibverbs-dev)"));
+        }
+        if !common::have_cc() {
+            return Err("no C compiler (cc)".into());
+        }
+        let Some(lib) = common::built_lib() else {
+            return Err("no built libibverbs.so (cargo build -p softib-verbs)".into());
+        };
+        let dir = common::scratch("bad_verbs");
+        let libdir = common::link_dir(&lib, &dir);
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/bad_verbs.c");
+        let exe = dir.join("bad_verbs");
+        let l = format!("-L{}", libdir.display());
+        if let Err(e) = common::cc(&src, &exe, &[&l, "-libverbs"]) {
+            panic!("{e}");
+        }
+        Ok((exe, libdir))
+    })
+}
+
+fn run_case(case: &str) {
+    let (exe, libdir) = match program() {
+        Ok(v) => v,
+        Err(reason) => return common::skip(reason),
+    };
+    let mut child = Command::new(exe)
+        .arg(case)
+        .env("LD_LIBRARY_PATH", libdir)
+        .env_remove("SOFTIB_BIND")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    print!("{stdout}");
+    eprint!("{stderr}");
+    let Some(status) = status else {
+        panic!("{case}: no exit within 120 s\n{stderr}");
+    };
+    assert!(
+        status.success(),
+        "{case}: {status} (a signal means softib crashed on bad input)\n{stderr}"
+    );
+}
+
+/// NULL and never-handed-out context/PD/CQ/QP/MR/SRQ/AH/channel (zeroed structs of the right
+/// type) to every exported control verb, invalid ports and GID/P_Key indexes: NULL + errno, an
+/// errno value, or -1 + errno as each man page says.
+#[test]
+fn bad_objects_never_handed_out() {
+    run_case("null_objects");
+}
+
+/// Each object kind (AH, QP, SRQ, MR, CQ, channel, PD, context) destroyed twice: the second
+/// call fails, the library still works.
+#[test]
+fn bad_double_destroy_every_kind() {
+    run_case("double_destroy");
+}
+
+/// Destroyed PD/CQ/QP/SRQ/MR/channel given to the verbs that create on them or modify and
+/// query them; a PD with a live MR is busy.
+#[test]
+fn bad_use_after_destroy() {
+    run_case("use_after_destroy");
+}
+
+/// Atomics at addresses not 8-byte aligned: exactly IBV_WC_REM_INV_REQ_ERR (NAK Invalid
+/// Request, IBA class C, as rxe), after a good atomic on the same pair; target and local
+/// buffers unchanged.
+#[test]
+fn bad_atomic_misaligned() {
+    run_case("atomic_misaligned");
+}
+
+/// The exported ibv_query_port@IBVERBS_1.1 fills struct _compat_ibv_port_attr (48 bytes),
+/// not less and not more.
+#[test]
+fn compat_query_port_fills_the_old_layout() {
+    run_case("compat_query_port");
+}
+
+/// ibv_reg_mr over unmapped, PROT_NONE or (with write access) read-only memory: NULL and
+/// EFAULT, as rdma-core's page pinning gives, instead of a fault when a peer writes there.
+#[test]
+fn bad_reg_mr_inaccessible_memory() {
+    run_case("reg_mr_bad_memory");
+}
+
+/// Destroying a channel with a CQ, a CQ or an SRQ with a QP, a PD with a QP: EBUSY, and the
+/// objects still work.
+#[test]
+fn bad_destroy_busy_objects() {
+    run_case("busy_objects");
+}
+
+/// ibv_modify_qp with invalid transitions, states, ports, P_Key or GID indexes, or missing
+/// required attributes: an errno value, the QP's state unchanged.
+#[test]
+fn bad_modify_qp_transitions() {
+    run_case("bad_modify_qp");
+}
+
+/// Unknown opcode, negative num_sge, oversized inline data, UD without or with a destroyed
+/// AH, RDMA/atomics on UD: refused at post with bad_wr at the WR, no completion.
+#[test]
+fn bad_send_wr_fields() {
+    run_case("bad_send_wr");
+}
+
+/// ibv_query_device_ex / ibv_create_cq_ex with reserved comp_mask or wc_flags bits: EINVAL.
+#[test]
+fn bad_extended_verbs_reserved_bits() {
+    run_case("bad_extended");
+}
+
+/// ibv_free_device_list, ibv_ack_cq_events and ibv_ack_async_event given NULL do nothing.
+#[test]
+fn bad_void_verbs_tolerate_null() {
+    run_case("void_verbs_tolerate_null");
+}
+
+/// A SEND gather entry past its MR's end, an RDMA READ into an MR without LOCAL_WRITE:
+/// IBV_WC_LOC_PROT_ERR, nothing delivered or written.
+#[test]
+fn bad_local_protection() {
+    run_case("local_protection");
+}
+
+/// A receive WR with a bad lkey or too small a buffer: the receiver's WR completes in error,
+/// the requester gets the NAK's status, nothing is written.
+#[test]
+fn bad_recv_side_errors() {
+    run_case("recv_side_errors");
+}
+
+/// More WRs than a send, receive or shared receive queue holds, and SRQ WRs above max_sge:
+/// ENOMEM (EINVAL for the SGE count) with bad_wr at the first WR that did not fit.
+#[test]
+fn bad_queue_overflow() {
+    run_case("queue_overflow");
+}
+
+/// The extended QP/CQ: ibv_wr_complete refuses a batch in RESET, with an operation the QP was
+/// not created for, with too many SGEs or too much inline data, and then posts none of it; a
+/// bad lkey completes with IBV_WC_LOC_PROT_ERR through ibv_start_poll.
+#[test]
+fn bad_extended_qp_batches() {
+    run_case("extended_qp_errors");
+}

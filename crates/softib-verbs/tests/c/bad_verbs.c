@@ -1,0 +1,1386 @@
+/*
+ * More bad input to libibverbs, as an unmodified rdma-core 44 program passes it (tests/c/
+ * bad_input.c has the first cases). Built by tests/bad_verbs.rs against the installed
+ * <infiniband/verbs.h>, linked with -libverbs and run on softib's libibverbs.so.1.
+ * `bad_verbs CASE` runs one case; it exits 0 only if every call
+ * behaved as rdma-core's man pages (and rxe, for completion statuses) say, and the process
+ * goes on after each bad call. Every failed check is printed (file:line, what was expected).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+static int failures;
+static int checks;
+
+#define CHECK(cond, ...)                                                              \
+	do {                                                                              \
+		checks++;                                                                     \
+		if (!(cond)) {                                                                \
+			failures++;                                                               \
+			fprintf(stderr, "FAIL %s:%d: %s: ", __func__, __LINE__, #cond);          \
+			fprintf(stderr, __VA_ARGS__);                                             \
+			fprintf(stderr, "\n");                                                    \
+		}                                                                             \
+	} while (0)
+
+#define DIE(...)                                                                      \
+	do {                                                                              \
+		fprintf(stderr, "SETUP FAILED %s:%d: ", __func__, __LINE__);                 \
+		fprintf(stderr, __VA_ARGS__);                                                 \
+		fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno));                  \
+		exit(2);                                                                      \
+	} while (0)
+
+/* A pointer-returning verb failed the documented way: NULL with errno set. */
+#define CHECK_NULL_ERRNO(expr)                                                        \
+	do {                                                                              \
+		errno = 0;                                                                    \
+		void *p_ = (void *)(expr);                                                    \
+		int e_ = errno;                                                               \
+		CHECK(p_ == NULL && e_ != 0, "%s gave %p errno %d", #expr, p_, e_);           \
+	} while (0)
+
+/* An int verb documented as "0 on success, or the value of errno on failure". */
+#define CHECK_ERRNO_VALUE(expr)                                                       \
+	do {                                                                              \
+		errno = 0;                                                                    \
+		int r_ = (expr);                                                              \
+		CHECK(r_ > 0, "%s returned %d (errno %d), want a positive errno value",       \
+		      #expr, r_, errno);                                                      \
+	} while (0)
+
+/* An int verb documented as "0 on success, -1 on error" (errno set). */
+#define CHECK_MINUS_ONE(expr)                                                         \
+	do {                                                                              \
+		errno = 0;                                                                    \
+		int r_ = (expr);                                                              \
+		int e_ = errno;                                                               \
+		CHECK(r_ == -1 && e_ != 0, "%s returned %d errno %d, want -1 and errno",      \
+		      #expr, r_, e_);                                                         \
+	} while (0)
+
+static struct ibv_context *open_ctx(void)
+{
+	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list || n < 1)
+		DIE("no device");
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	if (!ctx)
+		DIE("ibv_open_device");
+	ibv_free_device_list(list);
+	return ctx;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Polls one completion within `secs`; 1 if one came. */
+static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, double secs)
+{
+	double end = now() + secs;
+	while (now() < end) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n < 0)
+			DIE("ibv_poll_cq %d", n);
+		if (n == 1)
+			return 1;
+		usleep(100);
+	}
+	return 0;
+}
+
+#define RW (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+
+/* ---- an RC pair on one context, connected to each other through GID index 0 ---- */
+
+struct pair {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *scq, *rcq; /* the requester's */
+	struct ibv_cq *tcq;       /* the target's (send and recv) */
+	struct ibv_qp *a, *b;     /* a: requester, b: target */
+};
+
+static void to_init(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr at = {0};
+	at.qp_state = IBV_QPS_INIT;
+	at.pkey_index = 0;
+	at.port_num = 1;
+	at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			     IBV_ACCESS_REMOTE_ATOMIC;
+	if (ibv_modify_qp(qp, &at,
+			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		DIE("INIT");
+}
+
+static void to_rtr(struct ibv_context *ctx, struct ibv_qp *qp, uint32_t dqpn)
+{
+	union ibv_gid gid;
+	if (ibv_query_gid(ctx, 1, 0, &gid))
+		DIE("ibv_query_gid");
+	struct ibv_qp_attr at = {0};
+	at.qp_state = IBV_QPS_RTR;
+	at.path_mtu = IBV_MTU_1024;
+	at.dest_qp_num = dqpn;
+	at.rq_psn = 0;
+	at.max_dest_rd_atomic = 1;
+	at.min_rnr_timer = 12;
+	at.ah_attr.is_global = 1;
+	at.ah_attr.grh.dgid = gid;
+	at.ah_attr.grh.sgid_index = 0;
+	at.ah_attr.grh.hop_limit = 1;
+	at.ah_attr.port_num = 1;
+	if (ibv_modify_qp(qp, &at,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		DIE("RTR");
+}
+
+static void to_rts(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr at = {0};
+	at.qp_state = IBV_QPS_RTS;
+	at.timeout = 14;
+	at.retry_cnt = 7;
+	at.rnr_retry = 7;
+	at.sq_psn = 0;
+	at.max_rd_atomic = 1;
+	if (ibv_modify_qp(qp, &at,
+			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+		DIE("RTS");
+}
+
+static struct ibv_qp *rc_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+			    uint32_t max_sge)
+{
+	struct ibv_qp_init_attr ia = {0};
+	ia.send_cq = scq;
+	ia.recv_cq = rcq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 16;
+	ia.cap.max_recv_wr = 16;
+	ia.cap.max_send_sge = max_sge;
+	ia.cap.max_recv_sge = max_sge;
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	if (!qp)
+		DIE("ibv_create_qp");
+	return qp;
+}
+
+/* A new connected pair on `ctx`/`pd` (both QPs in RTS). */
+static void pair_up(struct pair *p, struct ibv_context *ctx, struct ibv_pd *pd)
+{
+	memset(p, 0, sizeof(*p));
+	p->ctx = ctx;
+	p->pd = pd;
+	p->scq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
+	p->rcq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
+	p->tcq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
+	if (!p->scq || !p->rcq || !p->tcq)
+		DIE("ibv_create_cq");
+	p->a = rc_qp(pd, p->scq, p->rcq, 2);
+	p->b = rc_qp(pd, p->tcq, p->tcq, 2);
+	to_init(p->a);
+	to_init(p->b);
+	to_rtr(ctx, p->a, p->b->qp_num);
+	to_rtr(ctx, p->b, p->a->qp_num);
+	to_rts(p->a);
+	to_rts(p->b);
+}
+
+static void pair_down(struct pair *p)
+{
+	if (ibv_destroy_qp(p->a) || ibv_destroy_qp(p->b))
+		DIE("ibv_destroy_qp");
+	if (ibv_destroy_cq(p->scq) || ibv_destroy_cq(p->rcq) || ibv_destroy_cq(p->tcq))
+		DIE("ibv_destroy_cq");
+}
+
+/* Posts one signaled WR on p->a and returns its completion status (-1: none in 5 s). */
+static int post_wait(struct pair *p, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad = NULL;
+	wr->send_flags |= IBV_SEND_SIGNALED;
+	int rc = ibv_post_send(p->a, wr, &bad);
+	if (rc)
+		DIE("ibv_post_send rc %d", rc);
+	struct ibv_wc wc;
+	if (!poll_one(p->scq, &wc, 5.0))
+		return -1;
+	CHECK(wc.wr_id == wr->wr_id, "wr_id %" PRIu64 " want %" PRIu64, wc.wr_id, wr->wr_id);
+	return wc.status;
+}
+
+static const char *st(int s)
+{
+	return s < 0 ? "no completion" : ibv_wc_status_str((enum ibv_wc_status)s);
+}
+
+/* ===================================== cases ===================================== */
+
+/* NULL and never-handed-out objects to each exported control verb. */
+static void null_objects(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+	if (!pd || !cq)
+		DIE("setup");
+	char buf[64];
+	struct ibv_qp_attr qa = {0};
+	struct ibv_qp_init_attr qia = {0};
+	struct ibv_srq_attr sa = {0};
+	struct ibv_srq_init_attr sia = {0};
+	struct ibv_ah_attr aa = {0};
+	struct ibv_device_attr da;
+	union ibv_gid gid;
+	uint16_t pkey;
+	struct ibv_async_event ev;
+	struct ibv_cq *evcq;
+	void *evctx;
+
+	/* Objects of the right type this library never handed out. */
+	struct ibv_pd *fake_pd = calloc(1, 256);
+	struct ibv_cq *fake_cq = calloc(1, 256);
+	struct ibv_qp *fake_qp = calloc(1, 512);
+	struct ibv_mr *fake_mr = calloc(1, 256);
+	struct ibv_srq *fake_srq = calloc(1, 256);
+	struct ibv_ah *fake_ah = calloc(1, 256);
+	struct ibv_comp_channel *fake_ch = calloc(1, 256);
+	fake_pd->context = ctx;
+	fake_cq->context = ctx;
+	fake_qp->context = ctx;
+	fake_qp->pd = pd;
+	fake_mr->context = ctx;
+	fake_mr->pd = pd;
+	fake_srq->context = ctx;
+	fake_srq->pd = pd;
+	fake_ah->context = ctx;
+	fake_ah->pd = pd;
+	fake_ch->context = ctx;
+	fake_ch->fd = -1;
+
+	CHECK(ibv_get_device_name(NULL) == NULL, "ibv_get_device_name(NULL)");
+	CHECK_NULL_ERRNO(ibv_open_device(NULL));
+	CHECK_MINUS_ONE(ibv_close_device(NULL));
+	CHECK_ERRNO_VALUE(ibv_query_device(NULL, &da));
+	CHECK_ERRNO_VALUE(ibv_query_device(ctx, NULL));
+	CHECK_MINUS_ONE(ibv_query_gid(NULL, 1, 0, &gid));
+	CHECK_MINUS_ONE(ibv_query_gid(ctx, 1, 0, NULL));
+	CHECK_MINUS_ONE(ibv_query_gid(ctx, 1, 100000, &gid));
+	CHECK_MINUS_ONE(ibv_query_gid(ctx, 99, 0, &gid));
+	CHECK_MINUS_ONE(ibv_query_pkey(NULL, 1, 0, &pkey));
+	CHECK_MINUS_ONE(ibv_query_pkey(ctx, 99, 0, &pkey));
+	CHECK_MINUS_ONE(ibv_get_async_event(NULL, &ev));
+
+	CHECK_NULL_ERRNO(ibv_alloc_pd(NULL));
+	CHECK_ERRNO_VALUE(ibv_dealloc_pd(NULL));
+	CHECK_ERRNO_VALUE(ibv_dealloc_pd(fake_pd));
+
+	CHECK_NULL_ERRNO(ibv_reg_mr(NULL, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE));
+	CHECK_NULL_ERRNO(ibv_reg_mr(fake_pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE));
+	/* REMOTE_WRITE without LOCAL_WRITE is invalid (ibv_reg_mr(3): EINVAL). */
+	CHECK_NULL_ERRNO(ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_REMOTE_WRITE));
+	CHECK_NULL_ERRNO(ibv_reg_mr_iova(NULL, buf, sizeof(buf), 0, 0));
+	CHECK_ERRNO_VALUE(ibv_dereg_mr(NULL));
+	CHECK_ERRNO_VALUE(ibv_dereg_mr(fake_mr));
+	CHECK(ibv_rereg_mr(NULL, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+			   IBV_ACCESS_LOCAL_WRITE) != 0, "ibv_rereg_mr(NULL) succeeded");
+
+	CHECK_NULL_ERRNO(ibv_create_comp_channel(NULL));
+	CHECK_ERRNO_VALUE(ibv_destroy_comp_channel(NULL));
+	CHECK_ERRNO_VALUE(ibv_destroy_comp_channel(fake_ch));
+	CHECK_MINUS_ONE(ibv_get_cq_event(NULL, &evcq, &evctx));
+
+	CHECK_NULL_ERRNO(ibv_create_cq(NULL, 4, NULL, NULL, 0));
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, 4, NULL, fake_ch, 0));
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, 0, NULL, NULL, 0));
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, -1, NULL, NULL, 0));
+	CHECK_ERRNO_VALUE(ibv_destroy_cq(NULL));
+	CHECK_ERRNO_VALUE(ibv_destroy_cq(fake_cq));
+	CHECK_ERRNO_VALUE(ibv_resize_cq(NULL, 8));
+
+	qia.send_cq = cq;
+	qia.recv_cq = cq;
+	qia.qp_type = IBV_QPT_RC;
+	qia.cap.max_send_wr = 1;
+	qia.cap.max_recv_wr = 1;
+	qia.cap.max_send_sge = 1;
+	qia.cap.max_recv_sge = 1;
+	CHECK_NULL_ERRNO(ibv_create_qp(NULL, &qia));
+	CHECK_NULL_ERRNO(ibv_create_qp(fake_pd, &qia));
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, NULL));
+	qia.send_cq = NULL;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &qia));
+	qia.send_cq = fake_cq;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &qia));
+	qia.send_cq = cq;
+	qia.recv_cq = NULL;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &qia));
+	qia.recv_cq = cq;
+	qia.srq = fake_srq;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &qia));
+	qia.srq = NULL;
+	qa.qp_state = IBV_QPS_INIT;
+	CHECK_ERRNO_VALUE(ibv_modify_qp(NULL, &qa, IBV_QP_STATE));
+	CHECK_ERRNO_VALUE(ibv_modify_qp(fake_qp, &qa, IBV_QP_STATE));
+	CHECK_ERRNO_VALUE(ibv_query_qp(NULL, &qa, IBV_QP_STATE, &qia));
+	CHECK_ERRNO_VALUE(ibv_query_qp(fake_qp, &qa, IBV_QP_STATE, &qia));
+	CHECK_ERRNO_VALUE(ibv_destroy_qp(NULL));
+	CHECK_ERRNO_VALUE(ibv_destroy_qp(fake_qp));
+	CHECK_ERRNO_VALUE(ibv_attach_mcast(NULL, &gid, 0));
+	CHECK_ERRNO_VALUE(ibv_detach_mcast(NULL, &gid, 0));
+
+	sia.attr.max_wr = 4;
+	sia.attr.max_sge = 1;
+	CHECK_NULL_ERRNO(ibv_create_srq(NULL, &sia));
+	CHECK_NULL_ERRNO(ibv_create_srq(fake_pd, &sia));
+	CHECK_NULL_ERRNO(ibv_create_srq(pd, NULL));
+	CHECK_ERRNO_VALUE(ibv_modify_srq(NULL, &sa, IBV_SRQ_LIMIT));
+	CHECK_ERRNO_VALUE(ibv_modify_srq(fake_srq, &sa, IBV_SRQ_LIMIT));
+	CHECK_ERRNO_VALUE(ibv_query_srq(NULL, &sa));
+	CHECK_ERRNO_VALUE(ibv_query_srq(fake_srq, &sa));
+	CHECK_ERRNO_VALUE(ibv_destroy_srq(NULL));
+	CHECK_ERRNO_VALUE(ibv_destroy_srq(fake_srq));
+
+	aa.is_global = 1;
+	aa.port_num = 1;
+	if (ibv_query_gid(ctx, 1, 0, &aa.grh.dgid))
+		DIE("ibv_query_gid");
+	CHECK_NULL_ERRNO(ibv_create_ah(NULL, &aa));
+	CHECK_NULL_ERRNO(ibv_create_ah(fake_pd, &aa));
+	CHECK_NULL_ERRNO(ibv_create_ah(pd, NULL));
+	CHECK_ERRNO_VALUE(ibv_destroy_ah(NULL));
+	CHECK_ERRNO_VALUE(ibv_destroy_ah(fake_ah));
+
+	/* The process goes on and the real objects still work. */
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr != NULL, "ibv_reg_mr after the bad calls");
+	CHECK(mr == NULL || ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");
+	CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
+	CHECK(ibv_dealloc_pd(pd) == 0, "ibv_dealloc_pd");
+	CHECK(ibv_close_device(ctx) == 0, "ibv_close_device");
+	free(fake_pd);
+	free(fake_cq);
+	free(fake_qp);
+	free(fake_mr);
+	free(fake_srq);
+	free(fake_ah);
+	free(fake_ch);
+}
+
+/* Each object kind destroyed twice: the second destroy fails with an errno value. */
+static void double_destroy(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, ch, 0);
+	static char buf[64];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_srq_init_attr sia = {0};
+	sia.attr.max_wr = 4;
+	sia.attr.max_sge = 1;
+	struct ibv_srq *srq = ibv_create_srq(pd, &sia);
+	struct ibv_qp *qp = rc_qp(pd, cq, cq, 1);
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	if (ibv_query_gid(ctx, 1, 0, &aa.grh.dgid))
+		DIE("ibv_query_gid");
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	if (!pd || !ch || !cq || !mr || !srq || !ah)
+		DIE("setup");
+
+	CHECK(ibv_destroy_ah(ah) == 0, "first ibv_destroy_ah");
+	CHECK_ERRNO_VALUE(ibv_destroy_ah(ah));
+	CHECK(ibv_destroy_qp(qp) == 0, "first ibv_destroy_qp");
+	CHECK_ERRNO_VALUE(ibv_destroy_qp(qp));
+	CHECK(ibv_destroy_srq(srq) == 0, "first ibv_destroy_srq");
+	CHECK_ERRNO_VALUE(ibv_destroy_srq(srq));
+	CHECK(ibv_dereg_mr(mr) == 0, "first ibv_dereg_mr");
+	CHECK_ERRNO_VALUE(ibv_dereg_mr(mr));
+	CHECK(ibv_destroy_cq(cq) == 0, "first ibv_destroy_cq");
+	CHECK_ERRNO_VALUE(ibv_destroy_cq(cq));
+	CHECK(ibv_destroy_comp_channel(ch) == 0, "first ibv_destroy_comp_channel");
+	CHECK_ERRNO_VALUE(ibv_destroy_comp_channel(ch));
+	CHECK(ibv_dealloc_pd(pd) == 0, "first ibv_dealloc_pd");
+	CHECK_ERRNO_VALUE(ibv_dealloc_pd(pd));
+	CHECK(ibv_close_device(ctx) == 0, "first ibv_close_device");
+	CHECK_MINUS_ONE(ibv_close_device(ctx));
+	/* And the library still works. */
+	struct ibv_context *ctx2 = open_ctx();
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx2);
+	CHECK(pd2 != NULL, "ibv_alloc_pd after the double destroys");
+	CHECK(pd2 == NULL || ibv_dealloc_pd(pd2) == 0, "ibv_dealloc_pd");
+	CHECK(ibv_close_device(ctx2) == 0, "ibv_close_device");
+}
+
+/* Control verbs given objects already destroyed. */
+static void use_after_destroy(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_pd *dead_pd = ibv_alloc_pd(ctx);
+	struct ibv_comp_channel *dead_ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+	struct ibv_cq *dead_cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+	struct ibv_srq_init_attr sia = {0};
+	sia.attr.max_wr = 4;
+	sia.attr.max_sge = 1;
+	struct ibv_srq *dead_srq = ibv_create_srq(pd, &sia);
+	struct ibv_qp *dead_qp = rc_qp(pd, cq, cq, 1);
+	static char buf[64];
+	struct ibv_mr *dead_mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!pd || !dead_pd || !dead_ch || !cq || !dead_cq || !dead_srq || !dead_mr)
+		DIE("setup");
+	if (ibv_dealloc_pd(dead_pd) || ibv_destroy_comp_channel(dead_ch) ||
+	    ibv_destroy_cq(dead_cq) || ibv_destroy_srq(dead_srq) || ibv_destroy_qp(dead_qp) ||
+	    ibv_dereg_mr(dead_mr))
+		DIE("destroy");
+
+	struct ibv_qp_attr qa = {0};
+	struct ibv_qp_init_attr qia = {0};
+	struct ibv_srq_attr sa = {0};
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	if (ibv_query_gid(ctx, 1, 0, &aa.grh.dgid))
+		DIE("ibv_query_gid");
+
+	CHECK_NULL_ERRNO(ibv_reg_mr(dead_pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE));
+	CHECK_NULL_ERRNO(ibv_create_ah(dead_pd, &aa));
+	CHECK_NULL_ERRNO(ibv_create_srq(dead_pd, &sia));
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, 4, NULL, dead_ch, 0));
+	qia.send_cq = dead_cq;
+	qia.recv_cq = cq;
+	qia.qp_type = IBV_QPT_RC;
+	qia.cap.max_send_wr = 1;
+	qia.cap.max_recv_wr = 1;
+	qia.cap.max_send_sge = 1;
+	qia.cap.max_recv_sge = 1;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &qia));
+	qia.send_cq = cq;
+	qia.recv_cq = dead_cq;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &qia));
+	qia.recv_cq = cq;
+	qia.srq = dead_srq;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &qia));
+	qia.srq = NULL;
+	CHECK_NULL_ERRNO(ibv_create_qp(dead_pd, &qia));
+	qa.qp_state = IBV_QPS_INIT;
+	CHECK_ERRNO_VALUE(ibv_modify_qp(dead_qp, &qa, IBV_QP_STATE));
+	CHECK_ERRNO_VALUE(ibv_query_qp(dead_qp, &qa, IBV_QP_STATE, &qia));
+	CHECK_ERRNO_VALUE(ibv_modify_srq(dead_srq, &sa, IBV_SRQ_LIMIT));
+	CHECK_ERRNO_VALUE(ibv_query_srq(dead_srq, &sa));
+	CHECK_ERRNO_VALUE(ibv_resize_cq(dead_cq, 8));
+	CHECK(ibv_rereg_mr(dead_mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+			   IBV_ACCESS_LOCAL_WRITE) != 0, "ibv_rereg_mr(deregistered) succeeded");
+
+	/* A PD with a live MR cannot be deallocated (EBUSY); then it can. */
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		DIE("ibv_reg_mr");
+	CHECK_ERRNO_VALUE(ibv_dealloc_pd(pd));
+	CHECK(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");
+	CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
+	CHECK(ibv_dealloc_pd(pd) == 0, "ibv_dealloc_pd");
+	CHECK(ibv_close_device(ctx) == 0, "ibv_close_device");
+}
+
+/* ---- one-sided operations against a region inside a guarded buffer ---- */
+
+#define GUARD 64
+#define REGION 256
+
+struct target {
+	unsigned char *buf; /* GUARD | REGION | GUARD */
+	unsigned char *region;
+	struct ibv_mr *mr;
+	unsigned char snapshot[GUARD + REGION + GUARD];
+};
+
+static void target_new(struct target *t, struct ibv_pd *pd, int access)
+{
+	t->buf = malloc(GUARD + REGION + GUARD);
+	if (!t->buf)
+		DIE("malloc");
+	for (int i = 0; i < GUARD + REGION + GUARD; i++)
+		t->buf[i] = (unsigned char)(0xa0 + i % 7);
+	t->region = t->buf + GUARD;
+	t->mr = ibv_reg_mr(pd, t->region, REGION, access);
+	if (!t->mr)
+		DIE("ibv_reg_mr target");
+	memcpy(t->snapshot, t->buf, sizeof(t->snapshot));
+}
+
+/* The guards (and, if `whole`, the region too) are as they were. */
+static int target_intact(struct target *t, int whole)
+{
+	if (memcmp(t->buf, t->snapshot, GUARD))
+		return 0;
+	if (memcmp(t->buf + GUARD + REGION, t->snapshot + GUARD + REGION, GUARD))
+		return 0;
+	return !whole || !memcmp(t->region, t->snapshot + GUARD, REGION);
+}
+
+static void target_free(struct target *t)
+{
+	ibv_dereg_mr(t->mr);
+	free(t->buf);
+}
+
+struct one_sided {
+	const char *what;
+	int opcode;
+	int64_t offset; /* from the region's start */
+	uint32_t len;
+	int wrong_rkey;
+};
+
+/*
+ * For each case: a new pair, one good operation inside the region (the pair works and the
+ * region can be written/read), then the bad one, which must complete with `want` at the
+ * requester and leave the target (guards and region) and the local buffer unchanged.
+ */
+static void one_sided_cases(int access, const struct one_sided *cs, int n, int want)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	if (!pd)
+		DIE("ibv_alloc_pd");
+	static unsigned char local[REGION + 64];
+	struct ibv_mr *lmr = ibv_reg_mr(pd, local, sizeof(local),
+					IBV_ACCESS_LOCAL_WRITE);
+	if (!lmr)
+		DIE("ibv_reg_mr local");
+	for (int i = 0; i < n; i++) {
+		struct target t;
+		target_new(&t, pd, access);
+		struct pair p;
+		pair_up(&p, ctx, pd);
+		const struct one_sided *c = &cs[i];
+		int atomic = c->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+			     c->opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+		int allowed_good = (c->opcode == IBV_WR_RDMA_WRITE && (access & IBV_ACCESS_REMOTE_WRITE)) ||
+				   (c->opcode == IBV_WR_RDMA_READ && (access & IBV_ACCESS_REMOTE_READ)) ||
+				   (atomic && (access & IBV_ACCESS_REMOTE_ATOMIC));
+
+		struct ibv_sge sge = {(uintptr_t)local, 8, lmr->lkey};
+		struct ibv_send_wr wr = {0};
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = c->opcode;
+		if (allowed_good) {
+			/* The good operation: 8 bytes at the region's start. */
+			memset(local, 0x5c, sizeof(local));
+			wr.wr_id = 100 + i;
+			if (atomic) {
+				wr.wr.atomic.remote_addr = (uintptr_t)t.region;
+				wr.wr.atomic.rkey = t.mr->rkey;
+				wr.wr.atomic.compare_add = 1;
+			} else {
+				wr.wr.rdma.remote_addr = (uintptr_t)t.region;
+				wr.wr.rdma.rkey = t.mr->rkey;
+			}
+			int s = post_wait(&p, &wr);
+			CHECK(s == IBV_WC_SUCCESS, "%s: the good operation: %s", c->what, st(s));
+			CHECK(target_intact(&t, 0), "%s: the good operation touched a guard", c->what);
+			memcpy(t.snapshot, t.buf, sizeof(t.snapshot));
+		}
+		memset(local, 0x5c, sizeof(local));
+		unsigned char lsnap[sizeof(local)];
+		memcpy(lsnap, local, sizeof(local));
+		uint64_t raddr = (uintptr_t)t.region + c->offset;
+		uint32_t rkey = c->wrong_rkey ? t.mr->rkey ^ 0x80 : t.mr->rkey;
+		sge.length = c->len;
+		wr.wr_id = 200 + i;
+		if (atomic) {
+			wr.wr.atomic.remote_addr = raddr;
+			wr.wr.atomic.rkey = rkey;
+			wr.wr.atomic.compare_add = 1;
+			wr.wr.atomic.swap = 0x0123456789abcdefULL;
+		} else {
+			wr.wr.rdma.remote_addr = raddr;
+			wr.wr.rdma.rkey = rkey;
+		}
+		int s = post_wait(&p, &wr);
+		CHECK(s == want, "%s: %s, want %s", c->what, st(s),
+		      ibv_wc_status_str((enum ibv_wc_status)want));
+		usleep(20000);
+		CHECK(target_intact(&t, 1), "%s: the target buffer changed", c->what);
+		CHECK(memcmp(local, lsnap, sizeof(local)) == 0,
+		      "%s: the local buffer changed", c->what);
+		pair_down(&p);
+		target_free(&t);
+	}
+	ibv_dereg_mr(lmr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
+
+/* An atomic at an address not 8-byte aligned: NAK Invalid Request (IBA class C, as rxe). */
+static void atomic_misaligned(void)
+{
+	const struct one_sided cs[] = {
+		{"FETCH_AND_ADD at region+4", IBV_WR_ATOMIC_FETCH_AND_ADD, 4, 8, 0},
+		{"CMP_AND_SWP at region+1", IBV_WR_ATOMIC_CMP_AND_SWP, 1, 8, 0},
+	};
+	one_sided_cases(RW | IBV_ACCESS_REMOTE_ATOMIC, cs, 2, IBV_WC_REM_INV_REQ_ERR);
+}
+
+/* The exported ibv_query_port@IBVERBS_1.1 (what pre-1.x binaries and bypassing callers use)
+ * fills rdma-core's struct _compat_ibv_port_attr: struct ibv_port_attr up to `flags`. */
+#undef ibv_query_port
+static void compat_query_port(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	unsigned char buf[sizeof(struct ibv_port_attr) + 16];
+	memset(buf, 0xee, sizeof(buf));
+	size_t compat = offsetof(struct ibv_port_attr, port_cap_flags2);
+	int rc = ibv_query_port(ctx, 1, (struct _compat_ibv_port_attr *)buf);
+	CHECK(rc == 0, "ibv_query_port rc %d", rc);
+	struct ibv_port_attr full;
+	memset(&full, 0, sizeof(full));
+	memcpy(&full, buf, compat);
+	CHECK(full.state == IBV_PORT_ACTIVE, "state %d", full.state);
+	CHECK(full.gid_tbl_len > 0, "gid_tbl_len %d", full.gid_tbl_len);
+	CHECK(full.active_mtu >= IBV_MTU_256 && full.active_mtu <= IBV_MTU_4096, "active_mtu %d",
+	      full.active_mtu);
+	CHECK(full.link_layer == IBV_LINK_LAYER_ETHERNET, "link_layer %d", full.link_layer);
+	int beyond = 1;
+	for (size_t i = compat; i < sizeof(buf); i++)
+		beyond &= buf[i] == 0xee;
+	CHECK(beyond, "wrote past the %zu bytes of struct _compat_ibv_port_attr", compat);
+	/* The verbs.h wrapper (verbs_context::query_port) agrees. */
+	struct ibv_port_attr cur;
+	rc = ___ibv_query_port(ctx, 1, &cur);
+	CHECK(rc == 0 && memcmp(&cur, buf, compat) == 0, "the two ibv_query_port differ");
+	CHECK_ERRNO_VALUE(ibv_query_port(ctx, 99, (struct _compat_ibv_port_attr *)buf));
+	ibv_close_device(ctx);
+}
+
+
+/* Memory the process cannot access: rdma-core pins the pages at registration (rxe:
+ * ib_umem_get), so unmapped, PROT_NONE and (for writable access) read-only pages fail with
+ * EFAULT instead of faulting later when a remote peer writes there. */
+static void reg_mr_bad_memory(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	if (!pd)
+		DIE("ibv_alloc_pd");
+	long pg = sysconf(_SC_PAGESIZE);
+	unsigned char *m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				-1, 0);
+	if (m == MAP_FAILED)
+		DIE("mmap");
+	/* m: rw | rw | (unmapped) | PROT_NONE ; a read-only mapping elsewhere. */
+	if (munmap(m + 2 * pg, pg) || mprotect(m + 3 * pg, pg, PROT_NONE))
+		DIE("munmap/mprotect");
+	unsigned char *ro = mmap(NULL, pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ro == MAP_FAILED)
+		DIE("mmap ro");
+	int lw = IBV_ACCESS_LOCAL_WRITE, rw = lw | IBV_ACCESS_REMOTE_WRITE;
+
+	struct ibv_mr *ok = ibv_reg_mr(pd, m, 2 * pg, rw);
+	CHECK(ok != NULL, "ibv_reg_mr of two mapped rw pages: errno %d", errno);
+	if (ok)
+		ibv_dereg_mr(ok);
+	ok = ibv_reg_mr(pd, ro, pg, IBV_ACCESS_REMOTE_READ);
+	CHECK(ok != NULL, "ibv_reg_mr of a read-only page, read access only: errno %d", errno);
+	if (ok)
+		ibv_dereg_mr(ok);
+
+#define CHECK_EFAULT(expr)                                                            \
+	do {                                                                              \
+		errno = 0;                                                                    \
+		struct ibv_mr *r_ = (expr);                                                   \
+		int e_ = errno;                                                               \
+		CHECK(r_ == NULL && e_ == EFAULT, "%s gave %p errno %d, want NULL and EFAULT", \
+		      #expr, (void *)r_, e_);                                                 \
+		if (r_)                                                                       \
+			ibv_dereg_mr(r_);                                                         \
+	} while (0)
+	CHECK_EFAULT(ibv_reg_mr(pd, m + 2 * pg, pg, lw));     /* unmapped */
+	CHECK_EFAULT(ibv_reg_mr(pd, m + pg, 2 * pg, lw));     /* runs into the hole */
+	CHECK_EFAULT(ibv_reg_mr(pd, m + 3 * pg, pg, 0));      /* PROT_NONE */
+	CHECK_EFAULT(ibv_reg_mr(pd, ro, pg, lw));             /* read-only, writable access */
+	CHECK_EFAULT(ibv_reg_mr(pd, ro, pg, rw));
+	CHECK_EFAULT(ibv_reg_mr(pd, (void *)(uintptr_t)pg, pg, lw)); /* page 1: never mapped */
+	CHECK_EFAULT(ibv_reg_mr(pd, (void *)(~(uintptr_t)0 - 2 * pg), pg, 0)); /* kernel half */
+
+	munmap(m, 2 * pg);
+	munmap(m + 3 * pg, pg);
+	munmap(ro, pg);
+	CHECK(ibv_dealloc_pd(pd) == 0, "ibv_dealloc_pd");
+	ibv_close_device(ctx);
+}
+
+/* Objects still in use cannot be destroyed (EBUSY, as the kernel's uverbs), and stay usable. */
+static void busy_objects(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, ch, 0);
+	struct ibv_srq_init_attr sia = {0};
+	sia.attr.max_wr = 4;
+	sia.attr.max_sge = 1;
+	struct ibv_srq *srq = ibv_create_srq(pd, &sia);
+	if (!pd || !ch || !cq || !srq)
+		DIE("setup");
+	struct ibv_qp_init_attr ia = {0};
+	ia.send_cq = cq;
+	ia.recv_cq = cq;
+	ia.srq = srq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 4;
+	ia.cap.max_send_sge = 1;
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	if (!qp)
+		DIE("ibv_create_qp");
+
+	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "destroy of a channel with a CQ");
+	CHECK(ibv_destroy_cq(cq) == EBUSY, "destroy of a CQ with a QP");
+	CHECK(ibv_destroy_srq(srq) == EBUSY, "destroy of an SRQ with a QP");
+	CHECK(ibv_dealloc_pd(pd) == EBUSY, "dealloc of a PD with a QP and an SRQ");
+	/* Still usable. */
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qia) == 0 && qia.srq == srq &&
+		      qia.send_cq == cq, "ibv_query_qp after the refused destroys");
+	struct ibv_srq_attr sa;
+	CHECK(ibv_query_srq(srq, &sa) == 0, "ibv_query_srq after the refused destroy");
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(cq, 1, &wc) == 0, "ibv_poll_cq after the refused destroy");
+
+	CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+	CHECK(ibv_destroy_srq(srq) == 0, "ibv_destroy_srq");
+	CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
+	CHECK(ibv_destroy_comp_channel(ch) == 0, "ibv_destroy_comp_channel");
+	CHECK(ibv_dealloc_pd(pd) == 0, "ibv_dealloc_pd");
+	ibv_close_device(ctx);
+}
+
+/* ibv_modify_qp with an invalid transition or missing/invalid attributes: an errno value and
+ * the QP stays where it was. */
+static void bad_modify_qp(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	if (!pd || !cq)
+		DIE("setup");
+	struct ibv_qp *qp = rc_qp(pd, cq, cq, 1);
+	struct ibv_qp_attr at = {0};
+	struct ibv_qp_init_attr ia;
+
+	at.qp_state = IBV_QPS_RTS;
+	CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, IBV_QP_STATE)); /* RESET -> RTS */
+	at.qp_state = IBV_QPS_INIT;
+	CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, IBV_QP_STATE)); /* required attrs missing */
+	at.qp_state = (enum ibv_qp_state)99;
+	CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, IBV_QP_STATE));
+	at.qp_state = IBV_QPS_INIT;
+	at.port_num = 99;
+	at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+						    IBV_QP_ACCESS_FLAGS));
+	at.port_num = 1;
+	at.pkey_index = 999;
+	CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+						    IBV_QP_ACCESS_FLAGS));
+	CHECK(ibv_query_qp(qp, &at, IBV_QP_STATE, &ia) == 0 && at.qp_state == IBV_QPS_RESET,
+	      "state %d after the refused transitions, want RESET", at.qp_state);
+	CHECK(qp->state == IBV_QPS_RESET, "qp->state %d", qp->state);
+
+	to_init(qp);
+	memset(&at, 0, sizeof(at));
+	at.qp_state = IBV_QPS_RTR;
+	at.path_mtu = IBV_MTU_1024;
+	at.dest_qp_num = qp->qp_num;
+	at.max_dest_rd_atomic = 1;
+	at.min_rnr_timer = 12;
+	at.ah_attr.is_global = 1;
+	at.ah_attr.grh.sgid_index = 200; /* no such GID */
+	at.ah_attr.grh.hop_limit = 1;
+	at.ah_attr.port_num = 1;
+	int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+		   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, mask));
+	at.ah_attr.grh.sgid_index = 0;
+	CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, mask & ~IBV_QP_DEST_QPN));
+	CHECK(ibv_query_qp(qp, &at, IBV_QP_STATE, &ia) == 0 && at.qp_state == IBV_QPS_INIT,
+	      "state %d after the refused transitions, want INIT", at.qp_state);
+
+	ibv_destroy_qp(qp);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
+/* Work requests no QP can take: an errno value, bad_wr at the WR, nothing sent. */
+static void bad_send_wr(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[4096];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!pd || !mr)
+		DIE("setup");
+	struct pair p;
+	pair_up(&p, ctx, pd);
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	if (ibv_query_qp(p.a, &qa, IBV_QP_CAP, &qia))
+		DIE("ibv_query_qp");
+	struct ibv_sge sge = {(uintptr_t)buf, 8, mr->lkey};
+	struct ibv_send_wr wr, *bad;
+	int rc;
+
+#define EXPECT_REFUSED(qp_, what)                                                      \
+	do {                                                                              \
+		bad = NULL;                                                                   \
+		rc = ibv_post_send(qp_, &wr, &bad);                                           \
+		CHECK(rc > 0 && bad == &wr, "%s: rc %d bad_wr %p", what, rc, (void *)bad);     \
+	} while (0)
+
+	memset(&wr, 0, sizeof(wr));
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.opcode = (enum ibv_wr_opcode)77;
+	EXPECT_REFUSED(p.a, "an unknown opcode");
+	wr.opcode = IBV_WR_SEND;
+	wr.num_sge = -1;
+	EXPECT_REFUSED(p.a, "num_sge -1");
+	wr.num_sge = 1;
+	wr.send_flags |= IBV_SEND_INLINE;
+	sge.length = qia.cap.max_inline_data + 1;
+	EXPECT_REFUSED(p.a, "inline data above max_inline_data");
+	wr.send_flags = IBV_SEND_SIGNALED;
+	sge.length = 8;
+
+	/* UD: no AH, a destroyed AH; an RDMA WRITE on UD. */
+	struct ibv_cq *ucq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	struct ibv_qp_init_attr ui = {0};
+	ui.send_cq = ucq;
+	ui.recv_cq = ucq;
+	ui.qp_type = IBV_QPT_UD;
+	ui.cap.max_send_wr = 4;
+	ui.cap.max_recv_wr = 4;
+	ui.cap.max_send_sge = 1;
+	ui.cap.max_recv_sge = 1;
+	struct ibv_qp *ud = ucq ? ibv_create_qp(pd, &ui) : NULL;
+	if (!ud)
+		DIE("UD QP");
+	struct ibv_qp_attr at = {0};
+	at.qp_state = IBV_QPS_INIT;
+	at.port_num = 1;
+	at.qkey = 0x11111111;
+	if (ibv_modify_qp(ud, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+		DIE("UD INIT");
+	at.qp_state = IBV_QPS_RTR;
+	if (ibv_modify_qp(ud, &at, IBV_QP_STATE))
+		DIE("UD RTR");
+	at.qp_state = IBV_QPS_RTS;
+	if (ibv_modify_qp(ud, &at, IBV_QP_STATE | IBV_QP_SQ_PSN))
+		DIE("UD RTS");
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	if (ibv_query_gid(ctx, 1, 0, &aa.grh.dgid))
+		DIE("gid");
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	if (!ah)
+		DIE("ibv_create_ah");
+	wr.wr.ud.remote_qpn = ud->qp_num;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	wr.wr.ud.ah = NULL;
+	EXPECT_REFUSED(ud, "UD SEND without an AH");
+	ibv_destroy_ah(ah);
+	wr.wr.ud.ah = ah;
+	EXPECT_REFUSED(ud, "UD SEND with a destroyed AH");
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	EXPECT_REFUSED(ud, "RDMA WRITE on a UD QP");
+	wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+	EXPECT_REFUSED(ud, "an atomic on a UD QP");
+
+	struct ibv_wc wc;
+	usleep(50000);
+	CHECK(ibv_poll_cq(p.scq, 1, &wc) == 0, "a completion for a refused WR (RC)");
+	CHECK(ibv_poll_cq(ucq, 1, &wc) == 0, "a completion for a refused WR (UD)");
+	/* The RC pair still works. */
+	struct ibv_recv_wr rwr = {.wr_id = 5, .sg_list = &sge, .num_sge = 1};
+	struct ibv_recv_wr *rbad;
+	if (ibv_post_recv(p.b, &rwr, &rbad))
+		DIE("ibv_post_recv");
+	memset(&wr, 0, sizeof(wr));
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_SEND;
+	int s = post_wait(&p, &wr);
+	CHECK(s == IBV_WC_SUCCESS, "SEND after the refused WRs: %s", st(s));
+	ibv_destroy_qp(ud);
+	ibv_destroy_cq(ucq);
+	pair_down(&p);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
+/* Extended verbs with reserved input bits: EINVAL (rdma-core's verbs.h wrappers). */
+static void bad_extended(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_query_device_ex_input in = {.comp_mask = 1};
+	struct ibv_device_attr_ex dx;
+	CHECK(ibv_query_device_ex(ctx, &in, &dx) == EINVAL,
+	      "ibv_query_device_ex with input comp_mask 1");
+	CHECK(ibv_query_device_ex(ctx, NULL, &dx) == 0, "ibv_query_device_ex");
+	struct ibv_cq_init_attr_ex cx = {0};
+	cx.cqe = 4;
+	cx.comp_mask = 1u << 20;
+	CHECK_NULL_ERRNO(ibv_create_cq_ex(ctx, &cx));
+	cx.comp_mask = 0;
+	cx.cqe = 0;
+	CHECK_NULL_ERRNO(ibv_create_cq_ex(ctx, &cx));
+	cx.cqe = 4;
+	cx.wc_flags = 1ull << 40; /* no such field */
+	CHECK_NULL_ERRNO(ibv_create_cq_ex(ctx, &cx));
+	cx.wc_flags = IBV_WC_STANDARD_FLAGS;
+	struct ibv_cq_ex *cq = ibv_create_cq_ex(ctx, &cx);
+	CHECK(cq != NULL, "ibv_create_cq_ex: errno %d", errno);
+	if (cq)
+		CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)) == 0, "ibv_destroy_cq");
+	ibv_close_device(ctx);
+}
+
+/* The void verbs given NULL do nothing. */
+static void void_verbs_tolerate_null(void)
+{
+	ibv_free_device_list(NULL);
+	ibv_ack_cq_events(NULL, 1);
+	ibv_ack_async_event(NULL);
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	CHECK(pd != NULL, "ibv_alloc_pd after the NULL calls");
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
+/* Local protection: a SEND gather entry running past its MR, an RDMA READ into an MR without
+ * LOCAL_WRITE: IBV_WC_LOC_PROT_ERR (rxe), nothing delivered, local memory unchanged. */
+static void local_protection(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static unsigned char big[4096], dst[4096];
+	struct ibv_mr *small = ibv_reg_mr(pd, big, 64, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *ro = ibv_reg_mr(pd, big + 1024, 64, IBV_ACCESS_REMOTE_READ);
+	struct ibv_mr *dmr = ibv_reg_mr(pd, dst, sizeof(dst), RW);
+	if (!pd || !small || !ro || !dmr)
+		DIE("setup");
+
+	struct pair p;
+	pair_up(&p, ctx, pd);
+	memset(dst, 0x11, sizeof(dst));
+	struct ibv_sge rs = {(uintptr_t)dst, sizeof(dst), dmr->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = 9, .sg_list = &rs, .num_sge = 1};
+	struct ibv_recv_wr *rbad;
+	if (ibv_post_recv(p.b, &rwr, &rbad))
+		DIE("ibv_post_recv");
+	struct ibv_sge ss = {(uintptr_t)big + 32, 64, small->lkey}; /* 32 bytes past the MR */
+	struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND};
+	int s = post_wait(&p, &wr);
+	CHECK(s == IBV_WC_LOC_PROT_ERR, "SEND past its MR's end: %s", st(s));
+	usleep(50000);
+	struct ibv_wc wc;
+	int got = ibv_poll_cq(p.tcq, 1, &wc);
+	CHECK(got == 0 || wc.status != IBV_WC_SUCCESS, "SEND past its MR's end was received");
+	pair_down(&p);
+
+	pair_up(&p, ctx, pd);
+	memset(big + 1024, 0x77, 64);
+	struct ibv_sge ls = {(uintptr_t)big + 1024, 16, ro->lkey};
+	struct ibv_send_wr rd = {.wr_id = 2, .sg_list = &ls, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_READ};
+	rd.wr.rdma.remote_addr = (uintptr_t)dst;
+	rd.wr.rdma.rkey = dmr->rkey;
+	s = post_wait(&p, &rd);
+	CHECK(s == IBV_WC_LOC_PROT_ERR, "READ into an MR without LOCAL_WRITE: %s", st(s));
+	int same = 1;
+	for (int i = 0; i < 64; i++)
+		same &= big[1024 + i] == 0x77;
+	CHECK(same, "READ into an MR without LOCAL_WRITE wrote it");
+	pair_down(&p);
+	ibv_dereg_mr(small);
+	ibv_dereg_mr(ro);
+	ibv_dereg_mr(dmr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
+/* Receiver-side errors: a receive WR whose lkey is bad, a receive buffer too small. The
+ * receiver's WR completes in error (rxe: LOC_QP_OP_ERR / LOC_LEN_ERR), the requester gets the
+ * NAK (REM_OP_ERR / REM_INV_REQ_ERR), nothing is written. */
+static void recv_side_errors(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static unsigned char src[256], dst[256];
+	struct ibv_mr *smr = ibv_reg_mr(pd, src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *dmr = ibv_reg_mr(pd, dst, sizeof(dst), IBV_ACCESS_LOCAL_WRITE);
+	if (!pd || !smr || !dmr)
+		DIE("setup");
+	struct {
+		const char *what;
+		uint32_t lkey;
+		uint32_t len;
+		int want_recv1, want_recv2, want_send;
+	} cs[] = {
+		{"a receive WR with a made-up lkey", 0x5a5a5a00, 64, IBV_WC_LOC_QP_OP_ERR,
+		 IBV_WC_LOC_PROT_ERR, IBV_WC_REM_OP_ERR},
+		{"a receive buffer too small", 0, 8, IBV_WC_LOC_LEN_ERR, IBV_WC_LOC_LEN_ERR,
+		 IBV_WC_REM_INV_REQ_ERR},
+	};
+	for (unsigned i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+		struct pair p;
+		pair_up(&p, ctx, pd);
+		memset(dst, 0x11, sizeof(dst));
+		uint32_t lkey = cs[i].lkey ? cs[i].lkey : dmr->lkey;
+		if (lkey == smr->lkey || (cs[i].lkey && lkey == dmr->lkey))
+			lkey ^= 0x100;
+		struct ibv_sge rs = {(uintptr_t)dst, cs[i].len, lkey};
+		struct ibv_recv_wr rwr = {.wr_id = 9, .sg_list = &rs, .num_sge = 1};
+		struct ibv_recv_wr *rbad;
+		if (ibv_post_recv(p.b, &rwr, &rbad))
+			DIE("ibv_post_recv");
+		memset(src, 0x22, sizeof(src));
+		struct ibv_sge ss = {(uintptr_t)src, 64, smr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &ss, .num_sge = 1,
+					 .opcode = IBV_WR_SEND};
+		int s = post_wait(&p, &wr);
+		CHECK(s == cs[i].want_send, "%s: requester %s, want %s", cs[i].what, st(s),
+		      ibv_wc_status_str(cs[i].want_send));
+		struct ibv_wc wc;
+		int got = poll_one(p.tcq, &wc, 2.0);
+		CHECK(got && wc.wr_id == 9 &&
+			      (wc.status == (enum ibv_wc_status)cs[i].want_recv1 ||
+			       wc.status == (enum ibv_wc_status)cs[i].want_recv2),
+		      "%s: receiver %s", cs[i].what, got ? st(wc.status) : "no completion");
+		int same = 1;
+		for (unsigned j = cs[i].len; j < sizeof(dst); j++)
+			same &= dst[j] == 0x11;
+		if (cs[i].lkey)
+			for (unsigned j = 0; j < cs[i].len; j++)
+				same &= dst[j] == 0x11;
+		CHECK(same, "%s: the receive buffer was written", cs[i].what);
+		pair_down(&p);
+	}
+	ibv_dereg_mr(smr);
+	ibv_dereg_mr(dmr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
+/* More WRs than the queues hold: ENOMEM with bad_wr at the first that did not fit; an SRQ WR
+ * above the SRQ's max_sge: an error with bad_wr. */
+static void queue_overflow(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
+	static char buf[64];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!pd || !cq || !mr)
+		DIE("setup");
+	struct ibv_qp *qp = rc_qp(pd, cq, cq, 1);
+	to_init(qp);
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	if (ibv_query_qp(qp, &qa, IBV_QP_CAP, &qia))
+		DIE("ibv_query_qp");
+	int n = qia.cap.max_recv_wr + 1;
+	struct ibv_sge sge = {(uintptr_t)buf, 8, mr->lkey};
+	struct ibv_recv_wr *rw = calloc(n, sizeof(*rw));
+	for (int i = 0; i < n; i++) {
+		rw[i].wr_id = i;
+		rw[i].sg_list = &sge;
+		rw[i].num_sge = 1;
+		rw[i].next = i + 1 < n ? &rw[i + 1] : NULL;
+	}
+	struct ibv_recv_wr *rbad = NULL;
+	int rc = ibv_post_recv(qp, rw, &rbad);
+	CHECK(rc == ENOMEM && rbad == &rw[n - 1],
+	      "%d receive WRs into %u slots: rc %d bad_wr index %ld", n, qia.cap.max_recv_wr, rc,
+	      rbad ? (long)(rbad - rw) : -1L);
+	free(rw);
+
+	struct ibv_srq_init_attr sia = {0};
+	sia.attr.max_wr = 4;
+	sia.attr.max_sge = 1;
+	struct ibv_srq *srq = ibv_create_srq(pd, &sia);
+	if (!srq)
+		DIE("ibv_create_srq");
+	struct ibv_srq_attr sa;
+	if (ibv_query_srq(srq, &sa))
+		DIE("ibv_query_srq");
+	int m = sa.max_sge + 1;
+	struct ibv_sge *sg = calloc(m, sizeof(*sg));
+	for (int i = 0; i < m; i++)
+		sg[i] = sge;
+	struct ibv_recv_wr s2 = {.wr_id = 2, .sg_list = sg, .num_sge = m};
+	struct ibv_recv_wr s1 = {.wr_id = 1, .next = &s2, .sg_list = sg, .num_sge = 1};
+	rbad = NULL;
+	rc = ibv_post_srq_recv(srq, &s1, &rbad);
+	CHECK((rc == EINVAL || rc == ENOMEM) && rbad == &s2,
+	      "SRQ WR with num_sge %d > max_sge %u: rc %d bad_wr %p", m, sa.max_sge, rc,
+	      (void *)rbad);
+	int k = sa.max_wr + 1;
+	struct ibv_recv_wr *sw = calloc(k, sizeof(*sw));
+	for (int i = 0; i < k; i++) {
+		sw[i].sg_list = &sge;
+		sw[i].num_sge = 1;
+		sw[i].next = i + 1 < k ? &sw[i + 1] : NULL;
+	}
+	rbad = NULL;
+	rc = ibv_post_srq_recv(srq, sw, &rbad);
+	/* One slot is taken by s1 already. */
+	CHECK(rc == ENOMEM && rbad == &sw[sa.max_wr - 1],
+	      "%d SRQ WRs into %u slots (1 used): rc %d bad_wr index %ld", k, sa.max_wr, rc,
+	      rbad ? (long)(rbad - sw) : -1L);
+	free(sw);
+	free(sg);
+	ibv_destroy_srq(srq);
+	ibv_destroy_qp(qp);
+
+	/* The send queue: an unsignaled flood into a pair that is not connected to anyone
+	 * answering (a QP in RTS whose peer is in RESET), so nothing drains. */
+	struct ibv_qp *a = rc_qp(pd, cq, cq, 1), *b = rc_qp(pd, cq, cq, 1);
+	to_init(a);
+	to_rtr(ctx, a, b->qp_num);
+	to_rts(a);
+	if (ibv_query_qp(a, &qa, IBV_QP_CAP, &qia))
+		DIE("ibv_query_qp");
+	n = qia.cap.max_send_wr + 1;
+	struct ibv_send_wr *sws = calloc(n, sizeof(*sws));
+	for (int i = 0; i < n; i++) {
+		sws[i].wr_id = i;
+		sws[i].sg_list = &sge;
+		sws[i].num_sge = 1;
+		sws[i].opcode = IBV_WR_SEND;
+		sws[i].next = i + 1 < n ? &sws[i + 1] : NULL;
+	}
+	struct ibv_send_wr *sbad = NULL;
+	rc = ibv_post_send(a, sws, &sbad);
+	CHECK(rc == ENOMEM && sbad == &sws[n - 1],
+	      "%d send WRs into %u slots: rc %d bad_wr index %ld", n, qia.cap.max_send_wr, rc,
+	      sbad ? (long)(sbad - sws) : -1L);
+	free(sws);
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
+/* The extended QP and CQ (ibv_wr_*, ibv_start_poll): a batch refused by ibv_wr_complete posts
+ * none of its WRs (ibv_wr_post(3)); errors complete through the extended CQ. */
+static void extended_qp_errors(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[4096];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_cq_init_attr_ex cx = {0};
+	cx.cqe = 32;
+	cx.wc_flags = IBV_WC_STANDARD_FLAGS;
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &cx);
+	struct ibv_cq *tcq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
+	if (!pd || !mr || !cqx || !tcq)
+		DIE("setup");
+	struct ibv_poll_cq_attr pa = {0};
+	CHECK(ibv_start_poll(cqx, &pa) == ENOENT, "ibv_start_poll on an empty CQ");
+
+	struct ibv_qp_init_attr_ex ia = {0};
+	ia.send_cq = ibv_cq_ex_to_cq(cqx);
+	ia.recv_cq = ibv_cq_ex_to_cq(cqx);
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 16;
+	ia.cap.max_recv_wr = 16;
+	ia.cap.max_send_sge = 2;
+	ia.cap.max_recv_sge = 2;
+	ia.cap.max_inline_data = 16;
+	ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	ia.pd = pd;
+	ia.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+	struct ibv_qp *a = ibv_create_qp_ex(ctx, &ia);
+	if (!a)
+		DIE("ibv_create_qp_ex");
+	struct ibv_qp_ex *ax = ibv_qp_to_qp_ex(a);
+	CHECK(ax != NULL, "ibv_qp_to_qp_ex");
+	if (!ax)
+		DIE("no qp_ex");
+	struct ibv_qp *b = rc_qp(pd, tcq, tcq, 2);
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	if (ibv_query_qp(a, &qa, IBV_QP_CAP, &qia))
+		DIE("ibv_query_qp");
+	int rc;
+
+	/* RESET: refused. */
+	ibv_wr_start(ax);
+	ax->wr_id = 1;
+	ax->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(ax);
+	ibv_wr_set_sge(ax, mr->lkey, (uintptr_t)buf, 8);
+	rc = ibv_wr_complete(ax);
+	CHECK(rc != 0, "ibv_wr_complete in RESET returned 0");
+
+	to_init(a);
+	to_init(b);
+	to_rtr(ctx, a, b->qp_num);
+	to_rtr(ctx, b, a->qp_num);
+	to_rts(a);
+	to_rts(b);
+	struct ibv_sge rs = {(uintptr_t)buf + 2048, 64, mr->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = 50, .sg_list = &rs, .num_sge = 1};
+	struct ibv_recv_wr *rbad;
+	for (int i = 0; i < 4; i++)
+		if (ibv_post_recv(b, &rwr, &rbad))
+			DIE("ibv_post_recv");
+
+	/* An operation the QP was not created for. */
+	ibv_wr_start(ax);
+	ax->wr_id = 2;
+	ibv_wr_rdma_read(ax, 0x1234, (uintptr_t)buf);
+	ibv_wr_set_sge(ax, mr->lkey, (uintptr_t)buf, 8);
+	rc = ibv_wr_complete(ax);
+	CHECK(rc != 0, "ibv_wr_rdma_read without IBV_QP_EX_WITH_RDMA_READ: ibv_wr_complete 0");
+
+	/* A good WR then one with too many SGEs: the whole batch is refused. */
+	int n = qia.cap.max_send_sge + 1;
+	struct ibv_sge *sg = calloc(n, sizeof(*sg));
+	for (int i = 0; i < n; i++)
+		sg[i] = (struct ibv_sge){(uintptr_t)buf + 8 * i, 8, mr->lkey};
+	ibv_wr_start(ax);
+	ax->wr_id = 3;
+	ax->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(ax);
+	ibv_wr_set_sge(ax, mr->lkey, (uintptr_t)buf, 8);
+	ax->wr_id = 4;
+	ibv_wr_send(ax);
+	ibv_wr_set_sge_list(ax, n, sg);
+	rc = ibv_wr_complete(ax);
+	CHECK(rc != 0, "a batch with %d SGEs above max_send_sge %u: ibv_wr_complete 0", n,
+	      qia.cap.max_send_sge);
+
+	/* Inline data above max_inline_data. */
+	static char big[8192];
+	ibv_wr_start(ax);
+	ax->wr_id = 5;
+	ax->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	ibv_wr_send(ax);
+	ibv_wr_set_inline_data(ax, big, qia.cap.max_inline_data + 1);
+	rc = ibv_wr_complete(ax);
+	CHECK(rc != 0, "inline data of %u bytes above max_inline_data %u: ibv_wr_complete 0",
+	      qia.cap.max_inline_data + 1, qia.cap.max_inline_data);
+
+	/* Nothing of the refused batches went out. */
+	usleep(100000);
+	rc = ibv_start_poll(cqx, &pa);
+	if (rc == 0) {
+		CHECK(0, "a completion (wr_id %" PRIu64 " status %s) from a refused batch",
+		      cqx->wr_id, ibv_wc_status_str(cqx->status));
+		ibv_end_poll(cqx);
+	}
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(tcq, 1, &wc) == 0, "the target received a WR of a refused batch");
+
+	/* A SEND with a made-up lkey: LOC_PROT_ERR through the extended CQ. */
+	ibv_wr_start(ax);
+	ax->wr_id = 6;
+	ax->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(ax);
+	ibv_wr_set_sge(ax, mr->lkey ^ 0x5a5a00, (uintptr_t)buf, 8);
+	rc = ibv_wr_complete(ax);
+	CHECK(rc == 0, "ibv_wr_complete of a SEND with a bad lkey: %d", rc);
+	double end = now() + 5.0;
+	while ((rc = ibv_start_poll(cqx, &pa)) == ENOENT && now() < end)
+		usleep(100);
+	CHECK(rc == 0, "no completion for the bad-lkey SEND");
+	if (rc == 0) {
+		CHECK(cqx->wr_id == 6 && cqx->status == IBV_WC_LOC_PROT_ERR,
+		      "wr_id %" PRIu64 " status %s, want 6 %s", cqx->wr_id,
+		      ibv_wc_status_str(cqx->status), ibv_wc_status_str(IBV_WC_LOC_PROT_ERR));
+		CHECK(ibv_wc_read_qp_num(cqx) == a->qp_num, "qp_num %u", ibv_wc_read_qp_num(cqx));
+		ibv_end_poll(cqx);
+	}
+	free(sg);
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_destroy_cq(ibv_cq_ex_to_cq(cqx));
+	ibv_destroy_cq(tcq);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
+static const struct {
+	const char *name;
+	void (*fn)(void);
+} cases[] = {
+	{"null_objects", null_objects},
+	{"double_destroy", double_destroy},
+	{"use_after_destroy", use_after_destroy},
+	{"atomic_misaligned", atomic_misaligned},
+	{"compat_query_port", compat_query_port},
+	{"reg_mr_bad_memory", reg_mr_bad_memory},
+	{"busy_objects", busy_objects},
+	{"bad_modify_qp", bad_modify_qp},
+	{"bad_send_wr", bad_send_wr},
+	{"bad_extended", bad_extended},
+	{"void_verbs_tolerate_null", void_verbs_tolerate_null},
+	{"local_protection", local_protection},
+	{"recv_side_errors", recv_side_errors},
+	{"queue_overflow", queue_overflow},
+	{"extended_qp_errors", extended_qp_errors},
+};
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IONBF, 0);
+	if (argc != 2) {
+		fprintf(stderr, "usage: bad_verbs CASE\n");
+		return 2;
+	}
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (!strcmp(cases[i].name, argv[1])) {
+			cases[i].fn();
+			printf("%s: %d checks, %d failed\n", argv[1], checks, failures);
+			return failures ? 1 : 0;
+		}
+	}
+	fprintf(stderr, "unknown case %s\n", argv[1]);
+	return 2;
+}

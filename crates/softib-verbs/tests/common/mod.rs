@@ -1,0 +1,99 @@
+//! Helpers of the C-ABI tests: the built `libibverbs.so`, the C compiler, Debian's headers.
+//! A test that cannot run its tool prints `SKIPPED: reason` and returns.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Prints the project's skip line.
+pub fn skip(reason: &str) {
+    println!("SKIPPED: {reason}");
+    eprintln!("SKIPPED: {reason}");
+}
+
+/// `target/<profile>` of this test binary (`target/<profile>/deps/<test>-<hash>`).
+fn own_profile_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.parent()?.to_path_buf())
+}
+
+/// The cdylib this test run built: `cargo test` leaves it in `target/<profile>/deps` beside the
+/// test binary (only `cargo build` copies it up to `target/<profile>/libibverbs.so`), else
+/// under `CARGO_TARGET_DIR` or the workspace's `target/{release,debug}`.
+pub fn built_lib() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = own_profile_dir() {
+        dirs.push(d.join("deps"));
+        dirs.push(d);
+    }
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    for base in std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([ws])
+    {
+        dirs.push(base.join("release"));
+        dirs.push(base.join("debug"));
+    }
+    dirs.into_iter()
+        .map(|d| d.join("libibverbs.so"))
+        .find(|p| p.is_file())
+}
+
+/// True if `cc` runs.
+pub fn have_cc() -> bool {
+    Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The first missing header of `names` (under /usr/include), if any.
+pub fn missing_header(names: &[&str]) -> Option<String> {
+    names
+        .iter()
+        .find(|n| !Path::new("/usr/include").join(n).is_file())
+        .map(|n| format!("/usr/include/{n}"))
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("softib-abi-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A directory holding `libibverbs.so` and `libibverbs.so.1` links to `lib`, for `-L` and
+/// `LD_LIBRARY_PATH`.
+pub fn link_dir(lib: &Path, dir: &Path) -> PathBuf {
+    let d = dir.join("lib");
+    std::fs::create_dir_all(&d).unwrap();
+    let lib = lib.canonicalize().unwrap();
+    for n in ["libibverbs.so", "libibverbs.so.1"] {
+        let _ = std::fs::remove_file(d.join(n));
+        std::os::unix::fs::symlink(&lib, d.join(n)).unwrap();
+    }
+    d
+}
+
+/// Compiles `src` to `out` with `args` appended; the compiler's output on failure.
+pub fn cc(src: &Path, out: &Path, args: &[&str]) -> Result<(), String> {
+    let o = Command::new("cc")
+        .args(["-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-o"])
+        .arg(out)
+        .arg(src)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cc: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cc {} failed:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&o.stderr)
+        ))
+    }
+}
