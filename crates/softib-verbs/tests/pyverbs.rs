@@ -9,9 +9,17 @@ use std::process::Command;
 const PYTHON: &str = "/usr/bin/python3";
 
 fn library() -> Option<PathBuf> {
+    // `cargo test` builds the cdylib into `<profile>/deps` beside this test and does not copy
+    // it up to `<profile>/libibverbs.so` (only `cargo build` does): that one may be stale or
+    // absent.
     let exe = std::env::current_exe().ok()?;
-    let lib = exe.parent()?.parent()?.join("libibverbs.so");
-    lib.is_file().then_some(lib)
+    let deps = exe.parent()?;
+    [
+        deps.join("libibverbs.so"),
+        deps.parent()?.join("libibverbs.so"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 #[test]
