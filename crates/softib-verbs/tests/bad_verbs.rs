@@ -181,3 +181,11 @@ fn bad_queue_overflow() {
 fn bad_extended_qp_batches() {
     run_case("extended_qp_errors");
 }
+
+/// CQ/QP/SRQ sizes above the device's limits, an unknown QP type, SRQ limits above the queue,
+/// AHs with no such port or source GID or without the GRH RoCE needs, multicast on RC QPs or
+/// to unicast GIDs, ibv_poll_cq with a negative count: refused, the process goes on.
+#[test]
+fn bad_create_limits_ah_and_multicast() {
+    run_case("bad_create_limits");
+}

@@ -1346,6 +1346,119 @@ static void extended_qp_errors(void)
 	ibv_close_device(ctx);
 }
 
+/* Sizes above what ibv_query_device reports, unknown QP types, AH and multicast misuse:
+ * NULL + errno (or an errno value) as the kernel's uverbs/rxe give, the process goes on. */
+static void bad_create_limits(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	struct ibv_device_attr da;
+	if (!pd || !cq || ibv_query_device(ctx, &da))
+		DIE("setup");
+
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, da.max_cqe + 1, NULL, NULL, 0));
+	CHECK_ERRNO_VALUE(ibv_resize_cq(cq, da.max_cqe + 1));
+	CHECK_ERRNO_VALUE(ibv_resize_cq(cq, 0));
+
+	struct ibv_qp_init_attr base = {0};
+	base.send_cq = cq;
+	base.recv_cq = cq;
+	base.qp_type = IBV_QPT_RC;
+	base.cap.max_send_wr = 4;
+	base.cap.max_recv_wr = 4;
+	base.cap.max_send_sge = 1;
+	base.cap.max_recv_sge = 1;
+	struct ibv_qp_init_attr ia = base;
+	ia.cap.max_send_wr = da.max_qp_wr + 1;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &ia));
+	ia = base;
+	ia.cap.max_recv_wr = da.max_qp_wr + 1;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &ia));
+	ia = base;
+	ia.cap.max_send_sge = da.max_sge + 1;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &ia));
+	ia = base;
+	ia.cap.max_recv_sge = da.max_sge + 1;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &ia));
+	ia = base;
+	ia.qp_type = (enum ibv_qp_type)77;
+	CHECK_NULL_ERRNO(ibv_create_qp(pd, &ia));
+
+	struct ibv_srq_init_attr sia = {0};
+	sia.attr.max_wr = da.max_srq_wr + 1;
+	sia.attr.max_sge = 1;
+	CHECK_NULL_ERRNO(ibv_create_srq(pd, &sia));
+	sia.attr.max_wr = 4;
+	sia.attr.max_sge = da.max_srq_sge + 1;
+	CHECK_NULL_ERRNO(ibv_create_srq(pd, &sia));
+	sia.attr.max_sge = 1;
+	struct ibv_srq *srq = ibv_create_srq(pd, &sia);
+	CHECK(srq != NULL, "ibv_create_srq within the limits: errno %d", errno);
+	if (srq) {
+		struct ibv_srq_attr sa = {0};
+		if (ibv_query_srq(srq, &sa))
+			DIE("ibv_query_srq");
+		sa.srq_limit = sa.max_wr + 1; /* a limit above the queue's size */
+		CHECK_ERRNO_VALUE(ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT));
+		sa.max_wr = da.max_srq_wr + 1;
+		CHECK_ERRNO_VALUE(ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR));
+		CHECK(ibv_destroy_srq(srq) == 0, "ibv_destroy_srq");
+	}
+
+	/* Address handles: no such port, no such source GID, RoCE without a GRH. */
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	if (ibv_query_gid(ctx, 1, 0, &aa.grh.dgid))
+		DIE("gid");
+	aa.port_num = 9;
+	CHECK_NULL_ERRNO(ibv_create_ah(pd, &aa));
+	aa.port_num = 1;
+	aa.grh.sgid_index = 200;
+	CHECK_NULL_ERRNO(ibv_create_ah(pd, &aa));
+	aa.grh.sgid_index = 0;
+	aa.is_global = 0;
+	CHECK_NULL_ERRNO(ibv_create_ah(pd, &aa));
+	aa.is_global = 1;
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	CHECK(ah != NULL, "ibv_create_ah with a valid GRH: errno %d", errno);
+	if (ah)
+		ibv_destroy_ah(ah);
+
+	/* Multicast: only UD QPs attach, only to multicast GIDs. */
+	struct ibv_qp *rc = ibv_create_qp(pd, &base);
+	ia = base;
+	ia.qp_type = IBV_QPT_UD;
+	struct ibv_qp *ud = ibv_create_qp(pd, &ia);
+	if (!rc || !ud)
+		DIE("ibv_create_qp");
+	union ibv_gid mgid = {0}, ugid;
+	mgid.raw[0] = 0xff;
+	mgid.raw[1] = 0x0e;
+	mgid.raw[15] = 0x01;
+	if (ibv_query_gid(ctx, 1, 0, &ugid))
+		DIE("gid");
+	CHECK_ERRNO_VALUE(ibv_attach_mcast(rc, &mgid, 0));
+	CHECK_ERRNO_VALUE(ibv_attach_mcast(ud, &ugid, 0));
+	CHECK_ERRNO_VALUE(ibv_attach_mcast(ud, NULL, 0));
+	CHECK(ibv_attach_mcast(ud, &mgid, 0) == 0, "ibv_attach_mcast of a UD QP to ff0e::1");
+	CHECK_ERRNO_VALUE(ibv_detach_mcast(ud, &ugid, 0));
+	CHECK(ibv_detach_mcast(ud, &mgid, 0) == 0, "ibv_detach_mcast");
+	CHECK_ERRNO_VALUE(ibv_detach_mcast(ud, &mgid, 0)); /* not attached any more */
+
+	/* ibv_poll_cq with a negative count or no array: an error, not a crash. */
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(cq, -1, &wc) < 0, "ibv_poll_cq(-1) did not fail");
+	CHECK(ibv_poll_cq(cq, 0, NULL) == 0, "ibv_poll_cq(0, NULL)");
+
+	ibv_destroy_qp(rc);
+	ibv_destroy_qp(ud);
+	CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
+	CHECK(ibv_dealloc_pd(pd) == 0, "ibv_dealloc_pd");
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -1365,6 +1478,7 @@ static const struct {
 	{"recv_side_errors", recv_side_errors},
 	{"queue_overflow", queue_overflow},
 	{"extended_qp_errors", extended_qp_errors},
+	{"bad_create_limits", bad_create_limits},
 };
 
 int main(int argc, char **argv)
