@@ -189,3 +189,12 @@ fn bad_extended_qp_batches() {
 fn bad_create_limits_ah_and_multicast() {
     run_case("bad_create_limits");
 }
+
+/// Requester and target on two contexts (two engines on two addresses, packets over UDP):
+/// WRITE/READ/atomics outside the region, with a wrong rkey, or without the access right give
+/// IBV_WC_REM_ACCESS_ERR, a misaligned atomic IBV_WC_REM_INV_REQ_ERR; the guard bytes around
+/// the region, the region and the local buffer are unchanged.
+#[test]
+fn bad_remote_access_across_two_contexts() {
+    run_case("two_contexts_remote_errors");
+}

@@ -184,24 +184,33 @@ static struct ibv_qp *rc_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq
 }
 
 /* A new connected pair on `ctx`/`pd` (both QPs in RTS). */
-static void pair_up(struct pair *p, struct ibv_context *ctx, struct ibv_pd *pd)
+/* A new connected pair, requester `a` on ca/pa and target `b` on cb/pb (both in RTS). Two
+ * contexts are two engines on two addresses: the packets cross UDP between them. */
+static void pair_up2(struct pair *p, struct ibv_context *ca, struct ibv_pd *pa,
+		     struct ibv_context *cb, struct ibv_pd *pb)
 {
 	memset(p, 0, sizeof(*p));
-	p->ctx = ctx;
-	p->pd = pd;
-	p->scq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
-	p->rcq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
-	p->tcq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
+	p->ctx = ca;
+	p->pd = pa;
+	p->scq = ibv_create_cq(ca, 32, NULL, NULL, 0);
+	p->rcq = ibv_create_cq(ca, 32, NULL, NULL, 0);
+	p->tcq = ibv_create_cq(cb, 32, NULL, NULL, 0);
 	if (!p->scq || !p->rcq || !p->tcq)
 		DIE("ibv_create_cq");
-	p->a = rc_qp(pd, p->scq, p->rcq, 2);
-	p->b = rc_qp(pd, p->tcq, p->tcq, 2);
+	p->a = rc_qp(pa, p->scq, p->rcq, 2);
+	p->b = rc_qp(pb, p->tcq, p->tcq, 2);
 	to_init(p->a);
 	to_init(p->b);
-	to_rtr(ctx, p->a, p->b->qp_num);
-	to_rtr(ctx, p->b, p->a->qp_num);
+	to_rtr(cb, p->a, p->b->qp_num); /* the destination GID is the peer context's */
+	to_rtr(ca, p->b, p->a->qp_num);
 	to_rts(p->a);
 	to_rts(p->b);
+}
+
+/* A new connected pair on `ctx`/`pd` (both QPs in RTS). */
+static void pair_up(struct pair *p, struct ibv_context *ctx, struct ibv_pd *pd)
+{
+	pair_up2(p, ctx, pd, ctx, pd);
 }
 
 static void pair_down(struct pair *p)
@@ -559,12 +568,23 @@ struct one_sided {
  * region can be written/read), then the bad one, which must complete with `want` at the
  * requester and leave the target (guards and region) and the local buffer unchanged.
  */
-static void one_sided_cases(int access, const struct one_sided *cs, int n, int want)
+static void one_sided_cases_on(int two_contexts, int access, const struct one_sided *cs, int n,
+			       int want)
 {
 	struct ibv_context *ctx = open_ctx();
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	if (!pd)
 		DIE("ibv_alloc_pd");
+	struct ibv_context *tctx = two_contexts ? open_ctx() : ctx;
+	struct ibv_pd *tpd = two_contexts ? ibv_alloc_pd(tctx) : pd;
+	if (!tpd)
+		DIE("ibv_alloc_pd");
+	if (two_contexts) {
+		union ibv_gid g1, g2;
+		if (ibv_query_gid(ctx, 1, 0, &g1) || ibv_query_gid(tctx, 1, 0, &g2))
+			DIE("gid");
+		CHECK(memcmp(&g1, &g2, sizeof(g1)) != 0, "two contexts share one GID");
+	}
 	static unsigned char local[REGION + 64];
 	struct ibv_mr *lmr = ibv_reg_mr(pd, local, sizeof(local),
 					IBV_ACCESS_LOCAL_WRITE);
@@ -572,9 +592,9 @@ static void one_sided_cases(int access, const struct one_sided *cs, int n, int w
 		DIE("ibv_reg_mr local");
 	for (int i = 0; i < n; i++) {
 		struct target t;
-		target_new(&t, pd, access);
+		target_new(&t, tpd, access);
 		struct pair p;
-		pair_up(&p, ctx, pd);
+		pair_up2(&p, ctx, pd, tctx, tpd);
 		const struct one_sided *c = &cs[i];
 		int atomic = c->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
 			     c->opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
@@ -633,8 +653,48 @@ static void one_sided_cases(int access, const struct one_sided *cs, int n, int w
 	ibv_dereg_mr(lmr);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
+	if (two_contexts) {
+		ibv_dealloc_pd(tpd);
+		ibv_close_device(tctx);
+	}
 }
 
+
+
+static void one_sided_cases(int access, const struct one_sided *cs, int n, int want)
+{
+	one_sided_cases_on(0, access, cs, n, want);
+}
+
+/* The requester and the target on two contexts (two engines, two addresses, UDP between
+ * them): a good operation, then one the target's region refuses, on a new pair each. */
+static void two_contexts_remote_errors(void)
+{
+	const struct one_sided acc[] = {
+		{"WRITE ending after the region", IBV_WR_RDMA_WRITE, REGION - 8, 16, 0},
+		{"WRITE starting before the region", IBV_WR_RDMA_WRITE, -8, 16, 0},
+		{"WRITE with a wrong rkey", IBV_WR_RDMA_WRITE, 0, 16, 1},
+		{"READ ending after the region", IBV_WR_RDMA_READ, REGION - 8, 16, 0},
+		{"FETCH_AND_ADD past the region", IBV_WR_ATOMIC_FETCH_AND_ADD, REGION, 8, 0},
+	};
+	one_sided_cases_on(1, RW | IBV_ACCESS_REMOTE_ATOMIC, acc, sizeof(acc) / sizeof(acc[0]),
+			   IBV_WC_REM_ACCESS_ERR);
+	const struct one_sided noaccess[] = {
+		{"WRITE to a region without REMOTE_WRITE", IBV_WR_RDMA_WRITE, 0, 16, 0},
+		{"FETCH_AND_ADD on a region without REMOTE_ATOMIC", IBV_WR_ATOMIC_FETCH_AND_ADD, 0, 8, 0},
+	};
+	one_sided_cases_on(1, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, noaccess, 2,
+			   IBV_WC_REM_ACCESS_ERR);
+	const struct one_sided noread[] = {
+		{"READ from a region without REMOTE_READ", IBV_WR_RDMA_READ, 0, 16, 0},
+	};
+	one_sided_cases_on(1, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, noread, 1,
+			   IBV_WC_REM_ACCESS_ERR);
+	const struct one_sided misaligned[] = {
+		{"CMP_AND_SWP at region+2", IBV_WR_ATOMIC_CMP_AND_SWP, 2, 8, 0},
+	};
+	one_sided_cases_on(1, RW | IBV_ACCESS_REMOTE_ATOMIC, misaligned, 1, IBV_WC_REM_INV_REQ_ERR);
+}
 
 /* An atomic at an address not 8-byte aligned: NAK Invalid Request (IBA class C, as rxe). */
 static void atomic_misaligned(void)
@@ -1479,6 +1539,7 @@ static const struct {
 	{"queue_overflow", queue_overflow},
 	{"extended_qp_errors", extended_qp_errors},
 	{"bad_create_limits", bad_create_limits},
+	{"two_contexts_remote_errors", two_contexts_remote_errors},
 };
 
 int main(int argc, char **argv)
