@@ -177,3 +177,178 @@ fn table_covers_every_field() {
     let _ = std::mem::size_of::<kern_h::ib_uverbs_qp_attr>();
     let _ = std::mem::size_of::<verbs_h::ibv_qp>();
 }
+
+/// The other direction: every member the installed headers give a checked type (found in the
+/// DWARF a C compiler writes for them, anonymous structs and unions followed) is in the table.
+/// A field added to the header but missing from the Rust mirror fails here even where it would
+/// not move any offset (tail padding, a union member).
+#[test]
+fn header_has_no_field_the_table_lacks() {
+    if let Some(h) = HEADERS.iter().find(|h| !Path::new(h).exists()) {
+        println!("SKIPPED: {h} is not installed (Debian: libibverbs-dev)");
+        return;
+    }
+    if Command::new("readelf").arg("--version").output().is_err() {
+        println!("SKIPPED: readelf (binutils) is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("softib-abi-dwarf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("headers.c");
+    let obj = dir.join("headers.o");
+    let mut c = String::new();
+    for h in HEADERS {
+        c.push_str(&format!(
+            "#include <{}>\n",
+            h.trim_start_matches("/usr/include/")
+        ));
+    }
+    std::fs::write(&src, c).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-g", "-c", "-fno-eliminate-unused-debug-types", "-o"])
+        .arg(&obj)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cc}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new("readelf")
+        .arg("--debug-dump=info")
+        .arg(&obj)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+    let dies = parse_dies(&String::from_utf8_lossy(&out.stdout));
+    let labels: BTreeSet<String> = abi_layout_table::table()
+        .into_iter()
+        .map(|(l, ..)| l.to_string())
+        .collect();
+    let mut missing = Vec::new();
+    let mut seen_types = 0;
+    let mut seen_members = 0;
+    for &t in abi_layout_table::TYPES {
+        let Some(die) = dies.iter().find(|d| {
+            (d.tag == "DW_TAG_structure_type" || d.tag == "DW_TAG_union_type")
+                && d.name.as_deref() == Some(t)
+                && !d.declaration
+        }) else {
+            missing.push(format!("{t}: no definition in the headers' DWARF"));
+            continue;
+        };
+        seen_types += 1;
+        let mut paths = Vec::new();
+        member_paths(&dies, die, "", &mut paths);
+        for p in paths {
+            seen_members += 1;
+            let label = format!("{t}.{p}");
+            if !labels.contains(&label) {
+                missing.push(label);
+            }
+        }
+    }
+    println!("{seen_members} header members of {seen_types} types are in the table");
+    assert!(seen_members > 0, "no member found in the DWARF");
+    assert!(
+        missing.is_empty(),
+        "in the headers, not in the layout table (regenerate src/verbs_h.rs / kern_h.rs, then \
+         scripts/gen-abi-layout-table.py):\n{}",
+        missing.join("\n")
+    );
+}
+
+/// One debugging information entry of `readelf --debug-dump=info`.
+struct Die {
+    offset: usize,
+    depth: usize,
+    tag: String,
+    name: Option<String>,
+    type_ref: Option<usize>,
+    declaration: bool,
+}
+
+fn parse_dies(text: &str) -> Vec<Die> {
+    let mut dies: Vec<Die> = Vec::new();
+    for line in text.lines() {
+        let l = line.trim_start();
+        // " <1><5daa>: Abbrev Number: 7 (DW_TAG_structure_type)"
+        if let Some(rest) = l.strip_prefix('<') {
+            if let Some((depth, rest)) = rest.split_once("><") {
+                if let (Ok(depth), Some((off, rest))) = (depth.parse(), rest.split_once(">:")) {
+                    if let Ok(offset) = usize::from_str_radix(off, 16) {
+                        let tag = rest
+                            .rsplit_once('(')
+                            .map(|(_, t)| t.trim_end_matches(')').to_string())
+                            .unwrap_or_default();
+                        dies.push(Die {
+                            offset,
+                            depth,
+                            tag,
+                            name: None,
+                            type_ref: None,
+                            declaration: false,
+                        });
+                        continue;
+                    }
+                }
+            }
+            // "<5dab>   DW_AT_name        : (indirect string, offset: 0x6d58): ibv_wc"
+            let Some(d) = dies.last_mut() else { continue };
+            let Some((_, attr)) = l.split_once('>') else {
+                continue;
+            };
+            let attr = attr.trim_start();
+            let Some((key, value)) = attr.split_once(':') else {
+                continue;
+            };
+            let value = value.trim();
+            match key.trim() {
+                "DW_AT_name" => {
+                    let v = value.rsplit_once("): ").map(|(_, n)| n).unwrap_or(value);
+                    d.name = Some(v.to_string());
+                }
+                "DW_AT_type" => {
+                    let hex = value.trim_start_matches("<0x").trim_end_matches('>');
+                    d.type_ref = usize::from_str_radix(hex, 16).ok();
+                }
+                "DW_AT_declaration" => d.declaration = true,
+                _ => {}
+            }
+        }
+    }
+    dies
+}
+
+/// The C member paths of a struct/union DIE: named members, and the members of anonymous
+/// struct/union types (a named member of one gets its name as a prefix, an unnamed one none).
+fn member_paths(dies: &[Die], parent: &Die, prefix: &str, out: &mut Vec<String>) {
+    let start = dies.iter().position(|d| d.offset == parent.offset).unwrap() + 1;
+    for d in &dies[start..] {
+        if d.depth <= parent.depth {
+            break;
+        }
+        if d.depth != parent.depth + 1 || d.tag != "DW_TAG_member" {
+            continue;
+        }
+        let ty = d
+            .type_ref
+            .and_then(|r| dies.iter().find(|t| t.offset == r))
+            .filter(|t| {
+                (t.tag == "DW_TAG_structure_type" || t.tag == "DW_TAG_union_type")
+                    && t.name.is_none()
+            });
+        match (&d.name, ty) {
+            (Some(n), Some(t)) => {
+                out.push(format!("{prefix}{n}"));
+                member_paths(dies, t, &format!("{prefix}{n}."), out);
+            }
+            (Some(n), None) => out.push(format!("{prefix}{n}")),
+            (None, Some(t)) => member_paths(dies, t, prefix, out),
+            (None, None) => {}
+        }
+    }
+}
