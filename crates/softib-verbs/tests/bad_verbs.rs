@@ -198,3 +198,11 @@ fn bad_create_limits_ah_and_multicast() {
 fn bad_remote_access_across_two_contexts() {
     run_case("two_contexts_remote_errors");
 }
+
+/// ibv_close_device while a PD, MR, CQs, channel, SRQ and a connected pair with a SEND in
+/// flight are alive: the close succeeds, destroying them afterwards does not crash, and a new
+/// context works.
+#[test]
+fn bad_close_device_with_live_objects() {
+    run_case("close_with_live_objects");
+}

@@ -1519,6 +1519,71 @@ static void bad_create_limits(void)
 	ibv_close_device(ctx);
 }
 
+/* ibv_close_device with objects still alive (ibv_open_device(3): the application should free
+ * them first): the close succeeds, and destroying them afterwards fails or succeeds but never
+ * crashes; the library works on. */
+static void close_with_live_objects(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, ch, 0);
+	static char buf[256];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), RW);
+	struct ibv_srq_init_attr sia = {0};
+	sia.attr.max_wr = 4;
+	sia.attr.max_sge = 1;
+	struct ibv_srq *srq = ibv_create_srq(pd, &sia);
+	if (!pd || !ch || !cq || !mr || !srq)
+		DIE("setup");
+	struct pair p;
+	pair_up(&p, ctx, pd);
+	struct ibv_sge sge = {(uintptr_t)buf, 8, mr->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1};
+	struct ibv_recv_wr *rbad;
+	if (ibv_post_recv(p.b, &rwr, &rbad))
+		DIE("ibv_post_recv");
+	struct ibv_send_wr wr = {.wr_id = 2, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND};
+	struct ibv_send_wr *sbad;
+	if (ibv_post_send(p.a, &wr, &sbad)) /* in flight while the device closes */
+		DIE("ibv_post_send");
+	CHECK(ibv_close_device(ctx) == 0, "ibv_close_device with live objects");
+	int r[8];
+	r[0] = ibv_destroy_qp(p.a);
+	r[1] = ibv_destroy_qp(p.b);
+	r[2] = ibv_destroy_srq(srq);
+	r[3] = ibv_dereg_mr(mr);
+	r[4] = ibv_destroy_cq(p.scq) | ibv_destroy_cq(p.rcq) | ibv_destroy_cq(p.tcq);
+	r[5] = ibv_destroy_cq(cq);
+	r[6] = ibv_destroy_comp_channel(ch);
+	r[7] = ibv_dealloc_pd(pd);
+	printf("destroy after close: qp %d %d srq %d mr %d cqs %d %d channel %d pd %d\n", r[0], r[1],
+	       r[2], r[3], r[4], r[5], r[6], r[7]);
+	for (int i = 0; i < 8; i++)
+		CHECK(r[i] >= 0, "destroy %d after close returned %d", i, r[i]);
+	/* A new context works. */
+	struct ibv_context *c2 = open_ctx();
+	struct ibv_pd *pd2 = ibv_alloc_pd(c2);
+	CHECK(pd2 != NULL, "ibv_alloc_pd on a new context");
+	struct pair q;
+	static char b2[64];
+	struct ibv_mr *m2 = ibv_reg_mr(pd2, b2, sizeof(b2), IBV_ACCESS_LOCAL_WRITE);
+	if (!m2)
+		DIE("ibv_reg_mr");
+	pair_up(&q, c2, pd2);
+	struct ibv_sge s2 = {(uintptr_t)b2, 8, m2->lkey};
+	struct ibv_recv_wr r2 = {.wr_id = 3, .sg_list = &s2, .num_sge = 1};
+	if (ibv_post_recv(q.b, &r2, &rbad))
+		DIE("ibv_post_recv");
+	struct ibv_send_wr w2 = {.wr_id = 4, .sg_list = &s2, .num_sge = 1, .opcode = IBV_WR_SEND};
+	int s = post_wait(&q, &w2);
+	CHECK(s == IBV_WC_SUCCESS, "SEND on a new context: %s", st(s));
+	pair_down(&q);
+	ibv_dereg_mr(m2);
+	ibv_dealloc_pd(pd2);
+	CHECK(ibv_close_device(c2) == 0, "ibv_close_device");
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -1540,6 +1605,7 @@ static const struct {
 	{"extended_qp_errors", extended_qp_errors},
 	{"bad_create_limits", bad_create_limits},
 	{"two_contexts_remote_errors", two_contexts_remote_errors},
+	{"close_with_live_objects", close_with_live_objects},
 };
 
 int main(int argc, char **argv)
