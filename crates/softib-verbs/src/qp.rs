@@ -61,8 +61,13 @@ pub fn fill_ops(ops: &mut ibv_context_ops) {
     ops.post_srq_recv = Some(post_srq_recv);
 }
 
-unsafe fn cq_handle(cq: *mut ibv_cq) -> Option<softib_core::verbs::CqHandle> {
-    if !registry::is_live(cq, Kind::Cq) {
+/// The handle of a live CQ of `ctx`. A CQ of another context is another engine's: its handle
+/// means nothing (or another CQ) here, and the kernel refuses it (EINVAL) as well.
+unsafe fn cq_handle(
+    cq: *mut ibv_cq,
+    ctx: *mut ibv_context,
+) -> Option<softib_core::verbs::CqHandle> {
+    if !registry::is_live(cq, Kind::Cq) || !std::ptr::eq((*cq).context, ctx) {
         return None;
     }
     Some((*cq.cast::<SoftCq>()).handle)
@@ -95,12 +100,12 @@ pub unsafe fn create(
         IBV_QPT_UD => QpType::Ud,
         _ => return Err(libc::EOPNOTSUPP),
     };
-    let send_cq = cq_handle(a.send_cq).ok_or(libc::EINVAL)?;
-    let recv_cq = cq_handle(a.recv_cq).ok_or(libc::EINVAL)?;
+    let send_cq = cq_handle(a.send_cq, ctx).ok_or(libc::EINVAL)?;
+    let recv_cq = cq_handle(a.recv_cq, ctx).ok_or(libc::EINVAL)?;
     let srq = if a.srq.is_null() {
         None
     } else {
-        if !registry::is_live(a.srq, Kind::Srq) {
+        if !registry::is_live(a.srq, Kind::Srq) || !std::ptr::eq((*a.srq).context, ctx) {
             return Err(libc::EINVAL);
         }
         Some((*a.srq.cast::<SoftSrq>()).handle)
