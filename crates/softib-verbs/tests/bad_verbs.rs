@@ -206,3 +206,11 @@ fn bad_remote_access_across_two_contexts() {
 fn bad_close_device_with_live_objects() {
     run_case("close_with_live_objects");
 }
+
+/// A QP on CQs, an SRQ or a PD of another context: NULL + EINVAL (the kernel looks handles up
+/// in the caller's context); a UD SEND through an AH of another PD or another context
+/// completes in error and delivers nothing (rxe: the AH's PD must be the QP's).
+#[test]
+fn bad_objects_of_another_context_or_pd() {
+    run_case("cross_context_objects");
+}

@@ -1584,6 +1584,174 @@ static void close_with_live_objects(void)
 	CHECK(ibv_close_device(c2) == 0, "ibv_close_device");
 }
 
+/* A UD QP on ctx/pd, in RTS, with its own CQ. */
+static struct ibv_qp *ud_qp(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr ui = {0};
+	ui.send_cq = cq;
+	ui.recv_cq = cq;
+	ui.qp_type = IBV_QPT_UD;
+	ui.cap.max_send_wr = 4;
+	ui.cap.max_recv_wr = 4;
+	ui.cap.max_send_sge = 1;
+	ui.cap.max_recv_sge = 1;
+	struct ibv_qp *qp = ibv_create_qp(pd, &ui);
+	if (!qp)
+		DIE("UD QP");
+	struct ibv_qp_attr at = {0};
+	at.qp_state = IBV_QPS_INIT;
+	at.port_num = 1;
+	at.qkey = 0x11111111;
+	if (ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+		DIE("UD INIT");
+	at.qp_state = IBV_QPS_RTR;
+	if (ibv_modify_qp(qp, &at, IBV_QP_STATE))
+		DIE("UD RTR");
+	at.qp_state = IBV_QPS_RTS;
+	if (ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN))
+		DIE("UD RTS");
+	(void)ctx;
+	return qp;
+}
+
+/* Objects of another context (another device instance: its own engine and handles) or
+ * another PD where the kernel's uverbs / rxe refuse them: a QP on CQs or an SRQ of another
+ * context (EINVAL), a UD send through an AH of another PD or context (rxe: the send completes
+ * in error, nothing is delivered). */
+static void cross_context_objects(void)
+{
+	struct ibv_context *c1 = open_ctx(), *c2 = open_ctx();
+	struct ibv_pd *p1 = ibv_alloc_pd(c1), *p1b = ibv_alloc_pd(c1), *p2 = ibv_alloc_pd(c2);
+	struct ibv_cq *q1 = ibv_create_cq(c1, 16, NULL, NULL, 0);
+	struct ibv_cq *q2 = ibv_create_cq(c2, 16, NULL, NULL, 0);
+	struct ibv_srq_init_attr sia = {0};
+	sia.attr.max_wr = 4;
+	sia.attr.max_sge = 1;
+	struct ibv_srq *s2 = p2 ? ibv_create_srq(p2, &sia) : NULL;
+	if (!p1 || !p1b || !p2 || !q1 || !q2 || !s2)
+		DIE("setup");
+
+	struct ibv_qp_init_attr ia = {0};
+	ia.send_cq = q2;
+	ia.recv_cq = q1;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 4;
+	ia.cap.max_recv_wr = 4;
+	ia.cap.max_send_sge = 1;
+	ia.cap.max_recv_sge = 1;
+	CHECK_NULL_ERRNO(ibv_create_qp(p1, &ia)); /* send CQ of another context */
+	ia.send_cq = q1;
+	ia.recv_cq = q2;
+	CHECK_NULL_ERRNO(ibv_create_qp(p1, &ia)); /* receive CQ of another context */
+	ia.recv_cq = q1;
+	ia.srq = s2;
+	CHECK_NULL_ERRNO(ibv_create_qp(p1, &ia)); /* SRQ of another context */
+	ia.srq = NULL;
+	struct ibv_qp_init_attr_ex ix = {0};
+	ix.send_cq = q1;
+	ix.recv_cq = q1;
+	ix.qp_type = IBV_QPT_RC;
+	ix.cap = ia.cap;
+	ix.comp_mask = IBV_QP_INIT_ATTR_PD;
+	ix.pd = p2;
+	CHECK_NULL_ERRNO(ibv_create_qp_ex(c1, &ix)); /* PD of another context */
+
+	/* UD: the receiver on c1, senders on c1 (through an AH of another PD) and on c2 (through
+	 * an AH of c1). */
+	static char buf[256];
+	struct ibv_mr *m1 = ibv_reg_mr(p1, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *m1b = ibv_reg_mr(p1b, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_cq *rq = ibv_create_cq(c1, 16, NULL, NULL, 0);
+	if (!m1 || !m1b || !rq)
+		DIE("setup UD");
+	struct ibv_qp *recv = ud_qp(c1, p1, rq);
+	struct ibv_qp *send1 = ud_qp(c1, p1b, q1);
+	struct ibv_sge rs = {(uintptr_t)buf, sizeof(buf), m1->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
+	struct ibv_recv_wr *rbad;
+	for (int i = 0; i < 3; i++)
+		if (ibv_post_recv(recv, &rwr, &rbad))
+			DIE("ibv_post_recv");
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	if (ibv_query_gid(c1, 1, 0, &aa.grh.dgid))
+		DIE("gid");
+	struct ibv_ah *ah_p1 = ibv_create_ah(p1, &aa);   /* c1, the receiver's PD */
+	struct ibv_ah *ah_p1b = ibv_create_ah(p1b, &aa); /* c1, the sender's PD */
+	if (!ah_p1 || !ah_p1b)
+		DIE("ibv_create_ah");
+
+	/* Positive control: the sender's own PD's AH delivers. */
+	struct ibv_sge ss = {(uintptr_t)buf, 16, m1b->lkey};
+	struct ibv_send_wr wr = {.wr_id = 10, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED};
+	wr.wr.ud.ah = ah_p1b;
+	wr.wr.ud.remote_qpn = recv->qp_num;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	struct ibv_send_wr *sbad = NULL;
+	CHECK(ibv_post_send(send1, &wr, &sbad) == 0, "UD SEND through its own PD's AH");
+	struct ibv_wc wc;
+	CHECK(poll_one(q1, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "UD SEND completion");
+	CHECK(poll_one(rq, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "UD SEND not received");
+
+	/* An AH of another PD of the same context. */
+	wr.wr_id = 11;
+	wr.wr.ud.ah = ah_p1;
+	sbad = NULL;
+	int rc = ibv_post_send(send1, &wr, &sbad);
+	if (rc == 0) {
+		CHECK(poll_one(q1, &wc, 5.0) && wc.wr_id == 11 && wc.status != IBV_WC_SUCCESS,
+		      "UD SEND through an AH of another PD completed with %s",
+		      st(wc.status));
+	} else {
+		CHECK(sbad == &wr, "refused without bad_wr");
+	}
+	usleep(50000);
+	CHECK(ibv_poll_cq(rq, 1, &wc) == 0, "UD SEND through an AH of another PD was received");
+
+	/* An AH of another context. */
+	struct ibv_cq *q2s = ibv_create_cq(c2, 16, NULL, NULL, 0);
+	struct ibv_mr *m2 = ibv_reg_mr(p2, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!q2s || !m2)
+		DIE("setup c2");
+	struct ibv_qp *send2 = ud_qp(c2, p2, q2s);
+	struct ibv_sge s2s = {(uintptr_t)buf, 16, m2->lkey};
+	wr.sg_list = &s2s;
+	wr.wr_id = 12;
+	wr.wr.ud.ah = ah_p1;
+	sbad = NULL;
+	rc = ibv_post_send(send2, &wr, &sbad);
+	if (rc == 0) {
+		CHECK(poll_one(q2s, &wc, 5.0) && wc.wr_id == 12 && wc.status != IBV_WC_SUCCESS,
+		      "UD SEND through an AH of another context completed with %s",
+		      st(wc.status));
+	} else {
+		CHECK(sbad == &wr, "refused without bad_wr");
+	}
+	usleep(50000);
+	CHECK(ibv_poll_cq(rq, 1, &wc) == 0, "UD SEND through an AH of another context was received");
+
+	ibv_destroy_qp(send2);
+	ibv_destroy_qp(send1);
+	ibv_destroy_qp(recv);
+	ibv_destroy_ah(ah_p1);
+	ibv_destroy_ah(ah_p1b);
+	ibv_dereg_mr(m1);
+	ibv_dereg_mr(m1b);
+	ibv_dereg_mr(m2);
+	ibv_destroy_srq(s2);
+	ibv_destroy_cq(rq);
+	ibv_destroy_cq(q1);
+	ibv_destroy_cq(q2);
+	ibv_destroy_cq(q2s);
+	ibv_dealloc_pd(p1);
+	ibv_dealloc_pd(p1b);
+	ibv_dealloc_pd(p2);
+	ibv_close_device(c1);
+	ibv_close_device(c2);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -1606,6 +1774,7 @@ static const struct {
 	{"bad_create_limits", bad_create_limits},
 	{"two_contexts_remote_errors", two_contexts_remote_errors},
 	{"close_with_live_objects", close_with_live_objects},
+	{"cross_context_objects", cross_context_objects},
 };
 
 int main(int argc, char **argv)
