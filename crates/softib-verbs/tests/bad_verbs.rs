@@ -214,3 +214,10 @@ fn bad_close_device_with_live_objects() {
 fn bad_objects_of_another_context_or_pd() {
     run_case("cross_context_objects");
 }
+
+/// GID/P_Key/port queries outside their tables fail as ibv_query_gid_ex(3),
+/// ibv_query_gid_table(3), ibv_query_pkey(3), ibv_get_pkey_index(3) and ibv_query_port(3) say.
+#[test]
+fn bad_query_ranges() {
+    run_case("bad_query_ranges");
+}

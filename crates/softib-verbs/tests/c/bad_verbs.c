@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <arpa/inet.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -1752,6 +1753,40 @@ static void cross_context_objects(void)
 	ibv_close_device(c2);
 }
 
+/* Queries outside the tables: ibv_query_gid_ex(3) (errno value), ibv_query_gid_table(3)
+ * (negative errno when the array is too small), ibv_query_pkey(3) and ibv_get_pkey_index(3)
+ * (-1), ibv_query_port on a port that does not exist (errno value). ibv_query_port is
+ * #undef'd above (compat_query_port): verbs.h's wrapper is ___ibv_query_port. */
+static void bad_query_ranges(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_port_attr pa;
+	if (___ibv_query_port(ctx, 1, &pa))
+		DIE("ibv_query_port");
+	struct ibv_gid_entry e;
+	CHECK(ibv_query_gid_ex(ctx, 1, 0, &e, 0) == 0, "ibv_query_gid_ex index 0");
+	CHECK(e.gid_index == 0 && e.port_num == 1 && e.gid_type == IBV_GID_TYPE_ROCE_V2,
+	      "gid entry: index %u port %u type %u", e.gid_index, e.port_num, e.gid_type);
+	CHECK_ERRNO_VALUE(ibv_query_gid_ex(ctx, 1, pa.gid_tbl_len, &e, 0));
+	CHECK_ERRNO_VALUE(ibv_query_gid_ex(ctx, 1, 100000, &e, 0));
+	CHECK_ERRNO_VALUE(ibv_query_gid_ex(ctx, 2, 0, &e, 0));
+	CHECK_ERRNO_VALUE(ibv_query_gid_ex(ctx, 0, 0, &e, 0));
+	struct ibv_gid_entry tab[64];
+	ssize_t n = ibv_query_gid_table(ctx, tab, 64, 0);
+	CHECK(n >= 1, "ibv_query_gid_table: %zd", n);
+	if (n >= 1)
+		CHECK(ibv_query_gid_table(ctx, tab, n - 1, 0) < 0,
+		      "ibv_query_gid_table into %zd entries for %zd GIDs did not fail", n - 1, n);
+	uint16_t pkey;
+	CHECK(ibv_query_pkey(ctx, 1, 0, &pkey) == 0 && pkey == 0xffff, "P_Key 0: %#x", pkey);
+	CHECK_MINUS_ONE(ibv_query_pkey(ctx, 1, pa.pkey_tbl_len, &pkey));
+	CHECK(ibv_get_pkey_index(ctx, 1, htons(0xffff)) == 0, "ibv_get_pkey_index(0xffff)");
+	CHECK(ibv_get_pkey_index(ctx, 1, htons(0x1234)) < 0, "ibv_get_pkey_index(0x1234)");
+	CHECK(___ibv_query_port(ctx, 2, &pa) != 0, "ibv_query_port(2) (verbs.h)");
+	CHECK(___ibv_query_port(ctx, 0, &pa) != 0, "ibv_query_port(0) (verbs.h)");
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -1775,6 +1810,7 @@ static const struct {
 	{"two_contexts_remote_errors", two_contexts_remote_errors},
 	{"close_with_live_objects", close_with_live_objects},
 	{"cross_context_objects", cross_context_objects},
+	{"bad_query_ranges", bad_query_ranges},
 };
 
 int main(int argc, char **argv)
