@@ -221,3 +221,10 @@ fn bad_objects_of_another_context_or_pd() {
 fn bad_query_ranges() {
     run_case("bad_query_ranges");
 }
+
+/// After an error completion the QP is in ERR: its receives and every later WR complete with
+/// IBV_WC_WR_FLUSH_ERR in order, nothing reaches the peer; RESET and reconnecting revive it.
+#[test]
+fn bad_error_state_flushes() {
+    run_case("error_state_flushes");
+}

@@ -1787,6 +1787,99 @@ static void bad_query_ranges(void)
 	ibv_close_device(ctx);
 }
 
+/* After a local protection error the QP is in the error state (IBA 10.3.1, rxe): its posted
+ * receives and every WR posted afterwards complete with IBV_WC_WR_FLUSH_ERR, in order, and
+ * nothing reaches the peer; ibv_query_qp reports IBV_QPS_ERR. A reset QP can be reused. */
+static void error_state_flushes(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[1024];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!pd || !mr)
+		DIE("setup");
+	struct pair p;
+	pair_up(&p, ctx, pd);
+	struct ibv_sge sge = {(uintptr_t)buf, 16, mr->lkey};
+	struct ibv_recv_wr rwr = {.sg_list = &sge, .num_sge = 1};
+	struct ibv_recv_wr *rbad;
+	for (int i = 0; i < 2; i++) {
+		rwr.wr_id = 30 + i;
+		if (ibv_post_recv(p.a, &rwr, &rbad))
+			DIE("ibv_post_recv");
+	}
+	rwr.wr_id = 40;
+	if (ibv_post_recv(p.b, &rwr, &rbad))
+		DIE("ibv_post_recv");
+	struct ibv_sge bad_sge = {(uintptr_t)buf, 16, mr->lkey ^ 0x5a5a00};
+	struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &bad_sge, .num_sge = 1,
+				 .opcode = IBV_WR_SEND};
+	int s = post_wait(&p, &wr);
+	CHECK(s == IBV_WC_LOC_PROT_ERR, "bad lkey: %s", st(s));
+	struct ibv_wc wc;
+	for (int i = 0; i < 2; i++) {
+		int got = poll_one(p.rcq, &wc, 5.0);
+		CHECK(got && wc.wr_id == (uint64_t)(30 + i) && wc.status == IBV_WC_WR_FLUSH_ERR,
+		      "receive %d: %s wr_id %" PRIu64, i, got ? st(wc.status) : "no completion",
+		      got ? wc.wr_id : 0);
+	}
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	CHECK(ibv_query_qp(p.a, &qa, IBV_QP_STATE, &qia) == 0 && qa.qp_state == IBV_QPS_ERR,
+	      "state %d after the error, want ERR", qa.qp_state);
+	/* Posts in ERR are accepted and flushed, in order. */
+	struct ibv_send_wr w2 = {.wr_id = 2, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_send_wr w3 = w2;
+	w3.wr_id = 3;
+	w2.next = &w3;
+	struct ibv_send_wr *sbad = NULL;
+	CHECK(ibv_post_send(p.a, &w2, &sbad) == 0, "post_send in ERR");
+	for (int i = 2; i <= 3; i++) {
+		int got = poll_one(p.scq, &wc, 5.0);
+		CHECK(got && wc.wr_id == (uint64_t)i && wc.status == IBV_WC_WR_FLUSH_ERR,
+		      "send %d in ERR: %s", i, got ? st(wc.status) : "no completion");
+	}
+	rwr.wr_id = 50;
+	CHECK(ibv_post_recv(p.a, &rwr, &rbad) == 0, "post_recv in ERR");
+	CHECK(poll_one(p.rcq, &wc, 5.0) && wc.wr_id == 50 && wc.status == IBV_WC_WR_FLUSH_ERR,
+	      "receive posted in ERR not flushed");
+	usleep(50000);
+	CHECK(ibv_poll_cq(p.tcq, 1, &wc) == 0, "the peer received from a QP in ERR");
+	/* RESET, then reconnect: the QP works again. */
+	qa.qp_state = IBV_QPS_RESET;
+	CHECK(ibv_modify_qp(p.a, &qa, IBV_QP_STATE) == 0, "ERR -> RESET");
+	CHECK(ibv_poll_cq(p.scq, 1, &wc) == 0 && ibv_poll_cq(p.rcq, 1, &wc) == 0,
+	      "completions left after the flushes");
+	/* A new peer on a new CQ (the old peer's receive stays outside this check). */
+	ibv_destroy_qp(p.b);
+	ibv_destroy_cq(p.tcq);
+	p.tcq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
+	if (!p.tcq)
+		DIE("ibv_create_cq");
+	p.b = rc_qp(pd, p.tcq, p.tcq, 2);
+	to_init(p.a);
+	to_init(p.b);
+	to_rtr(ctx, p.a, p.b->qp_num);
+	to_rtr(ctx, p.b, p.a->qp_num);
+	to_rts(p.a);
+	to_rts(p.b);
+	rwr.wr_id = 60;
+	if (ibv_post_recv(p.b, &rwr, &rbad))
+		DIE("ibv_post_recv");
+	struct ibv_send_wr w4 = {.wr_id = 4, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND};
+	s = post_wait(&p, &w4);
+	CHECK(s == IBV_WC_SUCCESS, "SEND after RESET and reconnect: %s", st(s));
+	int got = poll_one(p.tcq, &wc, 5.0);
+	CHECK(got && wc.wr_id == 60 && wc.status == IBV_WC_SUCCESS,
+	      "after reconnect the peer's CQ gave %s wr_id %" PRIu64 ", want the SEND in 60",
+	      got ? st(wc.status) : "no completion", got ? wc.wr_id : 0);
+	pair_down(&p);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -1811,6 +1904,7 @@ static const struct {
 	{"close_with_live_objects", close_with_live_objects},
 	{"cross_context_objects", cross_context_objects},
 	{"bad_query_ranges", bad_query_ranges},
+	{"error_state_flushes", error_state_flushes},
 };
 
 int main(int argc, char **argv)
