@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use softib_core::verbs::qp::{QpAttrMask, QpInitAttr};
+use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpInitAttr};
 use softib_core::verbs::srq::{SrqAttr, SrqAttrMask, SrqInitAttr};
 use softib_core::verbs::types::Gid;
 use softib_core::verbs::types::{QpState, QpType, SendFlags};
@@ -288,6 +288,18 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
         let mut eng = shared.lock();
         // What the QP still has to send (the ACK of its last receive) leaves first.
         eng.flush(&shared);
+        // rdma-core: a destroyed QP's outstanding WRs are not processed and no completions are
+        // generated for them (rxe drains without notifying). The core's destroy flushes them
+        // into the CQs, where the application, which may already have freed what their wr_ids
+        // point at, would poll them: RESET first empties the queues silently.
+        let reset = QpAttr {
+            qp_state: QpState::Reset,
+            ..QpAttr::default()
+        };
+        let _ = eng
+            .dev
+            .hca_mut()
+            .modify_qp(q.qpn, &reset, QpAttrMask::STATE);
         if eng.dev.hca_mut().destroy_qp(q.qpn).is_err() {
             return ret_errno(libc::EINVAL);
         }
