@@ -228,3 +228,11 @@ fn bad_query_ranges() {
 fn bad_error_state_flushes() {
     run_case("error_state_flushes");
 }
+
+/// ibv_destroy_qp with WRs outstanding on both queues generates no completions for them (a CQ
+/// the application keeps using never returns the dead QP's wr_ids); the other QPs on the same
+/// CQs are unaffected.
+#[test]
+fn destroy_qp_completes_nothing_of_its_outstanding_wrs() {
+    run_case("destroy_qp_with_outstanding_wrs");
+}

@@ -1880,6 +1880,63 @@ static void error_state_flushes(void)
 	ibv_close_device(ctx);
 }
 
+/* ibv_destroy_qp with WRs outstanding on both queues: they are not processed and no work
+ * completions are generated for them (rdma-core; rxe drains without notifying), so a CQ the
+ * application goes on using never returns a wr_id of the destroyed QP; another QP on the same
+ * CQs is unaffected. */
+static void destroy_qp_with_outstanding_wrs(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[1024];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!pd || !mr)
+		DIE("setup");
+	struct pair p;
+	pair_up(&p, ctx, pd);
+	/* A second requester on the same CQs, connected to a peer that never answers (RESET),
+	 * so its SEND stays outstanding; plus receives of its own. */
+	struct ibv_qp *doomed = rc_qp(pd, p.scq, p.rcq, 1);
+	struct ibv_qp *silent = rc_qp(pd, p.tcq, p.tcq, 1);
+	to_init(doomed);
+	to_rtr(ctx, doomed, silent->qp_num);
+	to_rts(doomed);
+	struct ibv_sge sge = {(uintptr_t)buf, 16, mr->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = 0xdead0001, .sg_list = &sge, .num_sge = 1};
+	struct ibv_recv_wr *rbad;
+	if (ibv_post_recv(doomed, &rwr, &rbad))
+		DIE("ibv_post_recv");
+	struct ibv_send_wr swr = {.wr_id = 0xdead0002, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_send_wr *sbad;
+	if (ibv_post_send(doomed, &swr, &sbad))
+		DIE("ibv_post_send");
+	usleep(20000);
+	CHECK(ibv_destroy_qp(doomed) == 0, "ibv_destroy_qp with outstanding WRs");
+	/* The surviving pair works on the same CQs, and no completion of the dead QP shows. */
+	rwr.wr_id = 7;
+	if (ibv_post_recv(p.b, &rwr, &rbad))
+		DIE("ibv_post_recv");
+	struct ibv_send_wr ok = {.wr_id = 8, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND};
+	int s = post_wait(&p, &ok);
+	CHECK(s == IBV_WC_SUCCESS, "SEND on the surviving pair: %s", st(s));
+	usleep(50000);
+	struct ibv_wc wc[8];
+	int n = ibv_poll_cq(p.scq, 8, wc) + 0;
+	for (int i = 0; i < n; i++)
+		CHECK(wc[i].wr_id >> 16 != 0xdead, "send CQ: wr_id %#" PRIx64 " (%s) of the destroyed QP",
+		      wc[i].wr_id, st(wc[i].status));
+	n = ibv_poll_cq(p.rcq, 8, wc);
+	for (int i = 0; i < n; i++)
+		CHECK(wc[i].wr_id >> 16 != 0xdead, "recv CQ: wr_id %#" PRIx64 " (%s) of the destroyed QP",
+		      wc[i].wr_id, st(wc[i].status));
+	ibv_destroy_qp(silent);
+	pair_down(&p);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -1905,6 +1962,7 @@ static const struct {
 	{"cross_context_objects", cross_context_objects},
 	{"bad_query_ranges", bad_query_ranges},
 	{"error_state_flushes", error_state_flushes},
+	{"destroy_qp_with_outstanding_wrs", destroy_qp_with_outstanding_wrs},
 };
 
 int main(int argc, char **argv)
