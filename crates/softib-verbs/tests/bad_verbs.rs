@@ -236,3 +236,11 @@ fn bad_error_state_flushes() {
 fn destroy_qp_completes_nothing_of_its_outstanding_wrs() {
     run_case("destroy_qp_with_outstanding_wrs");
 }
+
+/// UD: a datagram larger than GRH + receive buffer is dropped with the WQE kept (IBA C9-205;
+/// rxe's IBV_WC_LOC_LEN_ERR accepted too), no byte past the buffer changes; a wrong Q_Key is
+/// dropped; a datagram above the path MTU is refused or fails; nothing of them is received.
+#[test]
+fn bad_ud_datagrams() {
+    run_case("ud_errors");
+}

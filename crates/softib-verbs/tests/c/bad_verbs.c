@@ -1937,6 +1937,125 @@ static void destroy_qp_with_outstanding_wrs(void)
 	ibv_close_device(ctx);
 }
 
+/* UD datagrams the receiver cannot take: a receive buffer smaller than the 40-byte GRH plus
+ * the payload (IBA C9-205: silently dropped, the WQE kept; rxe completes it with
+ * IBV_WC_LOC_LEN_ERR; the sender succeeds either way), a wrong Q_Key (silently dropped), a
+ * payload above the path MTU (C9-200: refused at post or completed in error; nothing
+ * received). */
+static void ud_errors(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[16384];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_cq *scq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_cq *rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	if (!pd || !mr || !scq || !rcq)
+		DIE("setup");
+	struct ibv_qp *snd = ud_qp(ctx, pd, scq), *rcv = ud_qp(ctx, pd, rcq);
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	if (ibv_query_gid(ctx, 1, 0, &aa.grh.dgid))
+		DIE("gid");
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	struct ibv_port_attr pa;
+	if (!ah || ___ibv_query_port(ctx, 1, &pa))
+		DIE("ah/port");
+	int mtu = 128 << pa.active_mtu;
+	struct ibv_wc wc;
+	struct ibv_recv_wr *rbad;
+	struct ibv_send_wr *sbad;
+
+	/* Too small a receive buffer. */
+	memset(buf + 8192, 0x11, 256);
+	struct ibv_sge rs = {(uintptr_t)buf + 8192, 40 + 8, mr->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
+	if (ibv_post_recv(rcv, &rwr, &rbad))
+		DIE("ibv_post_recv");
+	struct ibv_sge ss = {(uintptr_t)buf, 64, mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 2, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED};
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = rcv->qp_num;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	CHECK(ibv_post_send(snd, &wr, &sbad) == 0, "UD post_send");
+	CHECK(poll_one(scq, &wc, 5.0) && wc.wr_id == 2 && wc.status == IBV_WC_SUCCESS,
+	      "UD sender: %s", st(wc.status));
+	/* IBA C9-205: silently dropped, the receive WQE stays (softib); rxe completes it with
+	 * IBV_WC_LOC_LEN_ERR instead (class D). Either way nothing lands past the buffer. */
+	int got = poll_one(rcq, &wc, 0.5);
+	CHECK(!got || (wc.wr_id == 1 && wc.status == IBV_WC_LOC_LEN_ERR),
+	      "UD receive into 48 bytes of a 64-byte datagram: %s wr_id %" PRIu64, st(wc.status),
+	      wc.wr_id);
+	int same = 1;
+	for (int i = 48; i < 256; i++)
+		same &= buf[8192 + i] == 0x11;
+	CHECK(same, "bytes past the receive buffer changed");
+	if (!got) {
+		/* The WQE is still there and takes a datagram that fits. */
+		ss.length = 8;
+		wr.wr_id = 20;
+		CHECK(ibv_post_send(snd, &wr, &sbad) == 0, "UD post_send");
+		CHECK(poll_one(scq, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "UD sender");
+		got = poll_one(rcq, &wc, 5.0);
+		CHECK(got && wc.wr_id == 1 && wc.status == IBV_WC_SUCCESS && wc.byte_len == 40 + 8,
+		      "the kept receive: %s wr_id %" PRIu64 " byte_len %u",
+		      got ? st(wc.status) : "no completion", got ? wc.wr_id : 0,
+		      got ? wc.byte_len : 0);
+		ss.length = 64;
+	}
+
+	/* A wrong Q_Key: dropped; the receive stays posted and takes the next good datagram. */
+	rs.length = 40 + 256;
+	rwr.wr_id = 3;
+	if (ibv_post_recv(rcv, &rwr, &rbad))
+		DIE("ibv_post_recv");
+	wr.wr_id = 4;
+	wr.wr.ud.remote_qkey = 0x22222222;
+	CHECK(ibv_post_send(snd, &wr, &sbad) == 0, "UD post_send");
+	CHECK(poll_one(scq, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "UD sender (wrong Q_Key)");
+	usleep(100000);
+	CHECK(ibv_poll_cq(rcq, 1, &wc) == 0, "a datagram with a wrong Q_Key was received");
+	wr.wr_id = 5;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	CHECK(ibv_post_send(snd, &wr, &sbad) == 0, "UD post_send");
+	CHECK(poll_one(scq, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "UD sender");
+	got = poll_one(rcq, &wc, 5.0);
+	CHECK(got && wc.wr_id == 3 && wc.status == IBV_WC_SUCCESS && wc.byte_len == 40 + 64,
+	      "the receive after the dropped datagram: %s wr_id %" PRIu64 " byte_len %u",
+	      got ? st(wc.status) : "no completion", got ? wc.wr_id : 0, got ? wc.byte_len : 0);
+
+	/* Above the path MTU. */
+	rs.length = 40 + 8192;
+	rwr.wr_id = 6;
+	if (ibv_post_recv(rcv, &rwr, &rbad))
+		DIE("ibv_post_recv");
+	ss.length = mtu + 1;
+	wr.wr_id = 7;
+	sbad = NULL;
+	int rc = ibv_post_send(snd, &wr, &sbad);
+	if (rc == 0) {
+		got = poll_one(scq, &wc, 5.0);
+		CHECK(got && wc.wr_id == 7 && wc.status != IBV_WC_SUCCESS,
+		      "a %d-byte UD datagram (MTU %d): %s", mtu + 1, mtu,
+		      got ? st(wc.status) : "no completion");
+	} else {
+		CHECK(sbad == &wr, "refused without bad_wr");
+	}
+	usleep(50000);
+	CHECK(ibv_poll_cq(rcq, 1, &wc) == 0, "a datagram above the MTU was received");
+
+	ibv_destroy_qp(snd);
+	ibv_destroy_qp(rcv);
+	ibv_destroy_ah(ah);
+	ibv_destroy_cq(scq);
+	ibv_destroy_cq(rcq);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -1963,6 +2082,7 @@ static const struct {
 	{"bad_query_ranges", bad_query_ranges},
 	{"error_state_flushes", error_state_flushes},
 	{"destroy_qp_with_outstanding_wrs", destroy_qp_with_outstanding_wrs},
+	{"ud_errors", ud_errors},
 };
 
 int main(int argc, char **argv)
