@@ -103,7 +103,10 @@ pub extern "C" fn ibv_port_state_str(s: ibv_port_state) -> *const libc::c_char {
     }
 }
 
-/// (rate, multiple of 2.5 Gb/s, Mb/s) for every `enum ibv_rate`.
+/// (rate, multiple of 2.5 Gb/s, Mb/s) for every `enum ibv_rate`, as rdma-core 44's
+/// verbs.c: the rates that are not a whole multiple of 2.5 Gb/s (FDR, EDR, HDR lanes) have
+/// no multiple (0 here: `ibv_rate_to_mult` gives -1 and `mult_to_ibv_rate` never returns
+/// them).
 const RATES: &[(ibv_rate, i32, i32)] = &[
     (IBV_RATE_2_5_GBPS, 1, 2500),
     (IBV_RATE_5_GBPS, 2, 5000),
@@ -114,14 +117,14 @@ const RATES: &[(ibv_rate, i32, i32)] = &[
     (IBV_RATE_60_GBPS, 24, 60000),
     (IBV_RATE_80_GBPS, 32, 80000),
     (IBV_RATE_120_GBPS, 48, 120000),
-    (IBV_RATE_14_GBPS, 5, 14062),
-    (IBV_RATE_56_GBPS, 22, 56250),
-    (IBV_RATE_112_GBPS, 45, 112500),
-    (IBV_RATE_168_GBPS, 67, 168750),
-    (IBV_RATE_25_GBPS, 10, 25781),
-    (IBV_RATE_100_GBPS, 40, 103125),
-    (IBV_RATE_200_GBPS, 80, 206250),
-    (IBV_RATE_300_GBPS, 120, 309375),
+    (IBV_RATE_14_GBPS, 0, 14062),
+    (IBV_RATE_56_GBPS, 0, 56250),
+    (IBV_RATE_112_GBPS, 0, 112500),
+    (IBV_RATE_168_GBPS, 0, 168750),
+    (IBV_RATE_25_GBPS, 0, 25781),
+    (IBV_RATE_100_GBPS, 0, 103125),
+    (IBV_RATE_200_GBPS, 0, 206250),
+    (IBV_RATE_300_GBPS, 0, 309375),
     (IBV_RATE_28_GBPS, 11, 28125),
     (IBV_RATE_50_GBPS, 20, 53125),
     (IBV_RATE_400_GBPS, 160, 425000),
@@ -133,7 +136,10 @@ const RATES: &[(ibv_rate, i32, i32)] = &[
 symver!(ibv_rate_to_mult);
 #[export_name = "softib_ibv_rate_to_mult"]
 pub extern "C" fn ibv_rate_to_mult(rate: ibv_rate) -> i32 {
-    RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.1)
+    RATES
+        .iter()
+        .find(|r| r.0 == rate && r.1 > 0)
+        .map_or(-1, |r| r.1)
 }
 
 symver!(mult_to_ibv_rate);
@@ -141,7 +147,7 @@ symver!(mult_to_ibv_rate);
 pub extern "C" fn mult_to_ibv_rate(mult: i32) -> ibv_rate {
     RATES
         .iter()
-        .find(|r| r.1 == mult)
+        .find(|r| r.1 == mult && mult > 0)
         .map_or(IBV_RATE_MAX, |r| r.0)
 }
 
