@@ -244,3 +244,10 @@ fn destroy_qp_completes_nothing_of_its_outstanding_wrs() {
 fn bad_ud_datagrams() {
     run_case("ud_errors");
 }
+
+/// ibv_rate_to_mult / mult_to_ibv_rate / ibv_rate_to_mbps / mbps_to_ibv_rate for every rate
+/// and for values outside the enum, and the enum strings for unknown values, as rdma-core 44.
+#[test]
+fn bad_rates_and_strings_out_of_range() {
+    run_case("rates_and_strings");
+}

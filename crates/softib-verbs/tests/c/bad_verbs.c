@@ -2056,6 +2056,67 @@ static void ud_errors(void)
 	ibv_close_device(ctx);
 }
 
+/* Rate conversions and strings, including values outside the enums, as rdma-core 44's
+ * verbs.c / enum_strs.c: a rate that is not a whole multiple of 2.5 Gb/s has no multiple
+ * (-1), an unknown multiple or Mb/s gives IBV_RATE_MAX, unknown enum values give "unknown". */
+static void rates_and_strings(void)
+{
+	static const struct {
+		enum ibv_rate rate;
+		int mult, mbps;
+	} t[] = {
+		{IBV_RATE_2_5_GBPS, 1, 2500},     {IBV_RATE_5_GBPS, 2, 5000},
+		{IBV_RATE_10_GBPS, 4, 10000},     {IBV_RATE_20_GBPS, 8, 20000},
+		{IBV_RATE_30_GBPS, 12, 30000},    {IBV_RATE_40_GBPS, 16, 40000},
+		{IBV_RATE_60_GBPS, 24, 60000},    {IBV_RATE_80_GBPS, 32, 80000},
+		{IBV_RATE_120_GBPS, 48, 120000},  {IBV_RATE_14_GBPS, -1, 14062},
+		{IBV_RATE_56_GBPS, -1, 56250},    {IBV_RATE_112_GBPS, -1, 112500},
+		{IBV_RATE_168_GBPS, -1, 168750},  {IBV_RATE_25_GBPS, -1, 25781},
+		{IBV_RATE_100_GBPS, -1, 103125},  {IBV_RATE_200_GBPS, -1, 206250},
+		{IBV_RATE_300_GBPS, -1, 309375},  {IBV_RATE_28_GBPS, 11, 28125},
+		{IBV_RATE_50_GBPS, 20, 53125},    {IBV_RATE_400_GBPS, 160, 425000},
+		{IBV_RATE_600_GBPS, 240, 637500}, {IBV_RATE_800_GBPS, 320, 850000},
+		{IBV_RATE_1200_GBPS, 480, 1275000},
+	};
+	for (unsigned i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		CHECK(ibv_rate_to_mult(t[i].rate) == t[i].mult, "ibv_rate_to_mult(%d) = %d, want %d",
+		      t[i].rate, ibv_rate_to_mult(t[i].rate), t[i].mult);
+		CHECK(ibv_rate_to_mbps(t[i].rate) == t[i].mbps, "ibv_rate_to_mbps(%d) = %d, want %d",
+		      t[i].rate, ibv_rate_to_mbps(t[i].rate), t[i].mbps);
+		if (t[i].mult > 0)
+			CHECK(mult_to_ibv_rate(t[i].mult) == t[i].rate, "mult_to_ibv_rate(%d)",
+			      t[i].mult);
+		CHECK(mbps_to_ibv_rate(t[i].mbps) == t[i].rate, "mbps_to_ibv_rate(%d)", t[i].mbps);
+	}
+	int bad_mult[] = {0, -1, 3, 5, 10, 22, 40, 45, 67, 80, 120, 1000};
+	for (unsigned i = 0; i < sizeof(bad_mult) / sizeof(bad_mult[0]); i++)
+		CHECK(mult_to_ibv_rate(bad_mult[i]) == IBV_RATE_MAX, "mult_to_ibv_rate(%d) = %d",
+		      bad_mult[i], mult_to_ibv_rate(bad_mult[i]));
+	CHECK(ibv_rate_to_mult(IBV_RATE_MAX) == -1, "ibv_rate_to_mult(MAX)");
+	CHECK(ibv_rate_to_mult((enum ibv_rate)999) == -1, "ibv_rate_to_mult(999)");
+	CHECK(ibv_rate_to_mbps((enum ibv_rate)999) == -1, "ibv_rate_to_mbps(999)");
+	CHECK(mbps_to_ibv_rate(0) == IBV_RATE_MAX && mbps_to_ibv_rate(12345) == IBV_RATE_MAX,
+	      "mbps_to_ibv_rate of unknown rates");
+
+	CHECK(!strcmp(ibv_wc_status_str(IBV_WC_SUCCESS), "success"), "%s",
+	      ibv_wc_status_str(IBV_WC_SUCCESS));
+	CHECK(!strcmp(ibv_wc_status_str(IBV_WC_LOC_PROT_ERR), "local protection error"), "%s",
+	      ibv_wc_status_str(IBV_WC_LOC_PROT_ERR));
+	CHECK(!strcmp(ibv_wc_status_str((enum ibv_wc_status)999), "unknown"), "%s",
+	      ibv_wc_status_str((enum ibv_wc_status)999));
+	CHECK(!strcmp(ibv_wc_status_str((enum ibv_wc_status)-1), "unknown"), "status -1");
+	CHECK(!strcmp(ibv_event_type_str((enum ibv_event_type)999), "unknown"), "event 999");
+	CHECK(!strcmp(ibv_node_type_str((enum ibv_node_type)999), "unknown"), "node 999");
+	CHECK(!strcmp(ibv_node_type_str((enum ibv_node_type)-5), "unknown"), "node -5");
+	CHECK(!strcmp(ibv_port_state_str((enum ibv_port_state)999), "unknown"), "port 999");
+	CHECK(!strcmp(ibv_port_state_str(IBV_PORT_ACTIVE), "active"), "%s",
+	      ibv_port_state_str(IBV_PORT_ACTIVE));
+	CHECK(!strcmp(ibv_node_type_str(IBV_NODE_CA), "InfiniBand channel adapter"), "%s",
+	      ibv_node_type_str(IBV_NODE_CA));
+	CHECK(!strcmp(ibv_event_type_str(IBV_EVENT_CQ_ERR), "CQ error"), "%s",
+	      ibv_event_type_str(IBV_EVENT_CQ_ERR));
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2083,6 +2144,7 @@ static const struct {
 	{"error_state_flushes", error_state_flushes},
 	{"destroy_qp_with_outstanding_wrs", destroy_qp_with_outstanding_wrs},
 	{"ud_errors", ud_errors},
+	{"rates_and_strings", rates_and_strings},
 };
 
 int main(int argc, char **argv)
