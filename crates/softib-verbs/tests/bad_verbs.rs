@@ -251,3 +251,10 @@ fn bad_ud_datagrams() {
 fn bad_rates_and_strings_out_of_range() {
     run_case("rates_and_strings");
 }
+
+/// An atomic whose local buffer is not 8 bytes is refused at post or fails, the target
+/// unchanged.
+#[test]
+fn bad_atomic_local_length() {
+    run_case("atomic_local_length");
+}

@@ -2117,6 +2117,52 @@ static void rates_and_strings(void)
 	      ibv_event_type_str(IBV_EVENT_CQ_ERR));
 }
 
+/* An atomic whose local buffer is not 8 bytes (rxe: EINVAL at post; an error completion is
+ * accepted too): the target is unchanged either way. */
+static void atomic_local_length(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static uint64_t target[4], local[4];
+	struct ibv_mr *tmr = ibv_reg_mr(pd, target, sizeof(target),
+					RW | IBV_ACCESS_REMOTE_ATOMIC);
+	struct ibv_mr *lmr = ibv_reg_mr(pd, local, sizeof(local), IBV_ACCESS_LOCAL_WRITE);
+	if (!pd || !tmr || !lmr)
+		DIE("setup");
+	uint32_t lens[] = {4, 16, 0};
+	for (unsigned i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		struct pair p;
+		pair_up(&p, ctx, pd);
+		target[1] = 100;
+		struct ibv_sge sge = {(uintptr_t)local, lens[i], lmr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+					 .send_flags = IBV_SEND_SIGNALED};
+		wr.wr.atomic.remote_addr = (uintptr_t)&target[1];
+		wr.wr.atomic.rkey = tmr->rkey;
+		wr.wr.atomic.compare_add = 5;
+		struct ibv_send_wr *bad = NULL;
+		int rc = ibv_post_send(p.a, &wr, &bad);
+		if (rc == 0) {
+			struct ibv_wc wc;
+			int got = poll_one(p.scq, &wc, 5.0);
+			CHECK(got && wc.status != IBV_WC_SUCCESS,
+			      "FETCH_AND_ADD with a %u-byte local buffer: %s", lens[i],
+			      got ? st(wc.status) : "no completion");
+		} else {
+			CHECK(bad == &wr, "refused without bad_wr");
+		}
+		usleep(20000);
+		CHECK(target[1] == 100, "FETCH_AND_ADD with a %u-byte local buffer changed the target",
+		      lens[i]);
+		pair_down(&p);
+	}
+	ibv_dereg_mr(tmr);
+	ibv_dereg_mr(lmr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2145,6 +2191,7 @@ static const struct {
 	{"destroy_qp_with_outstanding_wrs", destroy_qp_with_outstanding_wrs},
 	{"ud_errors", ud_errors},
 	{"rates_and_strings", rates_and_strings},
+	{"atomic_local_length", atomic_local_length},
 };
 
 int main(int argc, char **argv)
