@@ -837,6 +837,18 @@ static void busy_objects(void)
 	CHECK(ibv_destroy_srq(srq) == 0, "ibv_destroy_srq");
 	CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
 	CHECK(ibv_destroy_comp_channel(ch) == 0, "ibv_destroy_comp_channel");
+	/* An address handle alone keeps its PD busy too. */
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	if (ibv_query_gid(ctx, 1, 0, &aa.grh.dgid))
+		DIE("gid");
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	CHECK(ah != NULL, "ibv_create_ah");
+	if (ah) {
+		CHECK(ibv_dealloc_pd(pd) == EBUSY, "dealloc of a PD with an AH");
+		CHECK(ibv_destroy_ah(ah) == 0, "ibv_destroy_ah");
+	}
 	CHECK(ibv_dealloc_pd(pd) == 0, "ibv_dealloc_pd");
 	ibv_close_device(ctx);
 }
