@@ -390,7 +390,8 @@ unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length:
     }
 }
 unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
-    if n > 0 && list.is_null() {
+    // Checked before the list is read (a list shorter than n is never read past).
+    if (n > 0 && list.is_null()) || n > sq(q).max_send_sge as usize {
         sq(q).wr_error = libc::EINVAL;
         return;
     }

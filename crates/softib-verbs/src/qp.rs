@@ -37,6 +37,11 @@ pub struct SoftQp {
     pub send_ops: u64,
     /// Largest inline payload (the QP's capability).
     pub max_inline: u32,
+    /// Largest `num_sge` of a send / receive WR (the QP's capabilities): checked before the
+    /// application's list is read, as rdma-core's rxe provider does.
+    pub max_send_sge: u32,
+    /// See `max_send_sge`.
+    pub max_recv_sge: u32,
     /// WRs built by the `ibv_wr_*` interface between `ibv_wr_start` and `ibv_wr_complete`.
     pub wr_batch: Vec<SendWr>,
     /// Set when a `ibv_wr_*` call in the batch was invalid (`ibv_wr_complete` fails).
@@ -52,6 +57,8 @@ pub struct SoftSrq {
     pub shared: Arc<Shared>,
     /// The HCA's SRQ.
     pub handle: SrqHandle,
+    /// Largest `num_sge` of a WR (the SRQ's capability), checked before the list is read.
+    pub max_sge: u32,
 }
 
 /// Fills the QP and SRQ entries of `context->ops`.
@@ -152,6 +159,8 @@ pub unsafe fn create(
         has_ex,
         send_ops: if has_ex { a.send_ops_flags } else { 0 },
         max_inline: a.cap.max_inline_data,
+        max_send_sge: a.cap.max_send_sge,
+        max_recv_sge: a.cap.max_recv_sge,
         wr_batch: Vec::new(),
         wr_error: 0,
     }));
@@ -314,7 +323,12 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
 
 /// Fills `wr` from one `ibv_send_wr`, reusing its buffers (no allocation for the usual WR).
 /// `Err(errno)` for a WR no QP could take.
-pub unsafe fn fill_send_wr(wr: &mut SendWr, w: &ibv_send_wr, max_inline: u32) -> Result<(), i32> {
+pub unsafe fn fill_send_wr(
+    wr: &mut SendWr,
+    w: &ibv_send_wr,
+    max_inline: u32,
+    max_sge: u32,
+) -> Result<(), i32> {
     let imm = u32::from_be(w.__bindgen_anon_1.imm_data);
     let opcode = match w.opcode {
         IBV_WR_SEND => WrOpcode::Send,
@@ -343,7 +357,9 @@ pub unsafe fn fill_send_wr(wr: &mut SendWr, w: &ibv_send_wr, max_inline: u32) ->
         },
         _ => return Err(libc::EINVAL),
     };
-    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
+    // num_sge is checked before the list is read: a list shorter than num_sge says is
+    // never read past.
+    if w.num_sge < 0 || w.num_sge as u32 > max_sge || (w.num_sge > 0 && w.sg_list.is_null()) {
         return Err(libc::EINVAL);
     }
     let sges = if w.num_sge == 0 {
@@ -401,13 +417,13 @@ pub unsafe extern "C" fn post_send(
         .app_polls
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut eng = shared.lock();
-    let max_inline = q.max_inline;
+    let (max_inline, max_sge) = (q.max_inline, q.max_send_sge);
     let mut cur = wr;
     let mut rc = 0;
     let mut one = std::mem::replace(&mut eng.scratch_send, SendWr::new(0, WrOpcode::Send));
     while !cur.is_null() {
         let w = &*cur;
-        if let Err(e) = fill_send_wr(&mut one, w, max_inline) {
+        if let Err(e) = fill_send_wr(&mut one, w, max_inline, max_sge) {
             rc = e;
             break;
         }
@@ -457,8 +473,10 @@ pub unsafe extern "C" fn post_send(
 }
 
 /// Fills `r` from one `ibv_recv_wr`, reusing its scatter list.
-unsafe fn fill_recv_wr(r: &mut RecvWr, w: &ibv_recv_wr) -> Result<(), i32> {
-    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
+unsafe fn fill_recv_wr(r: &mut RecvWr, w: &ibv_recv_wr, max_sge: u32) -> Result<(), i32> {
+    // num_sge is checked before the list is read: a list shorter than num_sge says is
+    // never read past.
+    if w.num_sge < 0 || w.num_sge as u32 > max_sge || (w.num_sge > 0 && w.sg_list.is_null()) {
         return Err(libc::EINVAL);
     }
     let sges = if w.num_sge == 0 {
@@ -493,7 +511,7 @@ pub unsafe extern "C" fn post_recv(
     let mut one = std::mem::take(&mut eng.scratch_recv);
     while !cur.is_null() {
         let w = &*cur;
-        if let Err(e) = fill_recv_wr(&mut one, w) {
+        if let Err(e) = fill_recv_wr(&mut one, w, q.max_recv_sge) {
             rc = e;
             break;
         }
@@ -534,7 +552,7 @@ pub unsafe extern "C" fn post_srq_recv(
     let mut one = std::mem::take(&mut eng.scratch_recv);
     while !cur.is_null() {
         let w = &*cur;
-        if let Err(e) = fill_recv_wr(&mut one, w) {
+        if let Err(e) = fill_recv_wr(&mut one, w, s.max_sge) {
             rc = e;
             break;
         }
@@ -590,6 +608,7 @@ pub unsafe fn create_srq(
         srq: s,
         shared: sc.shared.clone(),
         handle: h,
+        max_sge: attr.max_sge,
     }));
     (*p).srq.handle = p as usize as u32;
     eng.srqs.insert(h, p);
