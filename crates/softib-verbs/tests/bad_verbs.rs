@@ -258,3 +258,11 @@ fn bad_rates_and_strings_out_of_range() {
 fn bad_atomic_local_length() {
     run_case("atomic_local_length");
 }
+
+/// num_sge far above max_send_sge / max_recv_sge / the SRQ's max_sge (up to INT_MAX) with a
+/// two-entry list just before an unmapped page: refused with bad_wr at the WR before the list
+/// is read (as rdma-core's rxe provider), never a fault; ibv_wr_set_sge_list likewise.
+#[test]
+fn bad_huge_num_sge_is_refused_before_reading_the_list() {
+    run_case("huge_num_sge");
+}

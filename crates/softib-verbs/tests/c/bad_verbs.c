@@ -2175,6 +2175,94 @@ static void atomic_local_length(void)
 	ibv_close_device(ctx);
 }
 
+/* num_sge far above the QP's limit with a short sg_list: refused before the list is read
+ * (rdma-core's rxe provider checks num_sge against max_sge first), never a read past the
+ * caller's array; the same for ibv_wr_set_sge_list and SRQs. */
+static void huge_num_sge(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[64];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!pd || !mr)
+		DIE("setup");
+	/* The list sits at the end of a mapping followed by an unmapped page: reading past its
+	 * two entries faults. */
+	long pg = sysconf(_SC_PAGESIZE);
+	unsigned char *m = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED || munmap(m + pg, pg))
+		DIE("mmap");
+	struct ibv_sge *sg = (struct ibv_sge *)(m + pg) - 2;
+	sg[0] = (struct ibv_sge){(uintptr_t)buf, 8, mr->lkey};
+	sg[1] = sg[0];
+	int huge[] = {3, 1000, 1 << 20, 0x7fffffff};
+	struct pair p;
+	pair_up(&p, ctx, pd);
+	for (unsigned i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+		struct ibv_send_wr wr = {.wr_id = 1, .sg_list = sg, .num_sge = huge[i],
+					 .opcode = IBV_WR_SEND};
+		struct ibv_send_wr *bad = NULL;
+		int rc = ibv_post_send(p.a, &wr, &bad);
+		CHECK((rc == EINVAL || rc == ENOMEM) && bad == &wr, "post_send num_sge %d: rc %d",
+		      huge[i], rc);
+		struct ibv_recv_wr rwr = {.wr_id = 2, .sg_list = sg, .num_sge = huge[i]};
+		struct ibv_recv_wr *rbad = NULL;
+		rc = ibv_post_recv(p.b, &rwr, &rbad);
+		CHECK((rc == EINVAL || rc == ENOMEM) && rbad == &rwr, "post_recv num_sge %d: rc %d",
+		      huge[i], rc);
+	}
+	struct ibv_srq_init_attr sia = {0};
+	sia.attr.max_wr = 4;
+	sia.attr.max_sge = 2;
+	struct ibv_srq *srq = ibv_create_srq(pd, &sia);
+	if (!srq)
+		DIE("ibv_create_srq");
+	for (unsigned i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+		struct ibv_recv_wr rwr = {.wr_id = 3, .sg_list = sg, .num_sge = huge[i]};
+		struct ibv_recv_wr *rbad = NULL;
+		int rc = ibv_post_srq_recv(srq, &rwr, &rbad);
+		CHECK((rc == EINVAL || rc == ENOMEM) && rbad == &rwr,
+		      "post_srq_recv num_sge %d: rc %d", huge[i], rc);
+	}
+	/* ibv_wr_set_sge_list. */
+	struct ibv_qp_init_attr_ex ia = {0};
+	ia.send_cq = p.scq;
+	ia.recv_cq = p.rcq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 4;
+	ia.cap.max_recv_wr = 4;
+	ia.cap.max_send_sge = 2;
+	ia.cap.max_recv_sge = 2;
+	ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	ia.pd = pd;
+	ia.send_ops_flags = IBV_QP_EX_WITH_SEND;
+	struct ibv_qp *x = ibv_create_qp_ex(ctx, &ia);
+	if (!x)
+		DIE("ibv_create_qp_ex");
+	struct ibv_qp *peer = rc_qp(pd, p.tcq, p.tcq, 2);
+	to_init(x);
+	to_rtr(ctx, x, peer->qp_num);
+	to_rts(x);
+	struct ibv_qp_ex *xx = ibv_qp_to_qp_ex(x);
+	for (unsigned i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+		ibv_wr_start(xx);
+		xx->wr_id = 4;
+		ibv_wr_send(xx);
+		ibv_wr_set_sge_list(xx, (size_t)huge[i], sg);
+		int rc = ibv_wr_complete(xx);
+		CHECK(rc != 0, "ibv_wr_set_sge_list of %d entries: ibv_wr_complete 0", huge[i]);
+	}
+	ibv_destroy_qp(x);
+	ibv_destroy_qp(peer);
+	ibv_destroy_srq(srq);
+	pair_down(&p);
+	munmap(m, pg);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2204,6 +2292,7 @@ static const struct {
 	{"ud_errors", ud_errors},
 	{"rates_and_strings", rates_and_strings},
 	{"atomic_local_length", atomic_local_length},
+	{"huge_num_sge", huge_num_sge},
 };
 
 int main(int argc, char **argv)
