@@ -421,17 +421,25 @@ unsafe extern "C" fn wr_set_inline_data_list(
         sq(q).wr_error = libc::EINVAL;
         return;
     }
+    // The running total is checked against the QP's inline capability before each buffer is
+    // read (as rdma-core's rxe provider does): a length larger than its buffer, or more
+    // entries than the list holds, are refused instead of read past once over the limit.
+    let max = sq(q).max_inline as usize;
     let mut data = Vec::new();
-    if n > 0 {
-        for b in std::slice::from_raw_parts(list, n) {
-            if b.length > 0 {
-                if b.addr.is_null() {
-                    sq(q).wr_error = libc::EINVAL;
-                    return;
-                }
-                data.extend_from_slice(std::slice::from_raw_parts(b.addr.cast::<u8>(), b.length));
-            }
+    for i in 0..n {
+        let b = &*list.add(i);
+        if b.length == 0 {
+            continue;
         }
+        if b.length > max - data.len() {
+            sq(q).wr_error = libc::ENOSPC;
+            return;
+        }
+        if b.addr.is_null() {
+            sq(q).wr_error = libc::EINVAL;
+            return;
+        }
+        data.extend_from_slice(std::slice::from_raw_parts(b.addr.cast::<u8>(), b.length));
     }
     if let Some(w) = last(q) {
         w.sg_list.clear();
