@@ -2177,7 +2177,8 @@ static void atomic_local_length(void)
 
 /* num_sge far above the QP's limit with a short sg_list: refused before the list is read
  * (rdma-core's rxe provider checks num_sge against max_sge first), never a read past the
- * caller's array; the same for ibv_wr_set_sge_list and SRQs. */
+ * caller's array; the same for ibv_wr_set_sge_list and SRQs, and for inline data longer than
+ * max_inline_data whose buffer ends at an unmapped page. */
 static void huge_num_sge(void)
 {
 	struct ibv_context *ctx = open_ctx();
@@ -2252,6 +2253,37 @@ static void huge_num_sge(void)
 		ibv_wr_set_sge_list(xx, (size_t)huge[i], sg);
 		int rc = ibv_wr_complete(xx);
 		CHECK(rc != 0, "ibv_wr_set_sge_list of %d entries: ibv_wr_complete 0", huge[i]);
+	}
+	/* Inline data: a length far above max_inline_data for a buffer just before the unmapped
+	 * page, on both interfaces. */
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	if (ibv_query_qp(x, &qa, IBV_QP_CAP, &qia))
+		DIE("ibv_query_qp");
+	unsigned char *tail = m + pg - 16;
+	size_t lens[] = {qia.cap.max_inline_data + 1, 4096, (size_t)1 << 30};
+	for (unsigned i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		ibv_wr_start(xx);
+		xx->wr_id = 5;
+		xx->wr_flags = IBV_SEND_INLINE;
+		ibv_wr_send(xx);
+		ibv_wr_set_inline_data(xx, tail, lens[i]);
+		int rc = ibv_wr_complete(xx);
+		CHECK(rc != 0, "ibv_wr_set_inline_data of %zu bytes (max %u): ibv_wr_complete 0",
+		      lens[i], qia.cap.max_inline_data);
+		struct ibv_data_buf bl[2] = {{tail, 8}, {tail, lens[i]}};
+		ibv_wr_start(xx);
+		ibv_wr_send(xx);
+		ibv_wr_set_inline_data_list(xx, 2, bl);
+		rc = ibv_wr_complete(xx);
+		CHECK(rc != 0, "ibv_wr_set_inline_data_list of 8 + %zu bytes: ibv_wr_complete 0",
+		      lens[i]);
+		struct ibv_sge is = {(uintptr_t)tail, (uint32_t)lens[i], 0};
+		struct ibv_send_wr iw = {.wr_id = 6, .sg_list = &is, .num_sge = 1,
+					 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_INLINE};
+		struct ibv_send_wr *ibad = NULL;
+		rc = ibv_post_send(x, &iw, &ibad);
+		CHECK(rc != 0 && ibad == &iw, "inline post_send of %zu bytes: rc %d", lens[i], rc);
 	}
 	ibv_destroy_qp(x);
 	ibv_destroy_qp(peer);
