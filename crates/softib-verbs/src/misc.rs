@@ -203,27 +203,37 @@ pub extern "C" fn ibv_get_sysfs_path() -> *const libc::c_char {
     cstr!("/sys")
 }
 
-/// Reads `dir/file` into `buf` (at most `size` bytes, NUL-terminated, trailing newline
-/// removed) as rdma-core does; -1 with errno when the file cannot be read. softib devices have
-/// no sysfs directory, so reads under their paths fail with ENOENT.
+/// Reads `dir/file` into `buf` as rdma-core's sysfs.c does: one read of at most `size`
+/// bytes (never more: a file such as /dev/zero is not read to its end), a trailing newline
+/// replaced by NUL, else NUL-terminated when it fits; contents that fill `buf` without a
+/// newline cannot be terminated and fail (-1). -1 with errno when the file cannot be read.
+/// softib devices have no sysfs directory, so reads under their paths fail with ENOENT.
 unsafe fn read_file(path: &str, buf: *mut libc::c_char, size: usize) -> i32 {
+    use std::io::Read as _;
     if buf.is_null() || size == 0 {
         return minus_one(libc::EINVAL);
     }
-    match std::fs::read(path) {
-        Ok(mut v) => {
-            if v.len() >= size {
-                v.truncate(size - 1);
-            }
-            if v.last() == Some(&b'\n') {
-                v.pop();
-            }
-            std::ptr::copy_nonoverlapping(v.as_ptr(), buf.cast::<u8>(), v.len());
-            *buf.add(v.len()) = 0;
-            v.len() as i32
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => return minus_one(e.raw_os_error().unwrap_or(libc::ENOENT)),
+    };
+    let mut v = vec![0u8; size];
+    let mut len = match f.read(&mut v) {
+        Ok(n) => n,
+        Err(e) => return minus_one(e.raw_os_error().unwrap_or(libc::EIO)),
+    };
+    std::ptr::copy_nonoverlapping(v.as_ptr(), buf.cast::<u8>(), len);
+    if len > 0 {
+        if v[len - 1] == b'\n' {
+            len -= 1;
+            *buf.add(len) = 0;
+        } else if len < size {
+            *buf.add(len) = 0;
+        } else {
+            return minus_one(libc::EOVERFLOW);
         }
-        Err(e) => minus_one(e.raw_os_error().unwrap_or(libc::ENOENT)),
     }
+    i32::try_from(len).unwrap_or(i32::MAX)
 }
 
 symver!(ibv_read_sysfs_file);
