@@ -266,3 +266,10 @@ fn bad_atomic_local_length() {
 fn bad_huge_num_sge_is_refused_before_reading_the_list() {
     run_case("huge_num_sge");
 }
+
+/// ibv_read_sysfs_file reads at most `size` bytes once (not /dev/zero to its end), strips the
+/// newline, fails on contents that fill the buffer without one and on a missing file.
+#[test]
+fn bad_read_sysfs_file_bounds() {
+    run_case("read_sysfs_file");
+}

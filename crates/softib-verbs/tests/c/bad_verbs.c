@@ -2295,6 +2295,43 @@ static void huge_num_sge(void)
 	ibv_close_device(ctx);
 }
 
+/* Exported at IBVERBS_1.0 and declared only in rdma-core's provider header (driver.h). */
+int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
+
+/* ibv_read_sysfs_file as rdma-core's sysfs.c: one read of at most `size` bytes (a file with
+ * no end such as /dev/zero is not read to its end), a trailing newline stripped, contents that
+ * fill the buffer without a newline fail, a missing file fails. */
+static void read_sysfs_file(void)
+{
+	char dir[] = "/tmp/softib-sysfs-XXXXXX";
+	if (!mkdtemp(dir))
+		DIE("mkdtemp");
+	char path[64];
+	snprintf(path, sizeof(path), "%s/attr", dir);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		DIE("fopen");
+	fputs("InfiniBand\n", f);
+	fclose(f);
+	char buf[32];
+	memset(buf, 'x', sizeof(buf));
+	int n = ibv_read_sysfs_file(dir, "attr", buf, sizeof(buf));
+	CHECK(n == 10 && !strcmp(buf, "InfiniBand"), "read %d \"%.*s\"", n, 10, buf);
+	memset(buf, 'x', sizeof(buf));
+	n = ibv_read_sysfs_file(dir, "attr", buf, 4);
+	CHECK(n == -1, "4 bytes of a longer line without its newline: %d, want -1", n);
+	CHECK(buf[4] == 'x', "wrote past the 4-byte buffer");
+	double t0 = now();
+	n = ibv_read_sysfs_file("/dev", "zero", buf, 16);
+	CHECK(n == -1 && now() - t0 < 1.0, "/dev/zero: %d after %.2f s", n, now() - t0);
+	errno = 0;
+	n = ibv_read_sysfs_file(dir, "missing", buf, sizeof(buf));
+	CHECK(n == -1 && errno == ENOENT, "a missing file: %d errno %d", n, errno);
+	CHECK(ibv_read_sysfs_file(dir, "attr", NULL, 16) == -1, "NULL buffer");
+	unlink(path);
+	rmdir(dir);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2325,6 +2362,7 @@ static const struct {
 	{"rates_and_strings", rates_and_strings},
 	{"atomic_local_length", atomic_local_length},
 	{"huge_num_sge", huge_num_sge},
+	{"read_sysfs_file", read_sysfs_file},
 };
 
 int main(int argc, char **argv)
