@@ -901,8 +901,35 @@ static void bad_modify_qp(void)
 	CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, mask));
 	at.ah_attr.grh.sgid_index = 0;
 	CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, mask & ~IBV_QP_DEST_QPN));
+	/* Values out of range (rxe_qp_chk_attr): no such path MTU, more outstanding RDMA
+	 * READ/atomics than the device allows. */
+	struct ibv_device_attr da;
+	if (ibv_query_device(ctx, &da))
+		DIE("ibv_query_device");
+	at.dest_qp_num = qp->qp_num;
+	enum ibv_mtu bad_mtu[] = {(enum ibv_mtu)0, (enum ibv_mtu)6, (enum ibv_mtu)99};
+	for (unsigned i = 0; i < 3; i++) {
+		at.path_mtu = bad_mtu[i];
+		CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, mask));
+	}
+	at.path_mtu = IBV_MTU_1024;
+	at.max_dest_rd_atomic = da.max_qp_rd_atom + 1;
+	CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, mask));
+	at.max_dest_rd_atomic = 1;
 	CHECK(ibv_query_qp(qp, &at, IBV_QP_STATE, &ia) == 0 && at.qp_state == IBV_QPS_INIT,
 	      "state %d after the refused transitions, want INIT", at.qp_state);
+	to_rtr(ctx, qp, qp->qp_num);
+	memset(&at, 0, sizeof(at));
+	at.qp_state = IBV_QPS_RTS;
+	at.timeout = 14;
+	at.retry_cnt = 7;
+	at.rnr_retry = 7;
+	at.max_rd_atomic = da.max_qp_init_rd_atom + 1;
+	CHECK_ERRNO_VALUE(ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+							 IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+							 IBV_QP_MAX_QP_RD_ATOMIC));
+	CHECK(ibv_query_qp(qp, &at, IBV_QP_STATE, &ia) == 0 && at.qp_state == IBV_QPS_RTR,
+	      "state %d after the refused RTS, want RTR", at.qp_state);
 
 	ibv_destroy_qp(qp);
 	ibv_destroy_cq(cq);
