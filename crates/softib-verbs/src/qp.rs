@@ -501,35 +501,10 @@ pub unsafe extern "C" fn post_recv(
         return libc::EINVAL;
     }
     let q = &*qp.cast::<SoftQp>();
-    let shared: &Shared = &q.shared;
-    shared
-        .app_polls
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut eng = shared.lock();
-    let mut cur = wr;
-    let mut rc = 0;
-    let mut one = std::mem::take(&mut eng.scratch_recv);
-    while !cur.is_null() {
-        let w = &*cur;
-        if let Err(e) = fill_recv_wr(&mut one, w, q.max_recv_sge) {
-            rc = e;
-            break;
-        }
-        if let Err(e) = eng
-            .dev
-            .hca_mut()
-            .post_recv(q.qpn, std::slice::from_ref(&one))
-        {
-            rc = convert::post_recv_errno(&e);
-            break;
-        }
-        cur = w.next;
-    }
-    eng.scratch_recv = one;
-    if rc != 0 && !bad_wr.is_null() {
-        *bad_wr = cur;
-    }
-    rc
+    post_recv_chain(&q.shared, wr, bad_wr, q.max_recv_sge, |hca, one| {
+        hca.post_recv(q.qpn, std::slice::from_ref(one))
+            .map_err(|e| convert::post_recv_errno(&e))
+    })
 }
 
 /// `ops.post_srq_recv`.
@@ -542,7 +517,25 @@ pub unsafe extern "C" fn post_srq_recv(
         return libc::EINVAL;
     }
     let s = &*srq.cast::<SoftSrq>();
-    let shared: &Shared = &s.shared;
+    post_recv_chain(&s.shared, wr, bad_wr, s.max_sge, |hca, one| {
+        hca.post_srq_recv(s.handle, std::slice::from_ref(one))
+            .map_err(|e| match e {
+                softib_core::error::PostSrqRecvError::QueueFull { .. } => libc::ENOMEM,
+                _ => libc::EINVAL,
+            })
+    })
+}
+
+/// Posts a chain of receive WRs one at a time through `post` (a QP's receive queue or an
+/// SRQ), converting each into the engine's reused buffer; stops at the first refused WR, which
+/// `bad_wr` then names. Returns 0 or the errno.
+unsafe fn post_recv_chain(
+    shared: &Shared,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+    max_sge: u32,
+    mut post: impl FnMut(&mut softib_core::Hca, &RecvWr) -> Result<(), i32>,
+) -> i32 {
     shared
         .app_polls
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -552,19 +545,12 @@ pub unsafe extern "C" fn post_srq_recv(
     let mut one = std::mem::take(&mut eng.scratch_recv);
     while !cur.is_null() {
         let w = &*cur;
-        if let Err(e) = fill_recv_wr(&mut one, w, s.max_sge) {
+        if let Err(e) = fill_recv_wr(&mut one, w, max_sge) {
             rc = e;
             break;
         }
-        if let Err(e) = eng
-            .dev
-            .hca_mut()
-            .post_srq_recv(s.handle, std::slice::from_ref(&one))
-        {
-            rc = match e {
-                softib_core::error::PostSrqRecvError::QueueFull { .. } => libc::ENOMEM,
-                _ => libc::EINVAL,
-            };
+        if let Err(e) = post(eng.dev.hca_mut(), &one) {
+            rc = e;
             break;
         }
         cur = w.next;
