@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::event::AsyncEvent;
 use softib_core::verbs::wr::{RecvWr, SendWr, WrOpcode};
 use softib_core::verbs::{CqHandle, SrqHandle};
@@ -116,6 +117,17 @@ impl Shared {
         }
     }
 
+    /// An application's poll begins: counts the call, locks the engine and sends what its
+    /// posts left pending.
+    pub fn app_poll(&self) -> MutexGuard<'_, Engine> {
+        self.app_polls.fetch_add(1, Ordering::Relaxed);
+        let mut eng = self.lock();
+        if self.tx_pending.load(Ordering::Acquire) {
+            eng.flush(self);
+        }
+        eng
+    }
+
     /// The blocked thread woke up.
     pub fn end_cq_wait(&self) {
         self.cq_waiters.fetch_sub(1, Ordering::AcqRel);
@@ -149,6 +161,23 @@ impl Engine {
         }
         self.dispatch_events(shared);
         busy
+    }
+
+    /// Takes up to `out.len()` completions of `cq`; when there are none, runs one I/O round
+    /// first (an application that polls drives the engine itself).
+    pub fn take_completions(
+        &mut self,
+        shared: &Shared,
+        cq: CqHandle,
+        out: &mut [WorkCompletion],
+    ) -> Result<usize, softib_core::error::CqError> {
+        match self.dev.hca_mut().poll_cq_into(cq, out) {
+            Ok(0) if !out.is_empty() => {
+                self.io(shared);
+                self.dev.hca_mut().poll_cq_into(cq, out)
+            }
+            r => r,
+        }
     }
 
     /// Sends what the HCA has queued (after a post), then the events.

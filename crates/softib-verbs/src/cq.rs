@@ -1,7 +1,6 @@
 //! Completion queues (plain and extended), completion channels and completion events.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use softib_core::verbs::cq::WorkCompletion;
@@ -186,24 +185,19 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: i32, wc: *mut ibv
     }
     let p = cq.cast::<SoftCq>();
     let shared = &*(*p).shared;
-    shared.app_polls.fetch_add(1, Ordering::Relaxed);
-    let mut eng = shared.lock();
-    if shared.tx_pending.load(Ordering::Acquire) {
-        eng.flush(shared);
-    }
+    let mut eng = shared.app_poll();
     let want = num_entries as usize;
     let mut done = 0usize;
     let mut buf = [WorkCompletion::default(); 16];
-    let mut tried_io = false;
     while done < want {
         let n = (want - done).min(buf.len());
-        match eng.dev.hca_mut().poll_cq_into((*p).handle, &mut buf[..n]) {
-            Ok(0) if !tried_io => {
-                tried_io = true;
-                eng.io(shared);
-                continue;
-            }
-            Ok(0) => break,
+        // Only the first look may drive the engine; later ones take what is there.
+        let got = if done == 0 {
+            eng.take_completions(shared, (*p).handle, &mut buf[..n])
+        } else {
+            eng.dev.hca_mut().poll_cq_into((*p).handle, &mut buf[..n])
+        };
+        match got {
             Ok(got) => {
                 for (i, w) in buf[..got].iter().enumerate() {
                     wc.add(done + i).write(convert::wc_to_c(w));

@@ -130,18 +130,9 @@ unsafe fn advance(cq: *mut ibv_cq_ex) -> i32 {
     let p = cq.cast::<SoftCq>();
     let mut w = [WorkCompletion::default()];
     let shared: &crate::context::Shared = &(*p).shared;
-    shared
-        .app_polls
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut eng = shared.lock();
-    if shared.tx_pending.load(std::sync::atomic::Ordering::Acquire) {
-        eng.flush(shared);
-    }
-    let mut got = eng.dev.hca_mut().poll_cq_into((*p).handle, &mut w);
-    if matches!(got, Ok(0)) {
-        eng.io(shared);
-        got = eng.dev.hca_mut().poll_cq_into((*p).handle, &mut w);
-    }
+    let got = shared
+        .app_poll()
+        .take_completions(shared, (*p).handle, &mut w);
     match got {
         Ok(1) => {
             (*p).cur = w[0];
