@@ -210,9 +210,9 @@ check_wire() { # name pcap
     fi
 }
 
-# One run with the guest as server: starts GUEST_CMD in the guest, then softib with ARGS
-# against it (the exchange through hostfwd 127.0.0.1). Sets src, grc, before, after, sr, t.
-softib_client_run() { # base tool guest_cmd softib-args...
+# One run with the guest as server: starts GUEST_CMD in the guest, then HOST_CMD (given
+# 127.0.0.1, the exchange through hostfwd) against it. Sets src, grc, before, after, sr, t.
+client_run() { # base tool guest_cmd host_cmd...
     local base=$1 tool=$2 gcmd=$3
     shift 3
     gssh "pkill -x $tool; rm -f /tmp/run.rc; (timeout 60 $gcmd >/tmp/run.log 2>&1; echo \$? >/tmp/run.rc) >/dev/null 2>&1 &"
@@ -220,7 +220,7 @@ softib_client_run() { # base tool guest_cmd softib-args...
     before=$(rxe_retries)
     start_capture "$base.wire.pcap"
     t=$SECONDS
-    nsx timeout 90 "$SOFTIB_BIN" "$@" --pcap "$base.softib.pcap" 127.0.0.1 >"$base.log" 2>&1
+    "$@" 127.0.0.1 >"$base.log" 2>&1
     src=$?
     wait_for 20 gssh "test -s /tmp/run.rc"
     grc=$(gssh "cat /tmp/run.rc" 2>/dev/null)
@@ -229,15 +229,15 @@ softib_client_run() { # base tool guest_cmd softib-args...
     after=$(rxe_retries)
     sr=$(softib_retries "$base.log")
 }
-# One run with softib as server (ARGS, on -p SRV_PORT) and GUEST_CMD as client towards
+# One run with HOST_CMD as server (given -p SRV_PORT) and GUEST_CMD as client towards
 # 10.0.2.100 (guestfwd). Sets src, grc, before, after, sr, t.
-softib_server_run() { # base guest_cmd softib-args...
+server_run() { # base guest_cmd host_cmd...
     local base=$1 gcmd=$2
     shift 2
     before=$(rxe_retries)
     start_capture "$base.wire.pcap"
     t=$SECONDS
-    nsx timeout 90 "$SOFTIB_BIN" "$@" -p "$SRV_PORT" --pcap "$base.softib.pcap" >"$base.log" 2>&1 &
+    "$@" -p "$SRV_PORT" >"$base.log" 2>&1 &
     local spid=$!
     BG_PIDS+=("$spid")
     wait_for 10 nsx sh -c "ss -Hltn 'sport = :$SRV_PORT' | grep -q LISTEN"
@@ -248,6 +248,17 @@ softib_server_run() { # base guest_cmd softib-args...
     stop_capture
     after=$(rxe_retries)
     sr=$(softib_retries "$base.log")
+}
+# softib's own tools in the namespace, with a capture of their own frames.
+softib_client_run() { # base tool guest_cmd softib-args...
+    local base=$1 tool=$2 gcmd=$3
+    shift 3
+    client_run "$base" "$tool" "$gcmd" nsx timeout 90 "$SOFTIB_BIN" "$@" --pcap "$base.softib.pcap"
+}
+softib_server_run() { # base guest_cmd softib-args...
+    local base=$1 gcmd=$2
+    shift 2
+    server_run "$base" "$gcmd" nsx timeout 90 "$SOFTIB_BIN" "$@" --pcap "$base.softib.pcap"
 }
 
 for svc in rc uc ud; do
@@ -329,41 +340,6 @@ libx() { # the host tool under softib's library, in the namespace
     nsx env LD_LIBRARY_PATH="$LIB_LD" SOFTIB_BIND="$HOST_IP" SOFTIB_STATS=1 \
         SOFTIB_CONFIG=/nonexistent timeout 90 "$@"
 }
-lib_client_run() { # base tool guest_cmd host_cmd...
-    local base=$1 tool=$2 gcmd=$3
-    shift 3
-    gssh "pkill -x $tool; rm -f /tmp/run.rc; (timeout 60 $gcmd >/tmp/run.log 2>&1; echo \$? >/tmp/run.rc) >/dev/null 2>&1 &"
-    wait_for 10 gssh "ss -Hltn 'sport = :$PP_PORT' | grep -q LISTEN"
-    before=$(rxe_retries)
-    start_capture "$base.wire.pcap"
-    t=$SECONDS
-    libx "$@" 127.0.0.1 >"$base.log" 2>&1
-    src=$?
-    wait_for 20 gssh "test -s /tmp/run.rc"
-    grc=$(gssh "cat /tmp/run.rc" 2>/dev/null)
-    gssh "cat /tmp/run.log" >"$base.guest.log" 2>&1
-    stop_capture
-    after=$(rxe_retries)
-    sr=$(softib_retries "$base.log")
-}
-lib_server_run() { # base guest_cmd host_cmd...
-    local base=$1 gcmd=$2
-    shift 2
-    before=$(rxe_retries)
-    start_capture "$base.wire.pcap"
-    t=$SECONDS
-    libx "$@" -p "$SRV_PORT" >"$base.log" 2>&1 &
-    local spid=$!
-    BG_PIDS+=("$spid")
-    wait_for 10 nsx sh -c "ss -Hltn 'sport = :$SRV_PORT' | grep -q LISTEN"
-    gssh "timeout 60 $gcmd 10.0.2.100" >"$base.guest.log" 2>&1
-    grc=$?
-    wait "$spid"
-    src=$?
-    stop_capture
-    after=$(rxe_retries)
-    sr=$(softib_retries "$base.log")
-}
 lib_case() { # name base pattern: both exit 0 and either side printed the result line
     local name=$1 base=$2 pat=$3
     local report=$base.both.log
@@ -385,11 +361,11 @@ if [ "$HAVE_LIB" = 1 ]; then
         gcmd="$tool -d $GUEST_DEV -g $GUEST_GID -s $sz -n $ITERS -c"
         name="$tool on softib's libibverbs (client) -> $tool on rxe"
         base=$OUT/lib-$svc-client
-        lib_client_run "$base" "$tool" "$gcmd" "$tool" -g 0 -s "$sz" -n "$ITERS" -c
+        client_run "$base" "$tool" "$gcmd" libx "$tool" -g 0 -s "$sz" -n "$ITERS" -c
         lib_case "$name" "$base" "$PP_PAT"
         name="$tool on rxe -> $tool on softib's libibverbs (server)"
         base=$OUT/lib-$svc-server
-        lib_server_run "$base" "$gcmd" "$tool" -g 0 -s "$sz" -n "$ITERS" -c
+        server_run "$base" "$gcmd" libx "$tool" -g 0 -s "$sz" -n "$ITERS" -c
         lib_case "$name" "$base" "$PP_PAT"
     done
     PT_PAT="^ *[0-9]+ +$BENCH_ITERS +[0-9.]+"
@@ -404,11 +380,11 @@ if [ "$HAVE_LIB" = 1 ]; then
         gcmd="$tool -d $GUEST_DEV -x $GUEST_GID -c $conn -n $BENCH_ITERS ${sz[*]}"
         name="$tool -c $conn on softib's libibverbs (client) -> rxe"
         base=$OUT/lib-$tool-$conn-client
-        lib_client_run "$base" "$tool" "$gcmd" "$tool" -x 0 -c "$conn" -n "$BENCH_ITERS" "${sz[@]}" -p "$PP_PORT"
+        client_run "$base" "$tool" "$gcmd" libx "$tool" -x 0 -c "$conn" -n "$BENCH_ITERS" "${sz[@]}" -p "$PP_PORT"
         lib_case "$name" "$base" "$PT_PAT"
         name="$tool -c $conn on rxe -> softib's libibverbs (server)"
         base=$OUT/lib-$tool-$conn-server
-        lib_server_run "$base" "$gcmd" "$tool" -x 0 -c "$conn" -n "$BENCH_ITERS" "${sz[@]}"
+        server_run "$base" "$gcmd" libx "$tool" -x 0 -c "$conn" -n "$BENCH_ITERS" "${sz[@]}"
         lib_case "$name" "$base" "$PT_PAT"
     done
 fi
