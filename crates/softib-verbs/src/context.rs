@@ -9,9 +9,8 @@
 //!   socket, a wake-up eventfd and the HCA's next deadline, and runs I/O rounds. That is how
 //!   the passive side of RDMA WRITE/READ/atomics, ACKs, retransmissions and completion events
 //!   happen while the application sleeps. While the application polls (its `ibv_poll_cq`
-//!   last call is a few microseconds old), the thread leaves the socket alone and checks
-//!   back after a pause that grows while the polling goes on, so the two never fight over
-//!   packets.
+//!   counter moves), the thread leaves the socket alone and only checks back every
+//!   millisecond, so the two never fight over packets.
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, RawFd};
@@ -36,11 +35,9 @@ use crate::verbs_h::*;
 /// stops).
 const PARK_MIN: Duration = Duration::from_micros(20);
 const PARK_MAX: Duration = Duration::from_millis(2);
-/// The application is polling if its last data-path call is at most this old: a polling loop
-/// calls every microsecond or two (each empty poll is one non-blocking receive), while a
-/// program that spins on memory between its polls (perftest's latency tests) last called
-/// at least a one-way trip ago.
-const APP_POLL_WINDOW_NS: u64 = 10_000;
+/// How long the progress thread watches the application's poll counter before it decides
+/// the application is not polling.
+const APP_POLL_WINDOW: Duration = Duration::from_micros(10);
 /// Longest sleep of an idle progress thread (it also wakes on packets, deadlines and close).
 const IDLE_SLEEP: Duration = Duration::from_millis(100);
 /// I/O rounds one progress turn runs at most before it lets the application in.
@@ -76,12 +73,12 @@ unsafe impl Send for Engine {}
 pub struct Shared {
     /// The engine.
     pub engine: Mutex<Engine>,
-    /// When the application last made a data-path call (`ibv_poll_cq`, the posts), in
-    /// [`now_ns`]: while its calls are recent the application drives the engine itself and
-    /// the progress thread stays off the socket.
-    pub app_last_call: AtomicU64,
+    /// Incremented by every data-path call of the application (`ibv_poll_cq`, the posts):
+    /// while it moves quickly the application drives the engine itself and the progress
+    /// thread stays off the socket.
+    pub app_polls: AtomicU64,
     /// Threads blocked in `ibv_get_cq_event` on a channel of this context: while one waits,
-    /// the progress thread drives the engine even if the application called recently.
+    /// the progress thread drives the engine even if `app_polls` moved.
     pub cq_waiters: AtomicU32,
     /// Set while the progress thread leaves the socket to a polling application; a thread
     /// about to block for a completion event then wakes it.
@@ -123,23 +120,12 @@ impl Shared {
     /// An application's poll begins: counts the call, locks the engine and sends what its
     /// posts left pending.
     pub fn app_poll(&self) -> MutexGuard<'_, Engine> {
-        self.note_app_call();
+        self.app_polls.fetch_add(1, Ordering::Relaxed);
         let mut eng = self.lock();
         if self.tx_pending.load(Ordering::Acquire) {
             eng.flush(self);
         }
         eng
-    }
-
-    /// Records a data-path call of the application (one clock read through the vDSO).
-    pub fn note_app_call(&self) {
-        self.app_last_call.store(now_ns(), Ordering::Relaxed);
-    }
-
-    /// True if the application made a data-path call within the last
-    /// [`APP_POLL_WINDOW_NS`]: it is polling, and moves the packets itself.
-    fn app_is_polling(&self) -> bool {
-        now_ns().saturating_sub(self.app_last_call.load(Ordering::Relaxed)) <= APP_POLL_WINDOW_NS
     }
 
     /// The blocked thread woke up.
@@ -391,6 +377,7 @@ fn progress_loop(shared: &Shared) {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0u64, 0u64, 0u64);
     }
     let mut wait = Duration::ZERO;
+    let mut seen_polls = shared.app_polls.load(Ordering::Relaxed);
     let mut park = PARK_MIN;
     while !shared.stop.load(Ordering::Acquire) {
         if !wait.is_zero() {
@@ -398,10 +385,14 @@ fn progress_loop(shared: &Shared) {
         }
         util::drain(shared.wake_fd);
         // Is the application polling right now? Then its own calls move the packets (no
-        // thread hand-off): step aside for a while. One that calls between other work
-        // (perftest's latency tests spin on memory between polls) is not, and is served at
-        // once: deciding costs a clock read, not a wait.
-        let mut polling = shared.cq_waiters.load(Ordering::Acquire) == 0 && shared.app_is_polling();
+        // thread hand-off): step aside for a while. Only an application that called while
+        // this thread slept can be polling; it is polling if its counter moves within
+        // APP_POLL_WINDOW. One that calls between other work (perftest's latency tests spin
+        // on memory between polls) is not, and is served at once.
+        let polls = shared.app_polls.load(Ordering::Relaxed);
+        let mut polling = polls != seen_polls
+            && shared.cq_waiters.load(Ordering::Acquire) == 0
+            && app_is_polling(shared);
         // This thread drives the engine, unless the application holds it right now (it is
         // in a call that moves the packets itself): waiting for the lock would only trade
         // futex wake-ups with it.
@@ -429,11 +420,12 @@ fn progress_loop(shared: &Shared) {
             // Still polling after the pause: pause longer next time (a bandwidth loop). It
             // stopped: come back sooner next time (a latency loop that polls between spins
             // on memory), and serve what waits now.
-            park = if shared.app_is_polling() {
+            park = if app_is_polling(shared) {
                 (park * 2).min(PARK_MAX)
             } else {
                 PARK_MIN
             };
+            seen_polls = shared.app_polls.load(Ordering::Relaxed);
             wait = Duration::ZERO;
             continue;
         };
@@ -453,18 +445,16 @@ fn progress_loop(shared: &Shared) {
                 .min(IDLE_SLEEP)
         };
         drop(eng);
+        seen_polls = shared.app_polls.load(Ordering::Relaxed);
     }
 }
 
-/// CLOCK_MONOTONIC in nanoseconds.
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the local timespec only.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+/// True if the application's call counter moves within [`APP_POLL_WINDOW`]. The thread
+/// sleeps meanwhile rather than spin: the application may need this very CPU to move it.
+fn app_is_polling(shared: &Shared) -> bool {
+    let p0 = shared.app_polls.load(Ordering::Relaxed);
+    sleep_on(&[], APP_POLL_WINDOW);
+    shared.app_polls.load(Ordering::Relaxed) != p0
 }
 
 /// Sleeps until one of `fds` is readable or `d` passes (microsecond resolution).
@@ -513,7 +503,7 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
             scratch_send: SendWr::new(0, WrOpcode::Send),
             scratch_recv: RecvWr::default(),
         }),
-        app_last_call: AtomicU64::new(0),
+        app_polls: AtomicU64::new(0),
         cq_waiters: AtomicU32::new(0),
         parked: AtomicBool::new(false),
         tx_pending: AtomicBool::new(false),

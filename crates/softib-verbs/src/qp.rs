@@ -413,7 +413,9 @@ pub unsafe extern "C" fn post_send(
     }
     let q = &mut *qp.cast::<SoftQp>();
     let shared: &Shared = &q.shared;
-    shared.note_app_call();
+    shared
+        .app_polls
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut eng = shared.lock();
     let (max_inline, max_sge) = (q.max_inline, q.max_send_sge);
     let mut cur = wr;
@@ -534,7 +536,9 @@ unsafe fn post_recv_chain(
     max_sge: u32,
     mut post: impl FnMut(&mut softib_core::Hca, &RecvWr) -> Result<(), i32>,
 ) -> i32 {
-    shared.note_app_call();
+    shared
+        .app_polls
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut eng = shared.lock();
     let mut cur = wr;
     let mut rc = 0;
