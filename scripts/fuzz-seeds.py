@@ -77,8 +77,19 @@ def main():
         s.add("pcap", data[:24] + b"".join(r for r, _ in recs[:FIRST_RECORDS]))
         for _, frame in recs:
             seed_frame(s, frame)
+    seed_cm(s)
     for t in sorted(s.count):
         print(f"  {t}: {s.count[t]} seeds")
+
+
+def seed_cm(s):
+    """One CM MAD per attribute (no vector carries CM traffic): the common header of a CM
+    Send (BaseVersion 1, class 0x07, ClassVersion 2) and data with every bit set, so the
+    fuzzer starts past the header checks."""
+    for attr in [0x0001] + list(range(0x0010, 0x001B)):
+        hdr = bytes([1, 0x07, 2, 0x03, 0, 0, 0, 0]) + bytes(range(1, 9))
+        hdr += attr.to_bytes(2, "big") + bytes(6)
+        s.add("cm", hdr + b"\xff" * 232)
 
 
 def seed_frame(s, frame):

@@ -30,6 +30,10 @@ pub enum Header {
     Ipv4,
     Ipv6,
     Udp,
+    /// The common header of a management datagram (MAD) on QP0 or QP1.
+    Mad,
+    /// A Communication Manager message in a MAD's data.
+    Cm,
     Pcap,
 }
 
@@ -60,6 +64,8 @@ impl Header {
             Header::Ipv4 => "IPv4",
             Header::Ipv6 => "IPv6",
             Header::Udp => "UDP",
+            Header::Mad => "MAD",
+            Header::Cm => "CM",
             Header::Pcap => "pcap",
         }
     }
@@ -88,6 +94,11 @@ pub enum Field {
     Ipv6NextHeader,
     UdpLength,
     UdpDstPort,
+    MadBaseVersion,
+    MadMgmtClass,
+    MadClassVersion,
+    MadMethod,
+    MadAttributeId,
     EtherType,
     RwhEtherType,
     PayloadLength,
@@ -120,6 +131,11 @@ impl Field {
             Field::Ipv6NextHeader => "IPv6.NextHeader",
             Field::UdpLength => "UDP.Length",
             Field::UdpDstPort => "UDP.DstPort",
+            Field::MadBaseVersion => "MAD.BaseVersion",
+            Field::MadMgmtClass => "MAD.MgmtClass",
+            Field::MadClassVersion => "MAD.ClassVersion",
+            Field::MadMethod => "MAD.Method",
+            Field::MadAttributeId => "MAD.AttributeID",
             Field::EtherType => "Ethernet.EtherType",
             Field::RwhEtherType => "RWH.EtherType",
             Field::PayloadLength => "payload length",

@@ -9,7 +9,8 @@
 //! Whole packets: [`transport`] (BTH, extension headers, payload, pad), [`native`] (LRH [+ GRH]
 //! framing with ICRC and VCRC, and the raw IPv6 / raw EtherType forms selected by LRH:LNH) and
 //! [`roce`] (Ethernet + IPv4/IPv6 + UDP 4791 + transport + ICRC). [`icrc`] and [`vcrc`] compute
-//! the CRCs; [`pcap`] reads and writes classic pcap files.
+//! the CRCs; [`pcap`] reads and writes classic pcap files. [`mad`] and [`cm`]: the management
+//! datagram carried to QP1 and the Communication Manager's messages in it.
 
 #![forbid(unsafe_code)]
 
@@ -37,6 +38,9 @@ pub mod xrceth;
 pub mod ethernet;
 pub mod ipv4;
 pub mod udp;
+
+pub mod cm;
+pub mod mad;
 
 pub mod icrc;
 pub mod vcrc;
