@@ -35,7 +35,7 @@ pub const CLASS_CM: u8 = 0x07;
 /// ClassVersion of the Communication Manager (IBA 1.2 and later).
 pub const CM_CLASS_VERSION: u8 = 2;
 
-/// Methods (IBA Table 144); a response has the R bit ([`RESPONSE`]) set.
+/// Methods (IBA Table 144); a response has the R bit ([`method::RESPONSE`]) set.
 pub mod method {
     /// Get: read an attribute.
     pub const GET: u8 = 0x01;
