@@ -30,6 +30,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cm;
 pub mod error;
 mod hca;
 pub mod setup;

@@ -52,7 +52,7 @@ fn messages() -> Vec<CmMessage> {
         service_id: 0x0000_0000_0106_4e21,
         local_ca_guid: 0x5254_00ff_fe12_3456,
         local_qkey: 0x0bad_cafe,
-        local_qpn: Qpn::new(0x0000_11),
+        local_qpn: Qpn::new(0x11),
         responder_resources: 16,
         local_eecn: softib_wire::Eecn::new(0x000203),
         initiator_depth: 8,

@@ -1,12 +1,15 @@
 use super::*;
 use proptest::prelude::*;
 
-/// Every message's layout: (bit fields, byte fields, length of the fields' extent).
-fn layouts() -> Vec<(
+/// A message's layout: its name, bit fields and byte fields.
+type Layout = (
     &'static str,
     &'static [(&'static str, Loc)],
     &'static [(&'static str, usize, usize)],
-)> {
+);
+
+/// Every message's layout.
+fn layouts() -> Vec<Layout> {
     macro_rules! l {
         ($($t:ident),+) => {
             vec![$((stringify!($t), $t::FIELDS, $t::BYTE_FIELDS)),+]
@@ -78,7 +81,7 @@ fn sample_req() -> Req {
         local_comm_id: 0x1122_3344,
         service_id: 0x0000_0000_0106_4e21,
         local_ca_guid: 0x5254_00ff_fe12_3456,
-        local_qpn: Qpn::new(0x00_00_11),
+        local_qpn: Qpn::new(0x11),
         responder_resources: 16,
         initiator_depth: 8,
         remote_cm_response_timeout: 20,
