@@ -693,6 +693,100 @@ cm_message! {
     }
 }
 
+/// The RDMA IP CM Service (IBA Annex A11, rdma_cm's `struct cma_hdr`): a REQ to a Service ID
+/// of an IP port space carries this 36-byte header at the start of its private data, naming
+/// the IP addresses and source port of the connection; the consumer's own private data follows
+/// it (56 bytes in a REQ).
+///
+/// ```text
+///  byte 0     MajV (bits 7-4) | MinV (bits 3-0): 0 | 0
+///  byte 1     IPV (bits 7-4): 4 or 6 | reserved
+///  byte 2-3   Source port
+///  byte 4-19  Source IP (IPv4: the last 4 bytes, the first 12 zero)
+///  byte 20-35 Destination IP (likewise)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IpCmHdr {
+    /// MajV and MinV (byte 0); rdma_cm sends 0.
+    pub version: u8,
+    /// IP version, 4 or 6.
+    pub ip_version: u8,
+    /// The active side's port.
+    pub src_port: u16,
+    /// The active side's address (IPv4 in the last 4 bytes).
+    pub src_ip: [u8; 16],
+    /// The passive side's address.
+    pub dst_ip: [u8; 16],
+}
+
+impl IpCmHdr {
+    /// Length of the header in the private data.
+    pub const LEN: usize = 36;
+
+    /// Reads the header at the start of a REQ's private data; refuses an IP version other
+    /// than 4 or 6.
+    pub fn parse(private_data: &[u8]) -> Result<IpCmHdr> {
+        if private_data.len() < Self::LEN {
+            return Err(Error::truncated(Header::Cm, Self::LEN, private_data.len()));
+        }
+        let ip_version = private_data[1] >> 4;
+        if ip_version != 4 && ip_version != 6 {
+            return Err(Error::BadField {
+                field: Field::IpCmIpVersion,
+                value: ip_version.into(),
+            });
+        }
+        let mut h = IpCmHdr {
+            version: private_data[0],
+            ip_version,
+            src_port: u16::from_be_bytes([private_data[2], private_data[3]]),
+            ..IpCmHdr::default()
+        };
+        h.src_ip.copy_from_slice(&private_data[4..20]);
+        h.dst_ip.copy_from_slice(&private_data[20..36]);
+        Ok(h)
+    }
+
+    /// Writes the header to the start of `out`; returns [`IpCmHdr::LEN`].
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize> {
+        if out.len() < Self::LEN {
+            return Err(Error::truncated(Header::Cm, Self::LEN, out.len()));
+        }
+        out[0] = self.version;
+        out[1] = self.ip_version << 4;
+        out[2..4].copy_from_slice(&self.src_port.to_be_bytes());
+        out[4..20].copy_from_slice(&self.src_ip);
+        out[20..36].copy_from_slice(&self.dst_ip);
+        Ok(Self::LEN)
+    }
+}
+
+/// rdma_cm's port spaces (`enum rdma_ucm_port_space`): the Service ID of a listener on `port`
+/// in port space `ps` is `ps << 16 | port` ([`ip_service_id`]).
+pub mod port_space {
+    /// RDMA_PS_IPOIB.
+    pub const IPOIB: u16 = 0x0002;
+    /// RDMA_PS_IB: any QP type, no IP CM header.
+    pub const IB: u16 = 0x013F;
+    /// RDMA_PS_TCP: connected (RC), with the IP CM header.
+    pub const TCP: u16 = 0x0106;
+    /// RDMA_PS_UDP: datagrams (UD, SIDR), with the IP CM header.
+    pub const UDP: u16 = 0x0111;
+}
+
+/// The Service ID rdma_cm uses for `port` in port space `ps` (IBA Annex A11).
+pub const fn ip_service_id(ps: u16, port: u16) -> u64 {
+    ((ps as u64) << 16) | port as u64
+}
+
+/// The port space and port of an rdma_cm Service ID, if it is one (prefix 0x0000000001).
+pub const fn ip_service_port(service_id: u64) -> Option<(u16, u16)> {
+    if service_id >> 32 != 0 || (service_id >> 24) & 0xff != 0x01 {
+        return None;
+    }
+    Some(((service_id >> 16) as u16, service_id as u16))
+}
+
 /// A CM message of any kind (as large as a REQ: no allocation).
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]

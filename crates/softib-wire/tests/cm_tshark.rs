@@ -1,6 +1,6 @@
 //! CM MADs written by softib-wire are decoded by tshark (Wireshark's InfiniBand CM dissector)
 //! with no malformed packet, and every field tshark shows for REQ, REP, RTU, REJ, DREQ and DREP
-//! holds the value softib wrote. Each MAD rides a RoCEv2 UD SEND to QP1 with the GSI Q_Key, as
+//! holds the value softib wrote, the RDMA IP CM header in the REQ's private data included. Each MAD rides a RoCEv2 UD SEND to QP1 with the GSI Q_Key, as
 //! CM traffic does on the wire.
 //!
 //! Not compared: the REQ's flow labels and packet rates. IBA Table 106 (as Linux
@@ -92,7 +92,17 @@ fn messages() -> Vec<CmMessage> {
         alternate_local_ack_timeout: 14,
         ..cm::Req::default()
     };
-    req.private_data[..4].copy_from_slice(b"priv");
+    // An rdma_cm REQ: the IP CM header, then the consumer's bytes.
+    cm::IpCmHdr {
+        version: 0,
+        ip_version: 4,
+        src_port: 0xc001,
+        src_ip: gid(2),
+        dst_ip: gid(3),
+    }
+    .emit(&mut req.private_data)
+    .unwrap();
+    req.private_data[36..40].copy_from_slice(b"priv");
     let rep = cm::Rep {
         local_comm_id: 0x5566_7788,
         remote_comm_id: 0x1122_3344,
@@ -402,12 +412,13 @@ fn expected(msgs: &[CmMessage]) -> Vec<Vec<(&'static str, String)>> {
         .collect()
 }
 
-/// Parses tshark's text for a field into a number (decimal, or hex with 0x).
-fn number(s: &str) -> Option<u64> {
+/// Parses tshark's text for a field into a number (decimal, or hex with 0x); other text
+/// (an address) stands for itself.
+fn number(s: &str) -> Result<u64, String> {
     let s = s.trim();
     match s.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16).ok(),
-        None => s.parse().ok(),
+        Some(h) => u64::from_str_radix(h, 16).map_err(|_| s.to_string()),
+        None => s.parse().map_err(|_| s.to_string()),
     }
 }
 
@@ -467,19 +478,19 @@ fn tshark_decodes_every_cm_message_as_written() {
         );
         assert_eq!(
             number(row[col("infiniband.mad.mgmtclass")]),
-            Some(7),
+            Ok(7),
             "frame {}",
             i + 1
         );
         assert_eq!(
             number(row[col("infiniband.mad.attributeid")]),
-            Some(m.attr_id() as u64),
+            Ok(m.attr_id() as u64),
             "frame {}",
             i + 1
         );
         assert_eq!(
             number(row[col("infiniband.mad.transactionid")]),
-            Some(0x1000 + i as u64)
+            Ok(0x1000 + i as u64)
         );
         for (f, want) in &exp[i] {
             let got = row[col(f)];

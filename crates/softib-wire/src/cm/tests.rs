@@ -256,3 +256,38 @@ proptest! {
         let _ = SidrRep::parse(&data);
     }
 }
+
+#[test]
+fn ip_cm_header_and_service_ids() {
+    let h = IpCmHdr {
+        version: 0,
+        ip_version: 4,
+        src_port: 0xc001,
+        src_ip: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 99, 0, 2],
+        dst_ip: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 99, 0, 3],
+    };
+    let mut pd = [0u8; 92];
+    assert_eq!(h.emit(&mut pd), Ok(36));
+    assert_eq!(pd[..4], [0x00, 0x40, 0xc0, 0x01]);
+    assert_eq!(pd[16..20], [10, 99, 0, 2]);
+    assert_eq!(pd[32..36], [10, 99, 0, 3]);
+    assert_eq!(IpCmHdr::parse(&pd), Ok(h));
+    pd[1] = 0x50;
+    assert_eq!(
+        IpCmHdr::parse(&pd),
+        Err(Error::BadField {
+            field: Field::IpCmIpVersion,
+            value: 5
+        })
+    );
+    assert!(matches!(
+        IpCmHdr::parse(&pd[..35]),
+        Err(Error::Truncated { .. })
+    ));
+    // rping's default port 7174 in the TCP port space.
+    let sid = ip_service_id(port_space::TCP, 7174);
+    assert_eq!(sid, 0x0000_0000_0106_1c06);
+    assert_eq!(ip_service_port(sid), Some((port_space::TCP, 7174)));
+    assert_eq!(ip_service_port(0x0200_0000_0106_1c06), None);
+    assert_eq!(ip_service_port(0x0000_0000_0206_1c06), None);
+}
