@@ -43,11 +43,13 @@ use softib_wire::{Psn, Qpn};
 
 use crate::time::Instant;
 
+mod port;
+pub use port::{CmPort, CmPortError};
+
 #[cfg(test)]
 mod tests;
 
-/// A port GID (RoCEv2: the IPv4-mapped or IPv6 address of the port).
-pub type Gid = [u8; 16];
+pub use crate::verbs::types::Gid;
 
 /// One connection (or SIDR exchange) of this agent: its Local Communication ID (or SIDR
 /// Request ID) on the wire.
@@ -442,8 +444,8 @@ impl CmAgent {
             srq: p.srq,
             primary_local_lid: 0xffff,
             primary_remote_lid: 0xffff,
-            primary_local_gid: self.cfg.local_gid,
-            primary_remote_gid: p.peer,
+            primary_local_gid: self.cfg.local_gid.0,
+            primary_remote_gid: p.peer.0,
             primary_flow_label: p.flow_label,
             primary_traffic_class: p.traffic_class,
             primary_hop_limit: p.hop_limit,
@@ -786,7 +788,7 @@ impl CmAgent {
             return;
         }
         let peer = if req.primary_local_gid != [0; 16] {
-            req.primary_local_gid
+            Gid(req.primary_local_gid)
         } else {
             from
         };

@@ -3,8 +3,8 @@
 
 use super::*;
 
-const A: Gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1];
-const B: Gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 2];
+const A: Gid = Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1]);
+const B: Gid = Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 2]);
 const SID: u64 = 0x0000_0000_0106_4e21;
 
 fn cfg(gid: Gid, guid: u64, first: u32) -> CmConfig {
@@ -214,8 +214,8 @@ fn establish_carries_the_fields_both_ways() {
     assert_eq!(req.service_id, SID);
     assert_eq!(req.local_qpn, Qpn::new(0x11));
     assert_eq!(req.starting_psn, Psn::new(0x123));
-    assert_eq!(req.primary_local_gid, A);
-    assert_eq!(req.primary_remote_gid, B);
+    assert_eq!(req.primary_local_gid, A.0);
+    assert_eq!(req.primary_remote_gid, B.0);
     assert_eq!(req.local_ca_guid, 0xa1a);
     assert_eq!(&req.private_data[..5], b"hello");
     assert_eq!(req.local_comm_id, ia.0);
