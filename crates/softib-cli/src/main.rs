@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench_cmd;
+mod cm_cmd;
 mod compliance;
 mod devinfo_cmd;
 mod net_common;
@@ -49,6 +50,11 @@ enum Command {
     Bench(Box<bench_cmd::BenchArgs>),
     /// A lossy, reordering UDP relay between two softib processes (seeded).
     Relay(relay_cmd::RelayArgs),
+    /// Communication Manager diagnostics (`softib cm probe`: one rdma_cm REQ to a peer's CM).
+    Cm {
+        #[command(subcommand)]
+        command: cm_cmd::CmCommand,
+    },
     /// Run an unmodified RDMA program (built against rdma-core's libibverbs) on softib:
     /// `softib run [--bind IP] -- PROGRAM ARGS...`.
     Run(run_cmd::RunArgs),
@@ -65,5 +71,6 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::run(*args),
         Command::Relay(args) => relay_cmd::run(args),
         Command::Run(args) => run_cmd::run(args),
+        Command::Cm { command } => cm_cmd::run(command),
     }
 }
