@@ -18,6 +18,10 @@
 # the same binaries on rxe, both roles: ibv_rc/uc/ud/srq_pingpong with -c, and perftest's
 # ib_{write,read,send,atomic}_{bw,lat} (RC) and ib_send_bw -c UC/UD, ib_write_bw -c UC; wire
 # capture checked the same way, retransmissions reported.
+# Then the IB Communication Manager against the guest kernel's CM, both roles: `softib cm probe
+# --establish` (REQ, REP, RTU, DREQ, DREP) to the guest's `rping -s`, and the guest's `rping -c`
+# to `softib cm listen --accept`; each side must see the connection established and then
+# disconnected, and the capture is checked the same way.
 # A run passes when both programs exit 0 and neither side retransmitted (the tap loses nothing,
 # so a retransmission means the peer silently dropped a packet, e.g. for a bad ICRC).
 #
@@ -388,6 +392,49 @@ if [ "$HAVE_LIB" = 1 ]; then
         lib_case "$name" "$base" "$PT_PAT"
     done
 fi
+
+# --- IB CM against the kernel's CM (rdma_cm under rping) ---------------------------------------
+name="softib cm probe --establish -> rping -s (kernel CM passive)"
+base=$OUT/cm-softib-active
+gssh "pkill -x rping; rm -f /tmp/run.rc; (timeout 30 rping -s -a $GUEST_IP -v -C 1 >/tmp/run.log 2>&1; echo \$? >/tmp/run.rc) >/dev/null 2>&1 &"
+wait_for 10 gssh "pgrep -x rping"
+start_capture "$base.wire.pcap"
+t=$SECONDS
+nsx timeout 60 "$SOFTIB_BIN" cm probe --bind "$HOST_IP" --peer "$GUEST_IP" --establish \
+    --pcap "$base.softib.pcap" >"$base.log" 2>&1
+src=$?
+gssh "pkill -x rping; sleep 0.5; cat /tmp/run.log" >"$base.guest.log" 2>&1
+stop_capture
+if [ "$src" = 0 ] && grep -q "established, then disconnected" "$base.log" \
+    && grep -q "DISCONNECT EVENT" "$base.guest.log"; then
+    ok "$name ($((SECONDS - t)) s)"
+else
+    bad "$name (softib exit $src; logs $base.*)"
+    tail -n 5 "$base.log" "$base.guest.log"
+fi
+check_wire "$name" "$base.wire.pcap"
+
+name="rping -c (kernel CM active) -> softib cm listen --accept"
+base=$OUT/cm-softib-passive
+start_capture "$base.wire.pcap"
+t=$SECONDS
+nsx timeout 60 "$SOFTIB_BIN" cm listen --bind "$HOST_IP" --accept --timeout-ms 20000 \
+    --pcap "$base.softib.pcap" >"$base.log" 2>&1 &
+spid=$!
+BG_PIDS+=("$spid")
+wait_for 10 grep -q listening "$base.log"
+gssh "timeout 30 rping -c -a $HOST_IP -v -C 1" >"$base.guest.log" 2>&1
+wait "$spid"
+src=$?
+stop_capture
+if [ "$src" = 0 ] && grep -q "^disconnected" "$base.log" \
+    && grep -q "ConnectRequest" "$base.log" && grep -q "DISCONNECT EVENT" "$base.guest.log"; then
+    ok "$name ($((SECONDS - t)) s)"
+else
+    bad "$name (softib exit $src; logs $base.*)"
+    tail -n 5 "$base.log" "$base.guest.log"
+fi
+check_wire "$name" "$base.wire.pcap"
 
 gssh "cd /sys/class/infiniband/$GUEST_DEV/ports/1/hw_counters && grep . *" >"$OUT/rxe-hw-counters.txt" 2>&1
 log "logs and captures in $OUT"

@@ -21,6 +21,28 @@ use crate::net_common::{gid_text, random_psn, DeviceArgs};
 pub enum CmCommand {
     /// Send one rdma_cm REQ and report the peer CM's answer (exit 0 only for a REP).
     Probe(ProbeArgs),
+    /// Listen on an rdma_cm port for one REQ, print it, and reject it (or accept it, wait for
+    /// the RTU and disconnect: `--accept`). Exit 0 when the exchange completed.
+    Listen(ListenArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ListenArgs {
+    /// Local address of the device: `IP` or `IP:PORT`.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: String,
+    /// rdma_cm port to listen on (TCP port space).
+    #[arg(long, default_value = "7174")]
+    port: u16,
+    /// Accept the REQ (REP), wait for the RTU, then disconnect (DREQ, DREP).
+    #[arg(long)]
+    accept: bool,
+    /// How long to wait for each step, milliseconds.
+    #[arg(long, default_value = "10000")]
+    timeout_ms: u64,
+    /// Capture every packet to this pcap file.
+    #[arg(long)]
+    pcap: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -40,72 +62,234 @@ pub struct ProbeArgs {
     /// Capture every packet to this pcap file.
     #[arg(long)]
     pcap: Option<std::path::PathBuf>,
+    /// After the REP: send the RTU (established), then disconnect (DREQ) and wait for the
+    /// DREP, instead of rejecting the REP.
+    #[arg(long)]
+    establish: bool,
 }
 
 pub fn run(cmd: CmCommand) -> ExitCode {
     match cmd {
         CmCommand::Probe(a) => probe(a),
+        CmCommand::Listen(a) => listen(a),
+    }
+}
+
+/// A softib device with a CM port on its QP1.
+struct CmDevice {
+    d: softib_udp::Device,
+    port: CmPort,
+}
+
+impl CmDevice {
+    fn open(bind: &str, pcap: Option<std::path::PathBuf>) -> Result<CmDevice, String> {
+        let dev = DeviceArgs {
+            bind: bind.to_string(),
+            pcap,
+            events: false,
+            no_ipv4_icrc_check: false,
+            no_gso: false,
+            peer_via: None,
+            stats: false,
+            window: 128,
+            busy_yields: softib_udp::BUSY_YIELDS,
+        };
+        let mut d = dev.open(Mtu::Mtu1024).map_err(|e| e.to_string())?;
+        let first_id = (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|t| t.subsec_nanos())
+            .unwrap_or(1))
+            | 1;
+        let cfg = CmConfig {
+            max_cm_retries: 3,
+            cm_response_timeout: 18,
+            ..CmConfig::new(
+                d.gid(),
+                0x0200_00ff_fe00_0000 | u64::from(first_id & 0xffff),
+                first_id,
+            )
+        };
+        let pd = d.hca_mut().alloc_pd().map_err(|e| e.to_string())?;
+        let port = CmPort::new(d.hca_mut(), pd, 1, 0, cfg).map_err(|e| e.to_string())?;
+        Ok(CmDevice { d, port })
+    }
+
+    /// Runs the device and the CM until `f` returns `Some` for an event, or `ms` pass.
+    fn until<T>(
+        &mut self,
+        ms: u64,
+        mut f: impl FnMut(&mut CmPort, CmEvent) -> Option<T>,
+    ) -> Option<T> {
+        let deadline = std::time::Instant::now() + Duration::from_millis(ms);
+        while std::time::Instant::now() < deadline {
+            let _ = self.d.poll_io();
+            let now = self.d.now();
+            self.port.poll(self.d.hca_mut(), now);
+            let _ = self.d.flush(now);
+            while let Some(e) = self.port.agent().poll_event() {
+                println!("event: {}", describe(&e));
+                if let Some(t) = f(&mut self.port, e) {
+                    return Some(t);
+                }
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        None
+    }
+
+    /// Lets what the CM queued leave, and writes the capture.
+    fn drain(&mut self) {
+        for _ in 0..20 {
+            let now = self.d.now();
+            self.port.poll(self.d.hca_mut(), now);
+            let _ = self.d.poll_io();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = self.d.flush_pcap();
+    }
+}
+
+fn describe(e: &CmEvent) -> String {
+    match e {
+        CmEvent::ConnectRequest { id, peer, req, .. } => format!(
+            "ConnectRequest {:#x} from {} (service {:#018x}, QPN {:#x}, PSN {:#x}, comm id {:#x}, MTU {}, resp res {}, init depth {}, LIDs {:#x}->{:#x})",
+            id.0,
+            gid_text(peer),
+            req.service_id,
+            req.local_qpn.value(),
+            req.starting_psn.value(),
+            req.local_comm_id,
+            req.path_mtu,
+            req.responder_resources,
+            req.initiator_depth,
+            req.primary_local_lid,
+            req.primary_remote_lid
+        ),
+        CmEvent::ConnectReply { id, rep } => format!(
+            "ConnectReply {:#x} (QPN {:#x}, PSN {:#x}, comm id {:#x})",
+            id.0,
+            rep.local_qpn.value(),
+            rep.starting_psn.value(),
+            rep.local_comm_id
+        ),
+        CmEvent::Rejected { id, rej } => format!(
+            "Rejected {:#x} (reason {}, message {})",
+            id.0, rej.reason, rej.message_rejected
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
+fn listen(a: ListenArgs) -> ExitCode {
+    let mut c = match CmDevice::open(&a.bind, a.pcap.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("softib cm listen: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let sid = ip_service_id(port_space::TCP, a.port);
+    if let Err(e) = c.port.agent().listen(sid) {
+        eprintln!("softib cm listen: {e}");
+        return ExitCode::from(2);
+    }
+    println!("listening: service {sid:#018x} on {}", gid_text(&c.d.gid()));
+    let Some((id, req)) = c.until(a.timeout_ms, |_, e| match e {
+        CmEvent::ConnectRequest { id, req, .. } => Some((id, req)),
+        _ => None,
+    }) else {
+        println!("no REQ");
+        return ExitCode::from(1);
+    };
+    if let Ok(h) = IpCmHdr::parse(&req.private_data) {
+        println!(
+            "IP CM header: version {} IPv{} source port {} {} -> {}",
+            h.version,
+            h.ip_version,
+            h.src_port,
+            gid_text(&softib_core::verbs::types::Gid(h.src_ip)),
+            gid_text(&softib_core::verbs::types::Gid(h.dst_ip))
+        );
+    }
+    let now = c.d.now();
+    if !a.accept {
+        let _ = c
+            .port
+            .agent()
+            .reject(now, id, rej_reason::CONSUMER_DEFINED, b"");
+        c.drain();
+        println!("rejected");
+        return ExitCode::SUCCESS;
+    }
+    let accept = softib_core::cm::AcceptParams {
+        qpn: Qpn::new(0x00_ab_ce),
+        starting_psn: random_psn(),
+        responder_resources: req.initiator_depth.min(1),
+        initiator_depth: req.responder_resources.min(1),
+        target_ack_delay: 15,
+        rnr_retry_count: 7,
+        ..Default::default()
+    };
+    if let Err(e) = c.port.agent().accept(now, id, &accept) {
+        eprintln!("softib cm listen: {e}");
+        return ExitCode::from(2);
+    }
+    let established = c.until(a.timeout_ms, |_, e| match e {
+        CmEvent::Established { .. } => Some(true),
+        CmEvent::Rejected { .. } | CmEvent::Unreachable { .. } => Some(false),
+        CmEvent::DisconnectRequest { .. } => Some(true),
+        _ => None,
+    });
+    if established != Some(true) {
+        c.drain();
+        println!("not established");
+        return ExitCode::from(1);
+    }
+    let now = c.d.now();
+    // Disconnect (or answer the peer's DREQ if it came first).
+    let _ = c.port.agent().disconnect(now, id, b"");
+    let done = c.until(a.timeout_ms, |_, e| match e {
+        CmEvent::Disconnected { .. } => Some(()),
+        _ => None,
+    });
+    c.drain();
+    if done.is_some() || c.port.agent().state(id) == Some(softib_core::cm::State::TimeWait) {
+        println!("disconnected");
+        ExitCode::SUCCESS
+    } else {
+        println!("no DREP");
+        ExitCode::from(1)
     }
 }
 
 fn probe(a: ProbeArgs) -> ExitCode {
-    let dev = DeviceArgs {
-        bind: a.bind.clone(),
-        pcap: a.pcap.clone(),
-        events: false,
-        no_ipv4_icrc_check: false,
-        no_gso: false,
-        peer_via: None,
-        stats: false,
-        window: 128,
-        busy_yields: softib_udp::BUSY_YIELDS,
-    };
-    let mut d = match dev.open(Mtu::Mtu1024) {
-        Ok(d) => d,
+    let mut c = match CmDevice::open(&a.bind, a.pcap.clone()) {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("softib cm probe: {e}");
             return ExitCode::from(2);
         }
     };
-    let local_gid = d.gid();
+    let local_gid = c.d.gid();
     let peer = gid_of_ip(a.peer);
-    let now = d.now();
-    let first_id = (std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|t| t.subsec_nanos())
-        .unwrap_or(1))
-        | 1;
-    let cfg = CmConfig {
-        max_cm_retries: 3,
-        cm_response_timeout: 18,
-        ..CmConfig::new(
-            local_gid,
-            0x0200_00ff_fe00_0000 | u64::from(first_id & 0xffff),
-            first_id,
-        )
-    };
-    let pd = match d.hca_mut().alloc_pd() {
-        Ok(pd) => pd,
-        Err(e) => {
-            eprintln!("softib cm probe: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let mut port = match CmPort::new(d.hca_mut(), pd, 1, 0, cfg) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("softib cm probe: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let mut private = vec![0u8; IpCmHdr::LEN];
-    let src_port = 0x8000 | (first_id as u16 & 0x3fff);
+    // rdma_cm's form (`struct cma_hdr`): an IPv4 address in the last 4 bytes after 12 zero
+    // bytes, not IPv4-mapped.
+    let ip_field = |g: [u8; 16]| {
+        if a.peer.is_ipv4() {
+            let mut f = [0u8; 16];
+            f[12..].copy_from_slice(&g[12..]);
+            f
+        } else {
+            g
+        }
+    };
     let hdr = IpCmHdr {
         version: 0,
         ip_version: if a.peer.is_ipv4() { 4 } else { 6 },
-        src_port,
-        src_ip: local_gid.0,
-        dst_ip: peer.0,
+        src_port: 0x8000 | (random_psn().value() as u16 & 0x3fff),
+        src_ip: ip_field(local_gid.0),
+        dst_ip: ip_field(peer.0),
     };
     hdr.emit(&mut private).expect("36 bytes");
     let params = ConnectParams {
@@ -129,7 +313,8 @@ fn probe(a: ProbeArgs) -> ExitCode {
         sl: 0,
         private_data: private,
     };
-    let id = match port.agent().connect(now, &params) {
+    let now = c.d.now();
+    let id = match c.port.agent().connect(now, &params) {
         Ok(id) => id,
         Err(e) => {
             eprintln!("softib cm probe: {e}");
@@ -143,50 +328,53 @@ fn probe(a: ProbeArgs) -> ExitCode {
         params.service_id,
         id.0
     );
-    let deadline = std::time::Instant::now() + Duration::from_millis(a.timeout_ms);
-    let mut code = ExitCode::from(1);
-    let mut outcome = None;
-    while std::time::Instant::now() < deadline && outcome.is_none() {
-        let _ = d.poll_io();
-        let now = d.now();
-        port.poll(d.hca_mut(), now);
-        let _ = d.flush(now);
-        while let Some(e) = port.agent().poll_event() {
-            match e {
-                CmEvent::ConnectReply { rep, .. } => {
-                    outcome = Some(format!(
-                        "REP: accepted by the peer CM (its QPN {:#x}, PSN {:#x}, comm id {:#x})",
-                        rep.local_qpn.value(),
-                        rep.starting_psn.value(),
-                        rep.local_comm_id
-                    ));
-                    code = ExitCode::SUCCESS;
-                    let _ = port
-                        .agent()
-                        .reject(now, id, rej_reason::CONSUMER_DEFINED, b"");
-                }
-                CmEvent::Rejected { rej, .. } => {
-                    outcome = Some(format!(
-                        "REJ: reason {} (message {}, ARI length {})",
-                        rej.reason, rej.message_rejected, rej.reject_info_length
-                    ));
-                }
-                CmEvent::Unreachable { .. } => outcome = Some("no answer".into()),
-                _ => {}
+    let replied = c.until(a.timeout_ms, |_, e| match e {
+        CmEvent::ConnectReply { .. } => Some(true),
+        CmEvent::Rejected { .. } | CmEvent::Unreachable { .. } => Some(false),
+        _ => None,
+    });
+    if replied != Some(true) {
+        c.drain();
+        println!(
+            "{}",
+            if replied.is_none() {
+                "no answer"
+            } else {
+                "not accepted"
             }
-        }
-        if outcome.is_none() {
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        );
+        return ExitCode::from(1);
     }
-    // Let the REJ (after a REP) leave.
-    for _ in 0..20 {
-        let now = d.now();
-        port.poll(d.hca_mut(), now);
-        let _ = d.poll_io();
-        std::thread::sleep(Duration::from_millis(1));
+    let now = c.d.now();
+    if !a.establish {
+        let _ = c
+            .port
+            .agent()
+            .reject(now, id, rej_reason::CONSUMER_DEFINED, b"");
+        c.drain();
+        println!("accepted by the peer CM (REP); rejected it");
+        return ExitCode::SUCCESS;
     }
-    let _ = d.flush_pcap();
-    println!("{}", outcome.unwrap_or_else(|| "no answer".into()));
-    code
+    let _ = c.port.agent().establish(id, b"");
+    c.until(100, |_, _| None::<()>);
+    let now = c.d.now();
+    let _ = c.port.agent().disconnect(now, id, b"");
+    let done = c.until(a.timeout_ms, |_, e| match e {
+        CmEvent::Disconnected { .. } => Some(false),
+        // The peer asked first (crossed DREQs end in Disconnected too).
+        CmEvent::DisconnectRequest { .. } => Some(true),
+        _ => None,
+    });
+    if done == Some(true) {
+        let now = c.d.now();
+        let _ = c.port.agent().disconnect(now, id, b"");
+    }
+    c.drain();
+    if done.is_some() {
+        println!("established, then disconnected");
+        ExitCode::SUCCESS
+    } else {
+        println!("established; no DREP");
+        ExitCode::from(1)
+    }
 }
