@@ -34,6 +34,8 @@ command -v ibv_rc_pingpong >/dev/null 2>&1 || missing+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null 2>&1 || missing+=(perftest)
 command -v rping >/dev/null 2>&1 || missing+=(rdmacm-utils)
 [ -f /usr/include/infiniband/verbs.h ] || missing+=(libibverbs-dev)
+# softib's librdmacm.so.1 is tested through rdma-core's <rdma/rdma_cma.h>.
+[ -f /usr/include/rdma/rdma_cma.h ] || missing+=(librdmacm-dev)
 [ -d /usr/lib/python3/dist-packages/pyverbs ] || missing+=(python3-pyverbs)
 # libFuzzer is C++ built by the cc crate: needs a C++ compiler.
 command -v c++ >/dev/null 2>&1 || missing+=(g++)

@@ -24,6 +24,7 @@
 // modules that use it.
 include!(concat!(env!("OUT_DIR"), "/symver.rs"));
 
+pub mod cma;
 mod config;
 mod context;
 mod convert;

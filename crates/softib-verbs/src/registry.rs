@@ -25,6 +25,8 @@ pub enum Kind {
     Ah,
     /// `struct ibv_comp_channel`.
     Channel,
+    /// `struct rdma_event_channel` (softib's librdmacm).
+    CmChannel,
 }
 
 static LIVE: Mutex<Option<HashMap<usize, Kind>>> = Mutex::new(None);
