@@ -7,16 +7,10 @@
 use std::collections::VecDeque;
 use std::sync::{Mutex, OnceLock};
 
+use crate::cma_h::rdma_event_channel;
 use crate::registry::{self, Kind};
 use crate::util::{null_errno, set_errno};
 use crate::verbs_h::*;
-
-/// `struct rdma_event_channel` of `<rdma/rdma_cma.h>`: the descriptor the application polls.
-#[repr(C)]
-pub struct rdma_event_channel {
-    /// A descriptor that is readable while events are queued.
-    pub fd: libc::c_int,
-}
 
 /// An event channel: rdma_cm's structure first (the application reads `fd`), then the queue.
 /// `fd` is an eventfd semaphore holding one count per queued event, so `poll`/`epoll` wake on

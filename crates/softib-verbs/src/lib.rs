@@ -25,6 +25,8 @@
 include!(concat!(env!("OUT_DIR"), "/symver.rs"));
 
 pub mod cma;
+#[allow(dead_code, clippy::all)]
+pub mod cma_h;
 mod config;
 mod context;
 mod convert;
