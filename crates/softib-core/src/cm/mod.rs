@@ -342,6 +342,34 @@ struct Conn {
     response_wait: Duration,
 }
 
+impl Conn {
+    /// A connection (or SIDR exchange) with `peer` in `state`, nothing sent yet; the other
+    /// fields are filled as messages come.
+    fn new(
+        state: State,
+        peer: Gid,
+        service_id: u64,
+        tid: u64,
+        retries: u8,
+        wait: Duration,
+    ) -> Conn {
+        Conn {
+            state,
+            peer,
+            remote_comm_id: 0,
+            remote_ca_guid: 0,
+            service_id,
+            local_qpn: Qpn::new(0),
+            remote_qpn: Qpn::new(0),
+            tid,
+            last_sent: None,
+            retries_left: retries,
+            deadline: None,
+            response_wait: wait,
+        }
+    }
+}
+
 /// The Communication Manager agent of one port.
 pub struct CmAgent {
     cfg: CmConfig,
@@ -459,21 +487,12 @@ impl CmAgent {
         req.local_comm_id = id.0;
         let tid = self.new_tid();
         let wait = self.response_wait(self.cfg.cm_response_timeout);
+        let retries = self.cfg.max_cm_retries;
         self.conns.insert(
             id,
             Conn {
-                state: State::ReqSent,
-                peer: p.peer,
-                remote_comm_id: 0,
-                remote_ca_guid: 0,
-                service_id: p.service_id,
                 local_qpn: p.qpn,
-                remote_qpn: Qpn::new(0),
-                tid,
-                last_sent: None,
-                retries_left: self.cfg.max_cm_retries,
-                deadline: None,
-                response_wait: wait,
+                ..Conn::new(State::ReqSent, p.peer, p.service_id, tid, retries, wait)
             },
         );
         self.send_request(now, id, CmMessage::Req(req));
@@ -634,22 +653,10 @@ impl CmAgent {
         req.request_id = id.0;
         let tid = self.new_tid();
         let wait = self.response_wait(self.cfg.cm_response_timeout);
+        let retries = self.cfg.max_cm_retries;
         self.conns.insert(
             id,
-            Conn {
-                state: State::SidrReqSent,
-                peer,
-                remote_comm_id: 0,
-                remote_ca_guid: 0,
-                service_id,
-                local_qpn: Qpn::new(0),
-                remote_qpn: Qpn::new(0),
-                tid,
-                last_sent: None,
-                retries_left: self.cfg.max_cm_retries,
-                deadline: None,
-                response_wait: wait,
-            },
+            Conn::new(State::SidrReqSent, peer, service_id, tid, retries, wait),
         );
         self.send_request(now, id, CmMessage::SidrReq(req));
         Ok(id)
@@ -819,21 +826,15 @@ impl CmAgent {
             return reject(self, rej_reason::STALE_CONN);
         }
         let id = self.new_id();
+        let retries = self.cfg.max_cm_retries.min(req.max_cm_retries);
+        let wait = self.response_wait(req.remote_cm_response_timeout);
         self.conns.insert(
             id,
             Conn {
-                state: State::ReqRcvd,
-                peer,
                 remote_comm_id: req.local_comm_id,
                 remote_ca_guid: req.local_ca_guid,
-                service_id: req.service_id,
-                local_qpn: Qpn::new(0),
                 remote_qpn: req.local_qpn,
-                tid,
-                last_sent: None,
-                retries_left: self.cfg.max_cm_retries.min(req.max_cm_retries),
-                deadline: None,
-                response_wait: self.response_wait(req.remote_cm_response_timeout),
+                ..Conn::new(State::ReqRcvd, peer, req.service_id, tid, retries, wait)
             },
         );
         self.by_remote.insert(key, id);
@@ -999,18 +1000,15 @@ impl CmAgent {
         self.conns.insert(
             id,
             Conn {
-                state: State::SidrReqRcvd,
-                peer: from,
                 remote_comm_id: req.request_id,
-                remote_ca_guid: 0,
-                service_id: req.service_id,
-                local_qpn: Qpn::new(0),
-                remote_qpn: Qpn::new(0),
-                tid,
-                last_sent: None,
-                retries_left: 0,
-                deadline: None,
-                response_wait: Duration::ZERO,
+                ..Conn::new(
+                    State::SidrReqRcvd,
+                    from,
+                    req.service_id,
+                    tid,
+                    0,
+                    Duration::ZERO,
+                )
             },
         );
         self.events.push_back(CmEvent::SidrRequest {
