@@ -40,6 +40,8 @@ pub mod transport;
 pub mod verbs;
 
 pub use hca::{gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, Hca, MAX_FRAME};
-pub use hca::{is_multicast_gid, GRH_AREA, GSI_QKEY, GSI_QPN, MCAST_QPN};
+pub use hca::{
+    is_multicast_gid, read_grh_area, GrhAreaInfo, GRH_AREA, GSI_QKEY, GSI_QPN, MCAST_QPN,
+};
 pub use hca::{raw_header_len, raw_max_message, MULTICAST_LID_BASE, PERMISSIVE_LID};
 pub use verbs::device::HcaConfig;

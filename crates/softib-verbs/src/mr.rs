@@ -388,23 +388,24 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         if grh.is_null() {
             return crate::util::minus_one(libc::EINVAL);
         }
-        let g = &*grh;
+        // The 40 bytes before the payload: an IPv6 header/GRH, or for RoCEv2 over IPv4
+        // 20 zero bytes and the IPv4 header (as rdma-core reads them).
+        let area = &*grh.cast::<[u8; softib_core::GRH_AREA]>();
+        let info = softib_core::read_grh_area(area);
         a.is_global = 1;
-        // The reply goes back to the sender: its GID is the GRH's source.
-        a.grh.dgid = g.sgid;
-        let flow = u32::from_be(g.version_tclass_flow);
-        a.grh.flow_label = flow & 0xFFFFF;
-        a.grh.traffic_class = ((flow >> 20) & 0xFF) as u8;
+        // The reply goes back to the sender: its GID is the header's source.
+        a.grh.dgid.raw = info.sgid.0;
+        a.grh.flow_label = info.flow_label;
+        a.grh.traffic_class = info.traffic_class;
         a.grh.hop_limit = 0xFF;
         // The local GID the request was sent to: find its index.
-        let dgid = g.dgid.raw;
         let idx = {
             let eng = sc.shared.lock();
             eng.dev
                 .hca()
                 .query_port(port)
                 .ok()
-                .and_then(|p| p.gids.iter().position(|e| e.gid.0 == dgid))
+                .and_then(|p| p.gids.iter().position(|e| e.gid == info.dgid))
         };
         match idx {
             Some(i) => a.grh.sgid_index = i as u8,

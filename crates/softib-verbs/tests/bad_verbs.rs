@@ -267,6 +267,14 @@ fn bad_huge_num_sge_is_refused_before_reading_the_list() {
     run_case("huge_num_sge");
 }
 
+/// A UD reply addressed with `ibv_create_ah_from_wc` from the request's completion: the
+/// network header area of RoCEv2 over IPv4 (20 zero bytes, then the IPv4 header) names the
+/// sender's GID and the GID the request went to.
+#[test]
+fn ud_reply_from_wc() {
+    run_case("ud_reply_from_wc");
+}
+
 /// ibv_read_sysfs_file reads at most `size` bytes once (not /dev/zero to its end), strips the
 /// newline, fails on contents that fill the buffer without one and on a missing file.
 #[test]

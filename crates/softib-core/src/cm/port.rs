@@ -190,7 +190,9 @@ impl CmPort {
         if wc.status == WcStatus::Success && wc.byte_len as usize >= SLOT {
             let mut buf = [0u8; SLOT];
             if hca.mr_read(self.mr.handle, slot * SLOT, &mut buf).is_ok() {
-                let from = source_gid(&buf[..GRH_AREA]);
+                let mut area = [0u8; GRH_AREA];
+                area.copy_from_slice(&buf[..GRH_AREA]);
+                let from = crate::read_grh_area(&area).sgid;
                 self.agent.on_mad(now, from, &buf[GRH_AREA..]);
             }
         } else if wc.status == WcStatus::Success {
@@ -244,18 +246,4 @@ impl CmPort {
         self.ahs.insert(gid, ah);
         Some(ah)
     }
-}
-
-/// The sender's GID from the network header area of a UD receive: the IPv6 source address,
-/// or for IPv4 (20 zero bytes, then the IPv4 header) the IPv4-mapped source address.
-fn source_gid(area: &[u8]) -> Gid {
-    let mut g = [0u8; 16];
-    if area[..20].iter().all(|&b| b == 0) && area[20] >> 4 == 4 {
-        g[10] = 0xff;
-        g[11] = 0xff;
-        g[12..].copy_from_slice(&area[32..36]);
-    } else {
-        g.copy_from_slice(&area[8..24]);
-    }
-    Gid(g)
 }

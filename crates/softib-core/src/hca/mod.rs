@@ -37,7 +37,9 @@ pub use datapath::{
     PERMISSIVE_LID,
 };
 pub use raw::{raw_header_len, raw_max_message};
-pub use ud::{is_multicast_gid, GRH_AREA, GSI_QKEY, GSI_QPN, MCAST_QPN};
+pub use ud::{
+    is_multicast_gid, read_grh_area, GrhAreaInfo, GRH_AREA, GSI_QKEY, GSI_QPN, MCAST_QPN,
+};
 
 #[cfg(test)]
 mod tests;

@@ -151,6 +151,53 @@ fn grh_area(ip: &IpHeader) -> [u8; GRH_AREA] {
     area
 }
 
+/// What a UD receive's network header area says of the packet: the first [`GRH_AREA`] bytes
+/// of its buffer hold an IPv6 header or GRH, or, for RoCEv2 over IPv4, 20 zero bytes and the
+/// IPv4 header. What a reply's address vector is built from (`ibv_init_ah_from_wc`, the CM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrhAreaInfo {
+    /// The sender's GID (IPv4-mapped for IPv4).
+    pub sgid: Gid,
+    /// The GID the packet was sent to.
+    pub dgid: Gid,
+    /// Traffic class (IPv4: the TOS byte).
+    pub traffic_class: u8,
+    /// Flow label (IPv4: 0).
+    pub flow_label: u32,
+}
+
+/// Reads a UD receive's network header area ([`GrhAreaInfo`]).
+pub fn read_grh_area(area: &[u8; GRH_AREA]) -> GrhAreaInfo {
+    let v4 = GRH_AREA - softib_wire::ipv4::LEN;
+    if area[..v4].iter().all(|&b| b == 0) && area[v4] >> 4 == 4 {
+        let mapped = |a: &[u8]| {
+            let mut g = [0u8; 16];
+            g[10] = 0xff;
+            g[11] = 0xff;
+            g[12..].copy_from_slice(a);
+            Gid(g)
+        };
+        GrhAreaInfo {
+            sgid: mapped(&area[v4 + 12..v4 + 16]),
+            dgid: mapped(&area[v4 + 16..v4 + 20]),
+            traffic_class: area[v4 + 1],
+            flow_label: 0,
+        }
+    } else {
+        let mut s = [0u8; 16];
+        let mut d = [0u8; 16];
+        s.copy_from_slice(&area[8..24]);
+        d.copy_from_slice(&area[24..40]);
+        let flow = u32::from_be_bytes([area[0], area[1], area[2], area[3]]);
+        GrhAreaInfo {
+            sgid: Gid(s),
+            dgid: Gid(d),
+            traffic_class: (flow >> 20) as u8,
+            flow_label: flow & 0xF_FFFF,
+        }
+    }
+}
+
 impl Hca {
     // ----- requester ----------------------------------------------------------------------
 
@@ -615,5 +662,53 @@ impl Hca {
             group.qpns.retain(|&q| q != qpn);
             !group.qpns.is_empty()
         });
+    }
+}
+
+#[cfg(test)]
+mod grh_area_tests {
+    use super::*;
+    use softib_wire::grh::Grh;
+    use softib_wire::ipv4::Ipv4;
+
+    #[test]
+    fn read_an_ipv4_and_an_ipv6_header() {
+        let v4 = IpHeader::V4(Ipv4 {
+            version: 4,
+            ihl: 5,
+            dscp_ecn: 0x28,
+            ttl: 64,
+            src: [10, 0, 0, 1],
+            dst: [10, 0, 0, 2],
+            ..Ipv4::default()
+        });
+        let i = read_grh_area(&grh_area(&v4));
+        assert_eq!(i.sgid, crate::gid_of_ipv4([10, 0, 0, 1]));
+        assert_eq!(i.dgid, crate::gid_of_ipv4([10, 0, 0, 2]));
+        assert_eq!((i.traffic_class, i.flow_label), (0x28, 0));
+        let mut sgid = [0u8; 16];
+        sgid[0] = 0xfe;
+        sgid[1] = 0x80;
+        sgid[15] = 1;
+        let mut dgid = sgid;
+        dgid[15] = 2;
+        let v6 = IpHeader::V6(Grh {
+            ip_ver: 6,
+            tclass: 0x12,
+            flow_label: 0xabcde,
+            hop_lmt: 64,
+            sgid,
+            dgid,
+            ..Grh::default()
+        });
+        assert_eq!(
+            read_grh_area(&grh_area(&v6)),
+            GrhAreaInfo {
+                sgid: Gid(sgid),
+                dgid: Gid(dgid),
+                traffic_class: 0x12,
+                flow_label: 0xabcde
+            }
+        );
     }
 }

@@ -2359,6 +2359,91 @@ static void read_sysfs_file(void)
 	rmdir(dir);
 }
 
+/* A UD reply addressed from the request's completion: ibv_init_ah_from_wc and
+ * ibv_create_ah_from_wc read the 40-byte network header area before the payload, which on
+ * RoCEv2 over IPv4 is 20 zero bytes and the IPv4 header (not a GRH): the reply's destination
+ * is the sender's IPv4-mapped GID, its source GID index the GID the request went to. A NULL
+ * GRH for a completion that has one is EINVAL. */
+static void ud_reply_from_wc(void)
+{
+	struct ibv_context *c = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(c);
+	struct ibv_cq *qa = ibv_create_cq(c, 16, NULL, NULL, 0);
+	struct ibv_cq *qb = ibv_create_cq(c, 16, NULL, NULL, 0);
+	static char buf[512];
+	struct ibv_mr *m = pd ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
+	if (!pd || !qa || !qb || !m)
+		DIE("setup");
+	struct ibv_qp *a = ud_qp(c, pd, qa), *b = ud_qp(c, pd, qb);
+	struct ibv_recv_wr *rbad;
+	struct ibv_sge ra = {(uintptr_t)buf, 256, m->lkey};
+	struct ibv_recv_wr rwa = {.wr_id = 1, .sg_list = &ra, .num_sge = 1};
+	struct ibv_sge rb = {(uintptr_t)buf + 256, 256, m->lkey};
+	struct ibv_recv_wr rwb = {.wr_id = 2, .sg_list = &rb, .num_sge = 1};
+	if (ibv_post_recv(a, &rwa, &rbad) || ibv_post_recv(b, &rwb, &rbad))
+		DIE("ibv_post_recv");
+	union ibv_gid gid;
+	if (ibv_query_gid(c, 1, 0, &gid))
+		DIE("gid");
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	aa.grh.dgid = gid;
+	struct ibv_ah *to_b = ibv_create_ah(pd, &aa);
+	if (!to_b)
+		DIE("ibv_create_ah");
+	static char msg[16] = "request";
+	struct ibv_mr *mm = ibv_reg_mr(pd, msg, sizeof(msg), IBV_ACCESS_LOCAL_WRITE);
+	if (!mm)
+		DIE("reg msg");
+	struct ibv_sge ss = {(uintptr_t)msg, sizeof(msg), mm->lkey};
+	struct ibv_send_wr wr = {.wr_id = 3, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_send_wr *sbad;
+	wr.wr.ud.ah = to_b;
+	wr.wr.ud.remote_qpn = b->qp_num;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	if (ibv_post_send(a, &wr, &sbad))
+		DIE("post request");
+	struct ibv_wc wc;
+	CHECK(poll_one(qa, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "request sent");
+	CHECK(poll_one(qb, &wc, 5.0) && wc.status == IBV_WC_SUCCESS && (wc.wc_flags & IBV_WC_GRH),
+	      "request received with a network header");
+	struct ibv_grh *grh = (struct ibv_grh *)(buf + 256);
+	struct ibv_ah_attr r = {0};
+	CHECK(ibv_init_ah_from_wc(c, 1, &wc, grh, &r) == 0, "ibv_init_ah_from_wc: errno %d", errno);
+	CHECK(r.is_global == 1 && memcmp(&r.grh.dgid, &gid, 16) == 0,
+	      "reply goes to the sender's GID");
+	CHECK(r.grh.sgid_index == 0, "reply from the GID the request went to (index %u)",
+	      r.grh.sgid_index);
+	errno = 0;
+	CHECK(ibv_init_ah_from_wc(c, 1, &wc, NULL, &r) == -1 && errno == EINVAL,
+	      "NULL GRH with IBV_WC_GRH: EINVAL");
+	struct ibv_ah *back = ibv_create_ah_from_wc(pd, &wc, grh, 1);
+	CHECK(back != NULL, "ibv_create_ah_from_wc");
+	if (back) {
+		wr.wr_id = 4;
+		wr.wr.ud.ah = back;
+		wr.wr.ud.remote_qpn = wc.src_qp;
+		if (ibv_post_send(b, &wr, &sbad))
+			DIE("post reply");
+		CHECK(poll_one(qb, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "reply sent");
+		CHECK(poll_one(qa, &wc, 5.0) && wc.status == IBV_WC_SUCCESS && wc.wr_id == 1,
+		      "reply received by the requester");
+		CHECK(memcmp(buf + 40, "request", 8) == 0, "reply payload");
+		ibv_destroy_ah(back);
+	}
+	ibv_destroy_ah(to_b);
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_dereg_mr(mm);
+	ibv_dereg_mr(m);
+	ibv_destroy_cq(qa);
+	ibv_destroy_cq(qb);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(c);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2389,6 +2474,7 @@ static const struct {
 	{"rates_and_strings", rates_and_strings},
 	{"atomic_local_length", atomic_local_length},
 	{"huge_num_sge", huge_num_sge},
+	{"ud_reply_from_wc", ud_reply_from_wc},
 	{"read_sysfs_file", read_sysfs_file},
 };
 
