@@ -115,11 +115,7 @@ impl CmDevice {
     }
 
     /// Runs the device and the CM until `f` returns `Some` for an event, or `ms` pass.
-    fn until<T>(
-        &mut self,
-        ms: u64,
-        mut f: impl FnMut(&mut CmPort, CmEvent) -> Option<T>,
-    ) -> Option<T> {
+    fn until<T>(&mut self, ms: u64, mut f: impl FnMut(CmEvent) -> Option<T>) -> Option<T> {
         let deadline = std::time::Instant::now() + Duration::from_millis(ms);
         while std::time::Instant::now() < deadline {
             let _ = self.d.poll_io();
@@ -128,7 +124,7 @@ impl CmDevice {
             let _ = self.d.flush(now);
             while let Some(e) = self.port.agent().poll_event() {
                 println!("event: {}", describe(&e));
-                if let Some(t) = f(&mut self.port, e) {
+                if let Some(t) = f(e) {
                     return Some(t);
                 }
             }
@@ -194,7 +190,7 @@ fn listen(a: ListenArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     println!("listening: service {sid:#018x} on {}", gid_text(&c.d.gid()));
-    let Some((id, req)) = c.until(a.timeout_ms, |_, e| match e {
+    let Some((id, req)) = c.until(a.timeout_ms, |e| match e {
         CmEvent::ConnectRequest { id, req, .. } => Some((id, req)),
         _ => None,
     }) else {
@@ -234,7 +230,7 @@ fn listen(a: ListenArgs) -> ExitCode {
         eprintln!("softib cm listen: {e}");
         return ExitCode::from(2);
     }
-    let established = c.until(a.timeout_ms, |_, e| match e {
+    let established = c.until(a.timeout_ms, |e| match e {
         CmEvent::Established { .. } => Some(true),
         CmEvent::Rejected { .. } | CmEvent::Unreachable { .. } => Some(false),
         CmEvent::DisconnectRequest { .. } => Some(true),
@@ -248,7 +244,7 @@ fn listen(a: ListenArgs) -> ExitCode {
     let now = c.d.now();
     // Disconnect (or answer the peer's DREQ if it came first).
     let _ = c.port.agent().disconnect(now, id, b"");
-    let done = c.until(a.timeout_ms, |_, e| match e {
+    let done = c.until(a.timeout_ms, |e| match e {
         CmEvent::Disconnected { .. } => Some(()),
         _ => None,
     });
@@ -328,7 +324,7 @@ fn probe(a: ProbeArgs) -> ExitCode {
         params.service_id,
         id.0
     );
-    let replied = c.until(a.timeout_ms, |_, e| match e {
+    let replied = c.until(a.timeout_ms, |e| match e {
         CmEvent::ConnectReply { .. } => Some(true),
         CmEvent::Rejected { .. } | CmEvent::Unreachable { .. } => Some(false),
         _ => None,
@@ -356,10 +352,10 @@ fn probe(a: ProbeArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let _ = c.port.agent().establish(id, b"");
-    c.until(100, |_, _| None::<()>);
+    c.until(100, |_| None::<()>);
     let now = c.d.now();
     let _ = c.port.agent().disconnect(now, id, b"");
-    let done = c.until(a.timeout_ms, |_, e| match e {
+    let done = c.until(a.timeout_ms, |e| match e {
         CmEvent::Disconnected { .. } => Some(false),
         // The peer asked first (crossed DREQs end in Disconnected too).
         CmEvent::DisconnectRequest { .. } => Some(true),
