@@ -352,21 +352,33 @@ fn probe(a: ProbeArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let _ = c.port.agent().establish(id, b"");
-    c.until(100, |_| None::<()>);
+    // Connected for a moment; the peer may disconnect first.
+    let peer_first = c
+        .until(100, |e| {
+            matches!(
+                e,
+                CmEvent::DisconnectRequest { .. } | CmEvent::Disconnected { .. }
+            )
+            .then_some(())
+        })
+        .is_some();
     let now = c.d.now();
+    // Sends the DREQ, or answers the peer's with the DREP.
     let _ = c.port.agent().disconnect(now, id, b"");
-    let done = c.until(a.timeout_ms, |e| match e {
-        CmEvent::Disconnected { .. } => Some(false),
-        // The peer asked first (crossed DREQs end in Disconnected too).
-        CmEvent::DisconnectRequest { .. } => Some(true),
-        _ => None,
-    });
-    if done == Some(true) {
+    let done = peer_first
+        || c.until(a.timeout_ms, |e| match e {
+            CmEvent::Disconnected { .. } => Some(()),
+            // Crossed DREQs: answered below.
+            CmEvent::DisconnectRequest { .. } => Some(()),
+            _ => None,
+        })
+        .is_some();
+    if c.port.agent().state(id) == Some(softib_core::cm::State::DreqRcvd) {
         let now = c.d.now();
         let _ = c.port.agent().disconnect(now, id, b"");
     }
     c.drain();
-    if done.is_some() {
+    if done {
         println!("established, then disconnected");
         ExitCode::SUCCESS
     } else {
