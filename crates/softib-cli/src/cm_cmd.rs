@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use softib_core::cm::{CmConfig, CmEvent, CmPort, CmService, ConnectParams};
+use softib_core::cm::{CmConfig, CmEvent, CmPort, ConnectParams};
 use softib_core::verbs::types::Mtu;
 use softib_udp::frame::gid_of_ip;
 use softib_wire::cm::{ip_service_id, port_space, rej_reason, IpCmHdr};
@@ -289,25 +289,14 @@ fn probe(a: ProbeArgs) -> ExitCode {
     };
     hdr.emit(&mut private).expect("36 bytes");
     let params = ConnectParams {
-        service_id: ip_service_id(port_space::TCP, a.port),
-        peer,
-        service: CmService::Rc,
-        // No QP stands behind the probe: the number is only carried in the REQ.
-        qpn: Qpn::new(0x00_ab_cd),
-        starting_psn: random_psn(),
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: 3,
-        pkey: 0xffff,
-        srq: false,
-        local_ack_timeout: 14,
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-        sl: 0,
         private_data: private,
+        // No QP stands behind the probe: the number is only carried in the REQ.
+        ..ConnectParams::rc(
+            ip_service_id(port_space::TCP, a.port),
+            peer,
+            Qpn::new(0x00_ab_cd),
+            random_psn(),
+        )
     };
     let now = c.d.now();
     let id = match c.port.agent().connect(now, &params) {

@@ -6,7 +6,7 @@ mod ud_common;
 
 use std::time::Duration;
 
-use softib_core::cm::{AcceptParams, CmConfig, CmEvent, CmPort, CmService, ConnectParams, State};
+use softib_core::cm::{AcceptParams, CmConfig, CmEvent, CmPort, ConnectParams, State};
 use softib_core::time::Instant;
 use softib_wire::{Psn, Qpn};
 use ud_common::{Net, BTH_AT};
@@ -46,24 +46,13 @@ fn settle(net: &mut Net, ports: &mut [CmPort; 2]) -> [Vec<CmEvent>; 2] {
 
 fn params(peer: softib_core::cm::Gid) -> ConnectParams {
     ConnectParams {
-        service_id: 0x0000_0000_0106_1c06,
-        peer,
-        service: CmService::Rc,
-        qpn: Qpn::new(0x1234),
-        starting_psn: Psn::new(0x42),
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: 3,
-        pkey: 0xffff,
-        srq: false,
-        local_ack_timeout: 14,
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-        sl: 0,
         private_data: b"over QP1".to_vec(),
+        ..ConnectParams::rc(
+            0x0000_0000_0106_1c06,
+            peer,
+            Qpn::new(0x1234),
+            Psn::new(0x42),
+        )
     }
 }
 

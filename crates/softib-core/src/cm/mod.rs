@@ -152,6 +152,35 @@ pub struct ConnectParams {
     pub private_data: Vec<u8>,
 }
 
+impl ConnectParams {
+    /// An RC connection of `qpn` (first PSN `starting_psn`) to `service_id` at `peer`, with the
+    /// values rdma_cm uses when the application leaves them alone: one RDMA READ / atomic each
+    /// way, retry and RNR retry counts 7, path MTU 1024, the default P_Key, local ACK timeout
+    /// 14, hop limit 64, no private data. Callers change fields with struct update syntax.
+    pub fn rc(service_id: u64, peer: Gid, qpn: Qpn, starting_psn: Psn) -> ConnectParams {
+        ConnectParams {
+            service_id,
+            peer,
+            service: CmService::Rc,
+            qpn,
+            starting_psn,
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            path_mtu: 3,
+            pkey: 0xffff,
+            srq: false,
+            local_ack_timeout: 14,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            sl: 0,
+            private_data: Vec::new(),
+        }
+    }
+}
+
 /// What the passive side answers (`accept`): the REP's fields.
 #[derive(Debug, Clone, Default)]
 pub struct AcceptParams {
@@ -702,12 +731,12 @@ impl CmAgent {
         };
         let tid = m.hdr.transaction_id;
         match m.msg {
-            CmMessage::Req(req) => self.on_req(now, from, tid, req),
+            CmMessage::Req(req) => self.on_req(from, tid, req),
             CmMessage::Mra(mra) => self.on_mra(now, mra),
             CmMessage::Rej(rej) => self.on_rej(now, rej),
-            CmMessage::Rep(rep) => self.on_rep(from, rep),
+            CmMessage::Rep(rep) => self.on_rep(rep),
             CmMessage::Rtu(rtu) => self.on_rtu(rtu),
-            CmMessage::Dreq(dreq) => self.on_dreq(now, from, tid, dreq),
+            CmMessage::Dreq(dreq) => self.on_dreq(now, tid, dreq),
             CmMessage::Drep(drep) => self.on_drep(now, drep),
             CmMessage::SidrReq(req) => self.on_sidr_req(from, tid, req),
             CmMessage::SidrRep(rep) => self.on_sidr_rep(rep),
@@ -777,7 +806,7 @@ impl CmAgent {
         }
     }
 
-    fn on_req(&mut self, now: Instant, from: Gid, tid: u64, req: cm::Req) {
+    fn on_req(&mut self, from: Gid, tid: u64, req: cm::Req) {
         let key = (req.local_comm_id, req.local_ca_guid);
         if let Some(&id) = self.by_remote.get(&key) {
             // A repeated REQ: bring back what was sent for it (MRA or REP); anything else
@@ -838,7 +867,6 @@ impl CmAgent {
             },
         );
         self.by_remote.insert(key, id);
-        let _ = now;
         self.events.push_back(CmEvent::ConnectRequest {
             id,
             listener,
@@ -886,7 +914,7 @@ impl CmAgent {
         });
     }
 
-    fn on_rep(&mut self, from: Gid, rep: cm::Rep) {
+    fn on_rep(&mut self, rep: cm::Rep) {
         let id = CmId(rep.remote_comm_id);
         let Some(c) = self.conns.get_mut(&id) else {
             return;
@@ -898,7 +926,6 @@ impl CmAgent {
                 c.remote_comm_id = rep.local_comm_id;
                 c.remote_ca_guid = rep.local_ca_guid;
                 c.remote_qpn = rep.local_qpn;
-                let _ = from;
                 self.by_remote
                     .insert((rep.local_comm_id, rep.local_ca_guid), id);
                 self.events.push_back(CmEvent::ConnectReply {
@@ -929,9 +956,8 @@ impl CmAgent {
         }
     }
 
-    fn on_dreq(&mut self, now: Instant, from: Gid, tid: u64, dreq: cm::Dreq) {
+    fn on_dreq(&mut self, now: Instant, tid: u64, dreq: cm::Dreq) {
         let id = CmId(dreq.remote_comm_id);
-        let _ = from;
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };

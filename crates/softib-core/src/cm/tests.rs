@@ -17,6 +17,16 @@ fn cfg(gid: Gid, guid: u64, first: u32) -> CmConfig {
     }
 }
 
+/// A wire filter that loses the first `attr` message sent by side `side`, and nothing else.
+fn lose_first(side: char, attr: cm::AttrId) -> Box<dyn FnMut(usize, char, cm::AttrId) -> bool> {
+    let mut lost = false;
+    Box::new(move |_, from, a| {
+        let lose = !lost && from == side && a == attr;
+        lost |= lose;
+        lose
+    })
+}
+
 /// Two agents and the MADs between them; `drop` decides per MAD (index in the order sent,
 /// from which side, the message) whether the wire loses it; `dup` delivers every MAD twice.
 struct Pair {
@@ -125,24 +135,10 @@ impl Pair {
             .connect(
                 self.now,
                 &ConnectParams {
-                    service_id: SID,
-                    peer: B,
-                    service: CmService::Rc,
-                    qpn: Qpn::new(0x11),
-                    starting_psn: Psn::new(0x123),
                     responder_resources: 4,
                     initiator_depth: 4,
-                    retry_count: 7,
-                    rnr_retry_count: 7,
-                    path_mtu: 3,
-                    pkey: 0xffff,
-                    srq: false,
-                    local_ack_timeout: 14,
-                    traffic_class: 0,
-                    hop_limit: 64,
-                    flow_label: 0,
-                    sl: 0,
                     private_data: private.to_vec(),
+                    ..ConnectParams::rc(SID, B, Qpn::new(0x11), Psn::new(0x123))
                 },
             )
             .unwrap();
@@ -373,12 +369,7 @@ fn every_req_lost_ends_unreachable() {
 fn lost_rep_is_resent_and_repeated_req_brings_it_back() {
     let mut p = Pair::new();
     // Lose the first REP.
-    p.drop = Box::new(|_, from, attr| {
-        from == 'b' && attr == cm::AttrId::Rep && {
-            static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-            !ONCE.swap(true, std::sync::atomic::Ordering::Relaxed)
-        }
-    });
+    p.drop = lose_first('b', cm::AttrId::Rep);
     let ia = p.connect(b"");
     let (ib, _) = p.b_request();
     p.accept(ib);
@@ -402,12 +393,7 @@ fn lost_rep_is_resent_and_repeated_req_brings_it_back() {
 #[test]
 fn lost_rtu_repeated_rep_brings_it_back() {
     let mut p = Pair::new();
-    p.drop = Box::new(|_, from, attr| {
-        from == 'a' && attr == cm::AttrId::Rtu && {
-            static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-            !ONCE.swap(true, std::sync::atomic::Ordering::Relaxed)
-        }
-    });
+    p.drop = lose_first('a', cm::AttrId::Rtu);
     let ia = p.connect(b"");
     let (ib, _) = p.b_request();
     p.accept(ib);
@@ -484,12 +470,7 @@ fn mra_extends_the_wait() {
 #[test]
 fn repeated_req_after_mra_brings_back_the_mra() {
     let mut p = Pair::new();
-    p.drop = Box::new(|_, from, attr| {
-        from == 'b' && attr == cm::AttrId::Mra && {
-            static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-            !ONCE.swap(true, std::sync::atomic::Ordering::Relaxed)
-        }
-    });
+    p.drop = lose_first('b', cm::AttrId::Mra);
     let ia = p.connect(b"");
     let (ib, _) = p.b_request();
     p.b.send_mra(ib, 16).unwrap();
@@ -503,12 +484,7 @@ fn repeated_req_after_mra_brings_back_the_mra() {
 fn disconnect_and_lost_drep() {
     let mut p = Pair::new();
     let (ia, ib) = p.connected();
-    p.drop = Box::new(|_, from, attr| {
-        from == 'b' && attr == cm::AttrId::Drep && {
-            static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-            !ONCE.swap(true, std::sync::atomic::Ordering::Relaxed)
-        }
-    });
+    p.drop = lose_first('b', cm::AttrId::Drep);
     p.a.disconnect(p.now, ia, b"bye").unwrap();
     p.pump();
     let Some(CmEvent::DisconnectRequest { id, private_data }) = p.events_b.last() else {
@@ -581,26 +557,7 @@ fn stale_connection_is_refused() {
     // A second REQ from the same peer QP (A lost its state, as after a crash) while B still
     // has the connection.
     let mut a2 = CmAgent::new(cfg(A, 0xa1a, 9000));
-    let params = ConnectParams {
-        service_id: SID,
-        peer: B,
-        service: CmService::Rc,
-        qpn: Qpn::new(0x11),
-        starting_psn: Psn::new(1),
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: 3,
-        pkey: 0xffff,
-        srq: false,
-        local_ack_timeout: 14,
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-        sl: 0,
-        private_data: vec![],
-    };
+    let params = ConnectParams::rc(SID, B, Qpn::new(0x11), Psn::new(1));
     let id2 = a2.connect(p.now, &params).unwrap();
     let req = a2.poll_transmit().unwrap();
     p.b.on_mad(p.now, A, &req.mad);
