@@ -83,18 +83,9 @@ struct CmDevice {
 
 impl CmDevice {
     fn open(bind: &str, pcap: Option<std::path::PathBuf>) -> Result<CmDevice, String> {
-        let dev = DeviceArgs {
-            bind: bind.to_string(),
-            pcap,
-            events: false,
-            no_ipv4_icrc_check: false,
-            no_gso: false,
-            peer_via: None,
-            stats: false,
-            window: 128,
-            busy_yields: softib_udp::BUSY_YIELDS,
-        };
-        let mut d = dev.open(Mtu::Mtu1024).map_err(|e| e.to_string())?;
+        let mut d = DeviceArgs::plain(bind, pcap)
+            .open(Mtu::Mtu1024)
+            .map_err(|e| e.to_string())?;
         let first_id = (std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|t| t.subsec_nanos())

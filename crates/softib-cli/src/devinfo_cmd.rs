@@ -22,17 +22,7 @@ pub struct DevinfoArgs {
 }
 
 pub fn run(args: DevinfoArgs) -> ExitCode {
-    let dev = DeviceArgs {
-        bind: args.bind.clone(),
-        pcap: None,
-        events: false,
-        no_ipv4_icrc_check: false,
-        no_gso: false,
-        peer_via: None,
-        stats: false,
-        window: 128,
-        busy_yields: softib_udp::BUSY_YIELDS,
-    };
+    let dev = DeviceArgs::plain(&args.bind, None);
     let cfg = match dev.config(args.mtu) {
         Ok(c) => c,
         Err(e) => {

@@ -53,6 +53,22 @@ pub struct DeviceArgs {
 }
 
 impl DeviceArgs {
+    /// The device of a tool that has no device flags of its own (`softib devinfo`, `softib
+    /// cm`): bound to `bind`, every ICRC verified, GSO on, busy polling, rxe's window of 128.
+    pub fn plain(bind: &str, pcap: Option<PathBuf>) -> DeviceArgs {
+        DeviceArgs {
+            bind: bind.to_string(),
+            pcap,
+            events: false,
+            no_ipv4_icrc_check: false,
+            no_gso: false,
+            peer_via: None,
+            stats: false,
+            window: 128,
+            busy_yields: softib_udp::BUSY_YIELDS,
+        }
+    }
+
     /// The bound socket address.
     pub fn bind_addr(&self) -> Result<SocketAddr, Error> {
         if let Ok(a) = self.bind.parse::<SocketAddr>() {
