@@ -4,21 +4,11 @@
 //! (rdmacm-utils, perftest).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-/// The cdylib of this build: `<target>/<profile>/deps/librdmacm.so` beside the test binary,
-/// else `<target>/<profile>/librdmacm.so`.
-fn library() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let deps = exe.parent()?;
-    [
-        deps.join("librdmacm.so"),
-        deps.parent()?.join("librdmacm.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-}
+mod common;
+use common::library;
 
 fn readelf(args: &[&str], file: &Path) -> Option<String> {
     let out = Command::new("readelf").args(args).arg(file).output().ok()?;

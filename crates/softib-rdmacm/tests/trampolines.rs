@@ -3,19 +3,11 @@
 //! libibverbs.so.1 (`tests/c/fake_ibverbs.c`): arguments (six registers) and results travel,
 //! and a function the stand-in lacks fails as documented with ENOSYS.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn library() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let deps = exe.parent()?;
-    [
-        deps.join("librdmacm.so"),
-        deps.parent()?.join("librdmacm.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-}
+mod common;
+use common::library;
 
 fn cc(args: &[&str]) -> Result<(), String> {
     let out = Command::new("cc")
