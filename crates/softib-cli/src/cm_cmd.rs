@@ -259,25 +259,12 @@ fn probe(a: ProbeArgs) -> ExitCode {
     };
     let local_gid = c.d.gid();
     let peer = gid_of_ip(a.peer);
+    let src_port = 0x8000 | (random_psn().value() as u16 & 0x3fff);
+    let Some(hdr) = IpCmHdr::for_ips(c.d.local_addr().ip(), a.peer, src_port) else {
+        eprintln!("softib cm probe: --bind and --peer must both be IPv4 or both IPv6");
+        return ExitCode::from(2);
+    };
     let mut private = vec![0u8; IpCmHdr::LEN];
-    // rdma_cm's form (`struct cma_hdr`): an IPv4 address in the last 4 bytes after 12 zero
-    // bytes, not IPv4-mapped.
-    let ip_field = |g: [u8; 16]| {
-        if a.peer.is_ipv4() {
-            let mut f = [0u8; 16];
-            f[12..].copy_from_slice(&g[12..]);
-            f
-        } else {
-            g
-        }
-    };
-    let hdr = IpCmHdr {
-        version: 0,
-        ip_version: if a.peer.is_ipv4() { 4 } else { 6 },
-        src_port: 0x8000 | (random_psn().value() as u16 & 0x3fff),
-        src_ip: ip_field(local_gid.0),
-        dst_ip: ip_field(peer.0),
-    };
     hdr.emit(&mut private).expect("36 bytes");
     let params = ConnectParams {
         private_data: private,

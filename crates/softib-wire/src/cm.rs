@@ -723,6 +723,31 @@ impl IpCmHdr {
     /// Length of the header in the private data.
     pub const LEN: usize = 36;
 
+    /// The header rdma_cm writes for a connection from `src` (port `src_port`) to `dst`:
+    /// version 0, IPv4 addresses in the last 4 bytes after 12 zero bytes (Linux
+    /// `struct cma_hdr`, not IPv4-mapped). `None` when the two addresses are of different
+    /// families.
+    pub fn for_ips(src: std::net::IpAddr, dst: std::net::IpAddr, src_port: u16) -> Option<IpCmHdr> {
+        use std::net::IpAddr::{V4, V6};
+        let v4 = |a: std::net::Ipv4Addr| {
+            let mut f = [0u8; 16];
+            f[12..].copy_from_slice(&a.octets());
+            f
+        };
+        let (ip_version, src_ip, dst_ip) = match (src, dst) {
+            (V4(s), V4(d)) => (4, v4(s), v4(d)),
+            (V6(s), V6(d)) => (6, s.octets(), d.octets()),
+            _ => return None,
+        };
+        Some(IpCmHdr {
+            version: 0,
+            ip_version,
+            src_port,
+            src_ip,
+            dst_ip,
+        })
+    }
+
     /// Reads the header at the start of a REQ's private data; refuses an IP version other
     /// than 4 or 6.
     pub fn parse(private_data: &[u8]) -> Result<IpCmHdr> {

@@ -266,6 +266,12 @@ fn ip_cm_header_and_service_ids() {
         src_ip: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 99, 0, 2],
         dst_ip: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 99, 0, 3],
     };
+    let v4 = |d: u8| std::net::IpAddr::from([10, 99, 0, d]);
+    assert_eq!(IpCmHdr::for_ips(v4(2), v4(3), 0xc001), Some(h));
+    let v6 = std::net::IpAddr::from([0xfe80, 0, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(IpCmHdr::for_ips(v4(2), v6, 1), None, "mixed families");
+    let h6 = IpCmHdr::for_ips(v6, v6, 1).unwrap();
+    assert_eq!((h6.ip_version, h6.src_ip[0], h6.dst_ip[15]), (6, 0xfe, 1));
     let mut pd = [0u8; 92];
     assert_eq!(h.emit(&mut pd), Ok(36));
     assert_eq!(pd[..4], [0x00, 0x40, 0xc0, 0x01]);
