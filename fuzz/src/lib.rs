@@ -165,6 +165,17 @@ pub fn check_cm_mad(data: &[u8]) {
     let Ok(m) = CmMad::parse(data) else {
         return;
     };
+    // A REQ's private data may open with rdma_cm's IP CM header: it parses or is refused, and
+    // what parses re-emits to the same 36 bytes.
+    if let softib_wire::cm::CmMessage::Req(req) = &m.msg {
+        if let Ok(h) = softib_wire::cm::IpCmHdr::parse(&req.private_data) {
+            let mut b = [GARBAGE; softib_wire::cm::IpCmHdr::LEN];
+            h.emit(&mut b).unwrap();
+            // Byte 1's low nibble is reserved: emit writes it zero.
+            assert_eq!(b[..2], [req.private_data[0], req.private_data[1] & 0xf0]);
+            assert_eq!(b[2..], req.private_data[2..softib_wire::cm::IpCmHdr::LEN]);
+        }
+    }
     let mut out = [GARBAGE; mad::MAD_LEN];
     assert_eq!(m.emit(&mut out), Ok(mad::MAD_LEN));
     assert_eq!(out[..mad::LEN], data[..mad::LEN], "common header");
