@@ -59,6 +59,8 @@ pub struct Engine {
     pub scratch_send: SendWr,
     /// The receive WR buffer a post converts into.
     pub scratch_recv: RecvWr,
+    /// The connection manager on QP1, once an rdma_cm id uses this context.
+    pub cm: Option<Box<crate::cma::kern::CmKern>>,
 }
 
 /// Most send WRs a post leaves for the application's next poll: beyond it they leave at once,
@@ -158,6 +160,9 @@ impl Engine {
             // program that exits after its last receive still acknowledges it).
             let now = self.dev.now();
             let _ = self.dev.flush(now);
+        }
+        if self.cm.is_some() {
+            crate::cma::kern::poll(self);
         }
         self.dispatch_events(shared);
         busy
@@ -437,10 +442,13 @@ fn progress_loop(shared: &Shared) {
                 rounds += 1;
             }
             let now = eng.dev.now();
-            eng.dev
-                .hca()
-                .poll_timeout()
-                .map(|t| t.duration_since(now))
+            let cm = eng.cm.as_ref().and_then(|k| k.poll_timeout());
+            let hca = eng.dev.hca().poll_timeout();
+            let next = match (hca, cm) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            next.map(|t| t.duration_since(now))
                 .unwrap_or(IDLE_SLEEP)
                 .min(IDLE_SLEEP)
         };
@@ -502,6 +510,7 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
             deferred: 0,
             scratch_send: SendWr::new(0, WrOpcode::Send),
             scratch_recv: RecvWr::default(),
+            cm: None,
         }),
         app_polls: AtomicU64::new(0),
         cq_waiters: AtomicU32::new(0),

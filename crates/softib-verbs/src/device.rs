@@ -37,7 +37,7 @@ unsafe impl Sync for SoftDevice {}
 static DEVICES: OnceLock<Vec<Box<SoftDevice>>> = OnceLock::new();
 
 #[allow(clippy::vec_box)]
-fn devices() -> &'static [Box<SoftDevice>] {
+pub(crate) fn devices() -> &'static [Box<SoftDevice>] {
     DEVICES.get_or_init(|| {
         config::devices()
             .into_iter()
@@ -301,18 +301,34 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     let Some(sd) = soft_device(device) else {
         return null_errno(libc::ENODEV);
     };
+    match open_context(sd, None) {
+        Ok(ctx) => ctx,
+        Err(e) => null_errno(e),
+    }
+}
+
+/// Opens a context of `sd`, bound where its configuration says or, if `bind` is given, at
+/// that address (the connection manager gives a process's device the address an
+/// application binds). Returns the `ibv_context` or an errno.
+pub(crate) unsafe fn open_context(
+    sd: &'static SoftDevice,
+    bind: Option<SocketAddr>,
+) -> Result<*mut ibv_context, i32> {
     ATFORK.call_once(|| {
         // SAFETY: registers a handler that only touches this library's registry.
         unsafe { libc::pthread_atfork(None, None, Some(forget_parent_objects)) };
     });
-    let dev = match open_engine(&sd.spec) {
-        Ok(d) => d,
-        Err(e) => return null_errno(e.raw_os_error().unwrap_or(libc::ENODEV)),
+    let spec = match bind {
+        Some(b) => DeviceSpec {
+            bind: Some(b),
+            ..sd.spec.clone()
+        },
+        None => sd.spec.clone(),
     };
-    let shared = match context::new_shared(dev) {
-        Ok(s) => s,
-        Err(e) => return null_errno(e.raw_os_error().unwrap_or(libc::ENOMEM)),
-    };
+    let dev = open_engine(&spec).map_err(|e| e.raw_os_error().unwrap_or(libc::ENODEV))?;
+    let ip = dev.local_addr().ip();
+    let shared = context::new_shared(dev).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
+    let device = std::ptr::addr_of!(sd.dev) as *mut ibv_device;
     let mut vctx: verbs_context = util::zeroed();
     vctx.sz = std::mem::size_of::<verbs_context>();
     crate::ex::fill_verbs_context(&mut vctx);
@@ -335,12 +351,13 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         Ok(h) => *(*sc).thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
         Err(e) => {
             drop(Box::from_raw(sc));
-            return null_errno(e.raw_os_error().unwrap_or(libc::EAGAIN));
+            return Err(e.raw_os_error().unwrap_or(libc::EAGAIN));
         }
     }
     let ctx = (*sc).ctx_ptr();
     registry::add(ctx, Kind::Context);
-    ctx
+    crate::cma::addr::context_opened(ctx, ip);
+    Ok(ctx)
 }
 
 symver!(ibv_close_device);
@@ -350,6 +367,7 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> i32 {
     if !registry::remove(ctx, Kind::Context) {
         return minus_one(libc::EINVAL);
     }
+    crate::cma::addr::context_closed(ctx);
     let sc = SoftContext::from_ctx_unchecked(ctx);
     {
         let s = &(*sc).shared;

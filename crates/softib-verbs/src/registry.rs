@@ -27,6 +27,10 @@ pub enum Kind {
     Channel,
     /// `struct rdma_event_channel` (softib's librdmacm).
     CmChannel,
+    /// `struct rdma_cm_id`.
+    CmId,
+    /// `struct rdma_cm_event` handed to the application and not yet acknowledged.
+    CmEvent,
 }
 
 static LIVE: Mutex<Option<HashMap<usize, Kind>>> = Mutex::new(None);

@@ -126,3 +126,11 @@ pub fn wait_one_nonblocking(fd: RawFd) {
         wait_one(fd);
     }
 }
+
+/// The calling thread's errno (after a call of this library that failed).
+pub fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .filter(|&e| e != 0)
+        .unwrap_or(libc::EIO)
+}

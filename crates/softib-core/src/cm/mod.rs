@@ -617,6 +617,20 @@ impl CmAgent {
         Ok(())
     }
 
+    /// The consumer saw traffic on the passive side's QP before the RTU came
+    /// (IBV_EVENT_COMM_EST, `rdma_notify`): the connection is established as if it had come
+    /// (IBA 12.6.6, a lost RTU); the REP is no longer resent.
+    pub fn notify_established(&mut self, id: CmId) -> Result<(), CmError> {
+        self.conn(
+            id,
+            "notify_established",
+            &[State::RepSent, State::MraRepRcvd],
+        )?;
+        self.set_established(id);
+        self.events.push_back(CmEvent::Established { id });
+        Ok(())
+    }
+
     /// Sends a DREQ (established) or answers the peer's with a DREP (DREQ received).
     pub fn disconnect(
         &mut self,

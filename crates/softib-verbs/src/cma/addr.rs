@@ -1,0 +1,496 @@
+//! Addresses without a kernel RDMA stack: which context an IP address belongs to, the ports
+//! of the port spaces, and `rdma_bind_addr` / `rdma_resolve_addr` / `rdma_resolve_route`.
+//!
+//! A softib device's RoCEv2 GID is its bound IP address (IPv4-mapped for IPv4), so resolving
+//! an address is only choosing the local context: the one bound to the source address, opened
+//! there on first use. A device configured "auto" (the default) binds wherever the
+//! application asks, so `rdma_bind_addr` to 127.0.0.1 gives the process a device on
+//! 127.0.0.1 and a client in another process, resolving 127.0.0.1, gets a device on the next
+//! free loopback address: two processes on one host connect with no configuration. A
+//! non-loopback destination is reached from the address the host's routing table picks for
+//! it.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::Mutex;
+
+use softib_core::cm::Gid;
+use softib_wire::udp::ROCEV2_PORT;
+
+use super::{complete, kern, soft_id, CmaEvent, SoftCmId};
+use crate::cma_h::*;
+use crate::device::{self, SoftContext};
+use crate::util::{self, minus_one};
+use crate::verbs_h::*;
+
+/// A port held in a port space: (address or unspecified for a wildcard bind, port space,
+/// port).
+pub type PortKey = (IpAddr, rdma_port_space, u16);
+
+/// The open contexts of the process, with their addresses: the connection manager uses the
+/// application's own (its ids must be on the context whose address the peer connects to),
+/// and keeps the ones it opened for the life of the process, as librdmacm keeps its devices.
+static POOL: Mutex<Vec<(IpAddr, usize)>> = Mutex::new(Vec::new());
+/// Each context's protection domain for ids that are given none (rdma-core's per-device
+/// PD, `id->pd`), by context address.
+static PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+/// Ports in use.
+static PORTS: Mutex<Option<HashSet<PortKey>>> = Mutex::new(None);
+
+/// First port handed out to an id that did not choose one (the Linux ephemeral range).
+const EPHEMERAL_FIRST: u16 = 32768;
+const EPHEMERAL_LAST: u16 = 60999;
+
+/// The GID of a RoCEv2 port bound to `ip`.
+pub fn gid_of(ip: IpAddr) -> Gid {
+    match ip {
+        IpAddr::V4(a) => Gid(a.to_ipv6_mapped().octets()),
+        IpAddr::V6(a) => Gid(a.octets()),
+    }
+}
+
+/// The IP address of a GID (IPv4 for an IPv4-mapped one).
+pub fn ip_of(gid: Gid) -> IpAddr {
+    let a = Ipv6Addr::from(gid.0);
+    match a.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(a),
+    }
+}
+
+/// Reads a `sockaddr` (AF_INET or AF_INET6) from C.
+///
+/// # Safety
+/// `sa` must be NULL or point to a sockaddr of the size its family says.
+pub unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract.
+    unsafe {
+        match i32::from((*sa).sa_family) {
+            libc::AF_INET => {
+                let s = &*sa.cast::<libc::sockaddr_in>();
+                Some(SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr))),
+                    u16::from_be(s.sin_port),
+                ))
+            }
+            libc::AF_INET6 => {
+                let s = &*sa.cast::<libc::sockaddr_in6>();
+                Some(SocketAddr::new(
+                    IpAddr::V6(Ipv6Addr::from(s.sin6_addr.s6_addr)),
+                    u16::from_be(s.sin6_port),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Writes `a` as a `sockaddr_in` / `sockaddr_in6` to `dst` (room for a `sockaddr_storage`).
+///
+/// # Safety
+/// `dst` must have room for a `sockaddr_storage`.
+pub unsafe fn to_sockaddr(dst: *mut u8, a: SocketAddr) -> libc::socklen_t {
+    // SAFETY: per the contract; a zeroed storage first, then the family's structure.
+    unsafe {
+        std::ptr::write_bytes(dst, 0, std::mem::size_of::<libc::sockaddr_storage>());
+        match a {
+            SocketAddr::V4(v4) => {
+                let s = dst.cast::<libc::sockaddr_in>();
+                (*s).sin_family = libc::AF_INET as libc::sa_family_t;
+                (*s).sin_port = v4.port().to_be();
+                (*s).sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+            }
+            SocketAddr::V6(v6) => {
+                let s = dst.cast::<libc::sockaddr_in6>();
+                (*s).sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                (*s).sin6_port = v6.port().to_be();
+                (*s).sin6_addr.s6_addr = v6.ip().octets();
+                (*s).sin6_scope_id = v6.scope_id();
+                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+            }
+        }
+    }
+}
+
+/// The address a context's device is bound to.
+pub fn context_ip(ctx: *mut ibv_context) -> Option<IpAddr> {
+    let sc = SoftContext::from_ctx(ctx)?;
+    let ip = sc.shared.lock().dev.local_addr().ip();
+    Some(ip)
+}
+
+fn pool() -> std::sync::MutexGuard<'static, Vec<(IpAddr, usize)>> {
+    POOL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A context was opened (by the application or the connection manager) at `ip`.
+pub fn context_opened(ctx: *mut ibv_context, ip: IpAddr) {
+    pool().push((ip, ctx as usize));
+}
+
+/// A context is being closed.
+pub fn context_closed(ctx: *mut ibv_context) {
+    pool().retain(|&(_, c)| c != ctx as usize);
+    PDS.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&(c, _)| c != ctx as usize);
+}
+
+/// The context bound to `ip`: one the connection manager has, or a device configured there
+/// opened, or an "auto" device opened there. `EADDRNOTAVAIL` if `ip` is not an address of
+/// this host, `EADDRINUSE` if another process holds it.
+pub fn context_for(ip: IpAddr) -> Result<*mut ibv_context, i32> {
+    if let Some(&(_, c)) = pool().iter().find(|(a, _)| *a == ip) {
+        return Ok(c as *mut ibv_context);
+    }
+    let devs = device::devices();
+    let ctx = if let Some(sd) = devs
+        .iter()
+        .find(|d| d.spec.bind.is_some_and(|b| b.ip() == ip))
+    {
+        // SAFETY: one of this library's devices.
+        unsafe { device::open_context(sd, None)? }
+    } else if let Some(sd) = devs.iter().find(|d| d.spec.bind.is_none()) {
+        // SAFETY: likewise.
+        unsafe { device::open_context(sd, Some(SocketAddr::new(ip, ROCEV2_PORT)))? }
+    } else {
+        return Err(libc::EADDRNOTAVAIL);
+    };
+    Ok(ctx)
+}
+
+/// A context on a loopback address of `v6`'s family: one the connection manager has, or a
+/// device configured on loopback, or an "auto" device on the first free loopback address.
+fn loopback_context(v6: bool) -> Result<*mut ibv_context, i32> {
+    if let Some(&(_, c)) = pool()
+        .iter()
+        .find(|(a, _)| a.is_loopback() && a.is_ipv6() == v6)
+    {
+        return Ok(c as *mut ibv_context);
+    }
+    let devs = device::devices();
+    let sd = devs
+        .iter()
+        .find(|d| {
+            d.spec
+                .bind
+                .is_some_and(|b| b.ip().is_loopback() && b.is_ipv6() == v6)
+        })
+        .or_else(|| devs.iter().find(|d| d.spec.bind.is_none() && !v6));
+    match sd {
+        // SAFETY: one of this library's devices.
+        Some(sd) => unsafe { device::open_context(sd, None) },
+        None if v6 => context_for(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+        None => Err(libc::EADDRNOTAVAIL),
+    }
+}
+
+/// Every context of the connection manager; when it has none yet, every device opened where
+/// its configuration says (`rdma_get_devices`, a wildcard listen).
+pub fn all_contexts() -> Vec<usize> {
+    let have: Vec<usize> = pool().iter().map(|&(_, c)| c).collect();
+    if !have.is_empty() {
+        return have;
+    }
+    device::open_all();
+    pool().iter().map(|&(_, c)| c).collect()
+}
+
+/// The source address the host would use towards `dst`.
+fn routed_source(dst: IpAddr) -> Option<IpAddr> {
+    let any: SocketAddr = match dst {
+        IpAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        IpAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let s = UdpSocket::bind(any).ok()?;
+    s.connect(SocketAddr::new(dst, ROCEV2_PORT)).ok()?;
+    Some(s.local_addr().ok()?.ip())
+}
+
+fn ports() -> std::sync::MutexGuard<'static, Option<HashSet<PortKey>>> {
+    PORTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes `port` (0: a free one) in port space `ps` on `ip`; the port, or `EADDRINUSE`.
+pub fn hold_port(ip: IpAddr, ps: rdma_port_space, port: u16) -> Result<PortKey, i32> {
+    let mut g = ports();
+    let set = g.get_or_insert_with(HashSet::new);
+    let taken = |set: &HashSet<PortKey>, p: u16| {
+        set.iter().any(|&(a, s, q)| {
+            s == ps && q == p && (a == ip || a.is_unspecified() || ip.is_unspecified())
+        })
+    };
+    let port = if port != 0 {
+        if taken(set, port) {
+            return Err(libc::EADDRINUSE);
+        }
+        port
+    } else {
+        let span = u32::from(EPHEMERAL_LAST - EPHEMERAL_FIRST) + 1;
+        let start = kern::random_u32() % span;
+        (0..span)
+            .map(|i| EPHEMERAL_FIRST + ((start + i) % span) as u16)
+            .find(|&p| !taken(set, p))
+            .ok_or(libc::EADDRINUSE)?
+    };
+    let key = (ip, ps, port);
+    set.insert(key);
+    Ok(key)
+}
+
+/// Gives a port back.
+pub fn release_port(key: PortKey) {
+    if let Some(set) = ports().as_mut() {
+        set.remove(&key);
+    }
+}
+
+/// The context's PD for ids, if it has one yet (engine lock held: nothing is allocated).
+pub fn known_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    let g = PDS.lock().unwrap_or_else(|e| e.into_inner());
+    g.iter()
+        .find(|&&(c, _)| c == ctx as usize)
+        .map_or(std::ptr::null_mut(), |&(_, pd)| pd as *mut ibv_pd)
+}
+
+/// The context's PD for ids (allocated on first use, kept for the life of the process).
+/// Takes the engine lock: never called with it held.
+///
+/// # Safety
+/// `ctx` must be a live context of this library.
+pub unsafe fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    let mut g = PDS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, pd)) = g.iter().find(|&&(c, _)| c == ctx as usize) {
+        return pd as *mut ibv_pd;
+    }
+    // SAFETY: a live context of this library.
+    let pd = unsafe { crate::mr::ibv_alloc_pd(ctx) };
+    if !pd.is_null() {
+        g.push((ctx as usize, pd as usize));
+    }
+    pd
+}
+
+/// Records in the id (what the application reads) that it is on context `ctx` at `src`.
+fn attach(sid: &mut SoftCmId, ctx: *mut ibv_context, src: SocketAddr) {
+    sid.id.verbs = ctx;
+    sid.id.port_num = 1;
+    if sid.id.pd.is_null() {
+        // SAFETY: the context the id is attached to, live.
+        sid.id.pd = unsafe { default_pd(ctx) };
+    }
+    // SAFETY: the source half of the route's address union has room for a sockaddr_storage.
+    unsafe {
+        to_sockaddr(
+            std::ptr::addr_of_mut!(sid.id.route.addr.__bindgen_anon_1).cast(),
+            src,
+        );
+        let ib = sid.id.route.addr.addr.ibaddr.as_mut();
+        ib.sgid = ibv_gid {
+            raw: gid_of(src.ip()).0,
+        };
+        ib.pkey = 0xffffu16.to_be();
+    }
+}
+
+/// Binds `sid` to `a` (an unspecified address binds every context, for listening). Returns
+/// an errno on failure.
+pub fn bind(sid: &mut SoftCmId, a: SocketAddr) -> Result<(), i32> {
+    if sid.state().src.is_some() {
+        return Err(libc::EINVAL);
+    }
+    let ps = sid.id.ps;
+    if a.ip().is_unspecified() {
+        let key = hold_port(a.ip(), ps, a.port())?;
+        let mut st = sid.state();
+        st.port_held = Some(key);
+        st.src = Some(SocketAddr::new(a.ip(), key.2));
+        drop(st);
+        // SAFETY: as in attach.
+        unsafe {
+            to_sockaddr(
+                std::ptr::addr_of_mut!(sid.id.route.addr.__bindgen_anon_1).cast(),
+                SocketAddr::new(a.ip(), key.2),
+            );
+        }
+        return Ok(());
+    }
+    let ctx = context_for(a.ip())?;
+    kern::ensure(ctx)?;
+    let key = hold_port(a.ip(), ps, a.port())?;
+    let src = SocketAddr::new(a.ip(), key.2);
+    {
+        let mut st = sid.state();
+        st.port_held = Some(key);
+        st.src = Some(src);
+    }
+    attach(sid, ctx, src);
+    Ok(())
+}
+
+/// `rdma_bind_addr`: binds the id to a local address and port (port 0: a free one). The
+/// address must be one of this host's (`EADDRNOTAVAIL`) that no other process's softib
+/// device holds (`EADDRINUSE`); the unspecified address listens on every device.
+#[export_name = "softib_rdmacm_rdma_bind_addr"]
+pub unsafe extern "C" fn rdma_bind_addr(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+) -> libc::c_int {
+    let Some(sid) = soft_id(id) else {
+        return minus_one(libc::EINVAL);
+    };
+    // SAFETY: the caller's sockaddr.
+    let Some(a) = (unsafe { from_sockaddr(addr) }) else {
+        return minus_one(libc::EAFNOSUPPORT);
+    };
+    match bind(sid, a) {
+        Ok(()) => 0,
+        Err(e) => minus_one(e),
+    }
+}
+
+/// Chooses the id's context and source address towards `dst`.
+fn resolve(sid: &mut SoftCmId, dst: SocketAddr) -> Result<(), i32> {
+    let bound = sid.state().src;
+    let (ctx, src_ip) = match bound {
+        Some(s) if !s.ip().is_unspecified() => (sid.id.verbs, s.ip()),
+        _ => {
+            let ctx = if dst.ip().is_loopback() || dst.ip().is_unspecified() {
+                loopback_context(dst.is_ipv6())?
+            } else {
+                let src = routed_source(dst.ip()).ok_or(libc::ENETUNREACH)?;
+                context_for(src)?
+            };
+            (ctx, context_ip(ctx).ok_or(libc::ENODEV)?)
+        }
+    };
+    kern::ensure(ctx)?;
+    let port = match bound {
+        Some(s) if !s.ip().is_unspecified() => s.port(),
+        _ => {
+            let old = sid.state().port_held.take();
+            let want = old.map(|k| k.2).unwrap_or(0);
+            if let Some(k) = old {
+                release_port(k);
+            }
+            let key = hold_port(src_ip, sid.id.ps, want)?;
+            sid.state().port_held = Some(key);
+            key.2
+        }
+    };
+    let dst = if dst.ip().is_unspecified() {
+        SocketAddr::new(src_ip, dst.port())
+    } else {
+        dst
+    };
+    let src = SocketAddr::new(src_ip, port);
+    {
+        let mut st = sid.state();
+        st.src = Some(src);
+        st.dst = Some(dst);
+    }
+    attach(sid, ctx, src);
+    // SAFETY: the destination half of the route's address union, and the IB addresses.
+    unsafe {
+        to_sockaddr(
+            std::ptr::addr_of_mut!(sid.id.route.addr.__bindgen_anon_2).cast(),
+            dst,
+        );
+        sid.id.route.addr.addr.ibaddr.as_mut().dgid = ibv_gid {
+            raw: gid_of(dst.ip()).0,
+        };
+    }
+    Ok(())
+}
+
+/// `rdma_resolve_addr`: binds the id to `src_addr` if given, else to the address the host
+/// uses towards `dst_addr` (a loopback device for a loopback destination), and reports
+/// RDMA_CM_EVENT_ADDR_RESOLVED. A destination is its own RoCEv2 GID: nothing is asked of the
+/// network, so the event comes at once.
+#[export_name = "softib_rdmacm_rdma_resolve_addr"]
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src_addr: *mut libc::sockaddr,
+    dst_addr: *mut libc::sockaddr,
+    _timeout_ms: libc::c_int,
+) -> libc::c_int {
+    let Some(sid) = soft_id(id) else {
+        return minus_one(libc::EINVAL);
+    };
+    // SAFETY: the caller's sockaddrs.
+    let (src, dst) = unsafe { (from_sockaddr(src_addr), from_sockaddr(dst_addr)) };
+    let Some(dst) = dst else {
+        return minus_one(libc::EINVAL);
+    };
+    if let Some(src) = src {
+        if sid.state().src.is_none() {
+            if let Err(e) = bind(sid, src) {
+                return minus_one(e);
+            }
+        }
+    }
+    if let Err(e) = resolve(sid, dst) {
+        return minus_one(e);
+    }
+    let p: *mut SoftCmId = sid;
+    sid.raise(CmaEvent::new(p, RDMA_CM_EVENT_ADDR_RESOLVED, 0));
+    complete(sid)
+}
+
+/// `rdma_resolve_route`: the one path to the destination (its MTU the port's, hop limit 64,
+/// the id's type of service), reported with RDMA_CM_EVENT_ROUTE_RESOLVED.
+#[export_name = "softib_rdmacm_rdma_resolve_route"]
+pub unsafe extern "C" fn rdma_resolve_route(
+    id: *mut rdma_cm_id,
+    _timeout_ms: libc::c_int,
+) -> libc::c_int {
+    let Some(sid) = soft_id(id) else {
+        return minus_one(libc::EINVAL);
+    };
+    let (src, dst, tos) = {
+        let st = sid.state();
+        (st.src, st.dst, st.tos)
+    };
+    let (Some(src), Some(dst)) = (src, dst) else {
+        return minus_one(libc::EINVAL);
+    };
+    let Some(sc) = SoftContext::from_ctx(sid.id.verbs) else {
+        return minus_one(libc::ENODEV);
+    };
+    let mtu = sc
+        .shared
+        .lock()
+        .dev
+        .hca()
+        .query_port(1)
+        .map(|p| p.active_mtu.raw())
+        .unwrap_or(3);
+    let p = &mut sid.path;
+    *p = util::zeroed();
+    p.dgid = ibv_gid {
+        raw: gid_of(dst.ip()).0,
+    };
+    p.sgid = ibv_gid {
+        raw: gid_of(src.ip()).0,
+    };
+    p.hop_limit = 64;
+    p.traffic_class = tos;
+    p.reversible = 1;
+    p.numb_path = 1;
+    p.pkey = 0xffffu16.to_be();
+    p.mtu_selector = 2;
+    p.mtu = mtu;
+    p.rate_selector = 2;
+    p.rate = 3;
+    p.packet_life_time_selector = 2;
+    p.packet_life_time = 16;
+    sid.id.route.path_rec = std::ptr::addr_of_mut!(sid.path);
+    sid.id.route.num_paths = 1;
+    let me: *mut SoftCmId = sid;
+    sid.raise(CmaEvent::new(me, RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
+    complete(sid)
+}
