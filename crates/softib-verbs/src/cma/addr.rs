@@ -258,16 +258,15 @@ pub fn known_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 }
 
 /// The context's PD for ids (allocated on first use, kept for the life of the process).
-/// Takes the engine lock: never called with it held.
-///
-/// # Safety
-/// `ctx` must be a live context of this library.
-pub unsafe fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+/// Takes the engine lock: never called with it held. NULL if `ctx` is not a live context
+/// (`ibv_alloc_pd` checks it).
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     let mut g = PDS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(&(_, pd)) = g.iter().find(|&&(c, _)| c == ctx as usize) {
         return pd as *mut ibv_pd;
     }
-    // SAFETY: a live context of this library.
+    // SAFETY: ibv_alloc_pd refuses a pointer that is not a live context.
     let pd = unsafe { crate::mr::ibv_alloc_pd(ctx) };
     if !pd.is_null() {
         g.push((ctx as usize, pd as usize));
@@ -280,8 +279,7 @@ fn attach(sid: &mut SoftCmId, ctx: *mut ibv_context, src: SocketAddr) {
     sid.id.verbs = ctx;
     sid.id.port_num = 1;
     if sid.id.pd.is_null() {
-        // SAFETY: the context the id is attached to, live.
-        sid.id.pd = unsafe { default_pd(ctx) };
+        sid.id.pd = default_pd(ctx);
     }
     // SAFETY: the source half of the route's address union has room for a sockaddr_storage.
     unsafe {

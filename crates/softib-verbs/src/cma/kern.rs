@@ -66,8 +66,7 @@ impl CmKern {
 pub fn ensure(ctx: *mut ibv_context) -> Result<(), i32> {
     let sc = SoftContext::from_ctx(ctx).ok_or(libc::ENODEV)?;
     // The ids' PD, made now: requests that come later get it with the engine locked.
-    // SAFETY: a live context.
-    if unsafe { super::addr::default_pd(ctx) }.is_null() {
+    if super::addr::default_pd(ctx).is_null() {
         return Err(libc::ENOMEM);
     }
     let mut eng = sc.shared.lock();
