@@ -10,6 +10,12 @@
 #     (the receiver checks every buffer); ibv_rc_pingpong also with -N (the ibv_wr_* API)
 #   perftest ib_{write,read,send,atomic}_{bw,lat} (RC), ib_send_bw -c UC / -c UD,
 #     ib_write_bw -c UC
+# and, on softib's librdmacm.so.1 beside it (connections made by the IB CM over QP1, the
+# server's device on 127.0.0.1 by rdma_bind_addr, or on the first free loopback address for a
+# wildcard listen):
+#   rping (-V: the data checked), udaddy (UD, SIDR), ucmatose (4 connections),
+#   rdma_server / rdma_client (the endpoint API), cmtime
+#   perftest with -R: ib_{send,write,read,atomic}_bw, ib_send_bw -c UD, ib_{write,send}_lat
 # Prints PASS/FAIL per case and "N passed, M failed"; exits non-zero on any failure. Prints
 # "SKIPPED: why" and exits 0 when the tools cannot be installed.
 #
@@ -33,6 +39,7 @@ skip() { echo "SKIPPED: $*"; exit 0; }
 need=()
 command -v ibv_rc_pingpong >/dev/null || need+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null || need+=(perftest)
+command -v rping >/dev/null || need+=(rdmacm-utils)
 if [ "${#need[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
@@ -45,8 +52,8 @@ fi
 # `cargo test` builds the cdylib into deps/ only; `cargo build` puts it where the loader path
 # (and lib/libibverbs.so.1) points. Quick when it is up to date.
 if [ -z "${SOFTIB_LIB_DIR:-}" ]; then
-    (cd "$REPO" && cargo build --release -q -p softib-verbs) || {
-        echo "FAIL: cargo build --release -p softib-verbs"
+    (cd "$REPO" && cargo build --release -q -p softib-verbs -p softib-rdmacm) || {
+        echo "FAIL: cargo build --release -p softib-verbs -p softib-rdmacm"
         exit 1
     }
 fi
@@ -54,8 +61,13 @@ fi
     echo "FAIL: $LIBDIR/libibverbs.so is missing (cargo build --release)"
     exit 1
 }
+[ -f "$LIBDIR/librdmacm.so" ] || {
+    echo "FAIL: $LIBDIR/librdmacm.so is missing (cargo build --release)"
+    exit 1
+}
 mkdir -p "$OUT/ld"
 ln -sf "$LIBDIR/libibverbs.so" "$OUT/ld/libibverbs.so.1"
+ln -sf "$LIBDIR/librdmacm.so" "$OUT/ld/librdmacm.so.1"
 export LD_LIBRARY_PATH="$OUT/ld"
 unset SOFTIB_BIND SOFTIB_PCAP
 export SOFTIB_CONFIG=/nonexistent
@@ -102,13 +114,18 @@ pair() {
     local slog="$OUT/$name.server.log" clog="$OUT/$name.client.log"
     timeout 60 "${scmd[@]}" >"$slog" 2>&1 &
     local spid=$!
-    # Wait until the server listens on its TCP port.
+    # Wait until the server listens on its TCP port; an rdma_cm server (-R, or a tool with
+    # no TCP exchange) shows nothing outside the process: give it a second.
     local p
     p=$(printf '%s\n' "${scmd[@]}" | grep -A1 -x -- '-p' | tail -n 1)
-    for _ in $(seq 1 100); do
-        ss -ltn 2>/dev/null | grep -q ":$p " && break
-        sleep 0.05
-    done
+    if [ -n "$p" ] && ! printf '%s\n' "${scmd[@]}" | grep -qx -- '-R'; then
+        for _ in $(seq 1 100); do
+            ss -ltn 2>/dev/null | grep -q ":$p " && break
+            sleep 0.05
+        done
+    else
+        sleep 1
+    fi
     timeout 60 "${ccmd[@]}" >"$clog" 2>&1
     local crc=$?
     wait "$spid"
@@ -168,6 +185,38 @@ for spec in "ib_send_bw UC" "ib_send_bw UD" "ib_write_bw UC"; do
     pair "$1-$2" "$PT_PAT" \
         "$1" -c "$2" -p "$port" -n "$BENCH_ITERS" "${size[@]}" -- \
         "$1" -c "$2" -p "$port" -n "$BENCH_ITERS" "${size[@]}" 127.0.0.1
+done
+
+# --- rdma_cm ----------------------------------------------------------------------------------
+echo "=== softib's librdmacm.so.1: $LIBDIR/librdmacm.so"
+pair rping "ping data: rdma-ping-$((ITERS / 10 - 1)):" \
+    rping -s -a 127.0.0.1 -C $((ITERS / 10)) -V -- \
+    rping -c -a 127.0.0.1 -C $((ITERS / 10)) -V -v
+pair udaddy 'return status 0' udaddy -C 50 -- udaddy -s 127.0.0.1 -C 50
+pair ucmatose 'return status 0' ucmatose -c 4 -C 50 -- ucmatose -s 127.0.0.1 -c 4 -C 50
+pair rdma_server-client 'rdma_client: end 0' rdma_server -- rdma_client -s 127.0.0.1
+# cmtime's server serves until killed: the client's timing table (every step of 20
+# connections, disconnect and destroy included) and its exit status decide.
+cmtime -c 20 >"$OUT/cmtime.server.log" 2>&1 &
+cm_server=$!
+sleep 1
+if timeout 60 cmtime -s 127.0.0.1 -c 20 >"$OUT/cmtime.client.log" 2>&1 \
+    && grep -qE '^disconnect +: +[0-9.]+' "$OUT/cmtime.client.log"; then
+    result cmtime 1 "$(grep -E '^connect ' "$OUT/cmtime.client.log" | tr -s ' ')"
+else
+    result cmtime 0 "$(tail -n 3 "$OUT/cmtime.client.log" | tr '\n' ' ')"
+fi
+kill "$cm_server" 2>/dev/null
+wait "$cm_server" 2>/dev/null
+for spec in "ib_send_bw RC" "ib_write_bw RC" "ib_read_bw RC" "ib_atomic_bw RC" "ib_send_bw UD" \
+    "ib_write_lat RC" "ib_send_lat RC"; do
+    set -- $spec
+    next_port
+    size=()
+    [ "$2" = UD ] && size=(-s 1024)
+    pair "$1-R-$2" "$PT_PAT" \
+        "$1" -R -c "$2" -p "$port" -n "$BENCH_ITERS" "${size[@]}" -- \
+        "$1" -R -c "$2" -p "$port" -n "$BENCH_ITERS" "${size[@]}" 127.0.0.1
 done
 
 echo "=== verbs-tools: $passed passed, $failed failed in $((SECONDS - T0)) s (logs: $OUT)"

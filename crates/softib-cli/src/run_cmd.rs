@@ -1,11 +1,12 @@
 //! `softib run [--bind IP] [--pcap PATH] -- PROGRAM ARGS...`: runs an unmodified RDMA program
-//! on softib's `libibverbs.so.1` (crates/softib-verbs).
+//! on softib's `libibverbs.so.1` (crates/softib-verbs) and `librdmacm.so.1`
+//! (crates/softib-rdmacm).
 //!
-//! The library is `libibverbs.so` next to the `softib` executable (`cargo build --release`
-//! leaves both in `target/release`), or in `$SOFTIB_LIB_DIR`. The loader looks for the soname
-//! `libibverbs.so.1`, so a directory holding a `libibverbs.so.1` symlink to it (`ld/` beside
-//! the executable, or a per-process directory under the temp dir when that is not writable)
-//! is put first on `LD_LIBRARY_PATH`; `SOFTIB_BIND` / `SOFTIB_PCAP` carry the options; then the
+//! The libraries are `libibverbs.so` and `librdmacm.so` next to the `softib` executable
+//! (`cargo build --release` leaves them all in `target/release`), or in `$SOFTIB_LIB_DIR`. The
+//! loader looks for the sonames, so a directory holding `libibverbs.so.1` and
+//! `librdmacm.so.1` symlinks to them (`ld/` beside the executable, or a per-process directory
+//! under the temp dir when that is not writable) is put first on `LD_LIBRARY_PATH`; `SOFTIB_BIND` / `SOFTIB_PCAP` carry the options; then the
 //! program replaces this process (exec), so its exit status and signals are its own.
 
 use std::ffi::OsString;
@@ -56,34 +57,56 @@ pub fn library_dir() -> Result<PathBuf, String> {
     ))
 }
 
-/// A directory whose `libibverbs.so.1` is (a symlink to) softib's library.
+/// The libraries (file name, soname) a program is given: libibverbs always, librdmacm when
+/// it was built.
+const LIBS: [(&str, &str); 2] = [
+    ("libibverbs.so", "libibverbs.so.1"),
+    ("librdmacm.so", "librdmacm.so.1"),
+];
+
+/// A directory whose `libibverbs.so.1` (and `librdmacm.so.1`, if built) are (symlinks to)
+/// softib's libraries.
 pub fn loader_dir(lib_dir: &Path) -> Result<PathBuf, String> {
-    if lib_dir.join("libibverbs.so.1").exists() {
+    let wanted: Vec<(PathBuf, &str)> = LIBS
+        .iter()
+        .filter(|(file, soname)| {
+            *file == "libibverbs.so"
+                || lib_dir.join(file).is_file()
+                || lib_dir.join(soname).exists()
+        })
+        .map(|(file, soname)| (lib_dir.join(file), *soname))
+        .collect();
+    if wanted
+        .iter()
+        .all(|(_, soname)| lib_dir.join(soname).exists())
+    {
         return Ok(lib_dir.to_path_buf());
     }
-    let target = lib_dir.join("libibverbs.so");
     let candidates = [
         lib_dir.join("ld"),
         std::env::temp_dir().join(format!("softib-ld-{}", std::process::id())),
     ];
     let mut last = String::new();
     for d in candidates {
-        match link_into(&d, &target) {
+        match wanted
+            .iter()
+            .try_for_each(|(target, soname)| link_into(&d, target, soname))
+        {
             Ok(()) => return Ok(d),
             Err(e) => last = format!("{}: {e}", d.display()),
         }
     }
-    Err(format!("cannot make the libibverbs.so.1 link ({last})"))
+    Err(format!("cannot make the library links ({last})"))
 }
 
-fn link_into(dir: &Path, target: &Path) -> std::io::Result<()> {
+fn link_into(dir: &Path, target: &Path, soname: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let link = dir.join("libibverbs.so.1");
+    let link = dir.join(soname);
     if std::fs::read_link(&link).is_ok_and(|t| t == target) {
         return Ok(());
     }
     // Atomically: another `softib run` may be doing the same.
-    let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
+    let tmp = dir.join(format!(".{soname}.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(target, &tmp)?;
     std::fs::rename(&tmp, &link)

@@ -122,7 +122,9 @@ pub struct ConnectParams {
     pub service: CmService,
     /// The local QP that is to be connected.
     pub qpn: Qpn,
-    /// The local send queue's starting PSN.
+    /// The REQ's Starting PSN: the first PSN the passive side sends, so the local receive
+    /// queue's first expected PSN (the Linux CM's reading: its passive side takes the REQ's
+    /// Starting PSN as its send queue's, `cm_req_handler`).
     pub starting_psn: Psn,
     /// RDMA READ / atomic requests this side accepts at once.
     pub responder_resources: u8,
@@ -186,7 +188,8 @@ impl ConnectParams {
 pub struct AcceptParams {
     /// The local QP that is connected.
     pub qpn: Qpn,
-    /// The local send queue's starting PSN.
+    /// The REP's Starting PSN: the first PSN the active side sends, so the local receive
+    /// queue's first expected PSN (as the Linux CM reads it).
     pub starting_psn: Psn,
     /// RDMA READ / atomic requests this side accepts at once.
     pub responder_resources: u8,

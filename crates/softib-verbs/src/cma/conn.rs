@@ -86,7 +86,7 @@ fn qp_attr_for(sid: &SoftCmId, state: ibv_qp_state) -> Result<(ibv_qp_attr, u32)
             let r = st.remote.ok_or(libc::EINVAL)?;
             a.path_mtu = u32::from(r.path_mtu.clamp(1, 5));
             a.dest_qp_num = r.qpn;
-            a.rq_psn = r.psn;
+            a.rq_psn = r.rq_psn;
             a.ah_attr = kern::ah_to(r.gid, r.hop_limit, r.traffic_class);
             a.ah_attr.grh.flow_label = r.flow_label;
             a.ah_attr.sl = r.sl;
@@ -105,7 +105,7 @@ fn qp_attr_for(sid: &SoftCmId, state: ibv_qp_state) -> Result<(ibv_qp_attr, u32)
         }
         IBV_QPS_RTS => {
             let r = st.remote.ok_or(libc::EINVAL)?;
-            a.sq_psn = st.psn;
+            a.sq_psn = st.sq_psn;
             let mut mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
             if rc {
                 a.timeout = st.ack_timeout.unwrap_or(r.ack_timeout);
@@ -635,7 +635,6 @@ fn connect(sid: &mut SoftCmId, param: Option<&rdma_conn_param>) -> Result<(), i3
     {
         let mut st = sid.state();
         st.active = true;
-        st.psn = psn;
         st.responder_resources = responder_resources;
         st.initiator_depth = initiator_depth;
         st.rnr_retry = rnr_retry;
@@ -643,6 +642,7 @@ fn connect(sid: &mut SoftCmId, param: Option<&rdma_conn_param>) -> Result<(), i3
         st.connect_error = false;
         st.remote = Some(Remote {
             gid: peer,
+            rq_psn: psn,
             path_mtu,
             retry_count,
             ack_timeout,
@@ -794,7 +794,9 @@ fn accept(sid: &mut SoftCmId, param: Option<&rdma_conn_param>) -> Result<bool, i
             _ => st.initiator_depth.min(max_init),
         };
         st.rnr_retry = param.map(|p| p.rnr_retry_count.min(7)).unwrap_or(7);
-        st.psn = kern::random_u32() & 0xff_ffff;
+        if let Some(r) = st.remote.as_mut() {
+            r.rq_psn = kern::random_u32() & 0xff_ffff;
+        }
         st.active = false;
     }
     qp_to_rts(sid)?;
@@ -802,7 +804,7 @@ fn accept(sid: &mut SoftCmId, param: Option<&rdma_conn_param>) -> Result<bool, i
         let st = sid.state();
         AcceptParams {
             qpn: Qpn::new(qpn),
-            starting_psn: Psn::new(st.psn),
+            starting_psn: Psn::new(st.remote.map_or(0, |r| r.rq_psn)),
             responder_resources: st.responder_resources,
             initiator_depth: st.initiator_depth,
             target_ack_delay: 0,

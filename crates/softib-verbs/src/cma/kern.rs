@@ -285,10 +285,10 @@ fn deliver(k: &mut CmKern, now: Instant, ev: CmEvent) {
                 let mut st = child.state();
                 st.responder_resources = req.initiator_depth;
                 st.initiator_depth = req.responder_resources;
+                st.sq_psn = req.starting_psn.value();
                 st.remote = Some(Remote {
                     gid: peer,
                     qpn: req.local_qpn.value(),
-                    psn: req.starting_psn.value(),
                     path_mtu: req.path_mtu.min(k.mtu),
                     retry_count: req.retry_count,
                     rnr_retry: req.rnr_retry_count,
@@ -297,6 +297,7 @@ fn deliver(k: &mut CmKern, now: Instant, ev: CmEvent) {
                     traffic_class: req.primary_traffic_class,
                     flow_label: req.primary_flow_label,
                     sl: req.primary_sl,
+                    rq_psn: 0,
                 });
             }
             k.conns.insert(aid, c as usize);
@@ -360,9 +361,9 @@ fn deliver(k: &mut CmKern, now: Instant, ev: CmEvent) {
                 let mut st = s.state();
                 if let Some(r) = st.remote.as_mut() {
                     r.qpn = rep.local_qpn.value();
-                    r.psn = rep.starting_psn.value();
                     r.rnr_retry = rep.rnr_retry_count;
                 }
+                st.sq_psn = rep.starting_psn.value();
                 st.initiator_depth = st.initiator_depth.min(rep.responder_resources);
                 st.responder_resources = st.responder_resources.min(rep.initiator_depth);
             }

@@ -138,8 +138,9 @@ pub struct Remote {
     pub gid: Gid,
     /// The peer's QP.
     pub qpn: u32,
-    /// The peer's first send PSN (our receive queue's first expected PSN).
-    pub psn: u32,
+    /// Our receive queue's first expected PSN: the REQ's Starting PSN (active side) or the
+    /// REP's (passive side).
+    pub rq_psn: u32,
     /// Path MTU (IB enum, 1..=5).
     pub path_mtu: u8,
     /// Transport retries of our sends.
@@ -179,8 +180,11 @@ pub struct IdState {
     pub responder_resources: u8,
     /// See `responder_resources`.
     pub initiator_depth: u8,
-    /// Our send queue's first PSN.
-    pub psn: u32,
+    /// Our send queue's first PSN: the REP's Starting PSN (active side) or the REQ's (passive
+    /// side). The Starting PSN a side announces is the one it will receive first, as the Linux
+    /// CM reads it (`cm_req_handler`: the passive side sends from the REQ's), so that softib
+    /// and the kernel's rdma_cm agree on the wire.
+    pub sq_psn: u32,
     /// The peer's values, once a REQ or REP came.
     pub remote: Option<Remote>,
     /// RNR retry count this side announced in its REP (passive) or asked for (active).
