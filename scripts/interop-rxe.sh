@@ -22,6 +22,8 @@
 # --establish` (REQ, REP, RTU, DREQ, DREP) to the guest's `rping -s`, and the guest's `rping -c`
 # to `softib cm listen --accept`; each side must see the connection established and then
 # disconnected, and the capture is checked the same way.
+# Then rdma_cm programs on softib's librdmacm.so.1 against the same programs on rxe, both
+# roles: rping (-V), udaddy (UD through SIDR), ucmatose, ib_send_bw -R and ib_write_bw -R.
 # A run passes when both programs exit 0 and neither side retransmitted (the tap loses nothing,
 # so a retransmission means the peer silently dropped a packet, e.g. for a bad ICRC).
 #
@@ -357,6 +359,7 @@ LIB_LD=$OUT/ld
 mkdir -p "$LIB_LD"
 if [ -f "$TARGET/release/libibverbs.so" ]; then
     ln -sf "$TARGET/release/libibverbs.so" "$LIB_LD/libibverbs.so.1"
+    [ -f "$TARGET/release/librdmacm.so" ] && ln -sf "$TARGET/release/librdmacm.so" "$LIB_LD/librdmacm.so.1"
     HAVE_LIB=1
 else
     HAVE_LIB=0
@@ -457,6 +460,79 @@ else
     tail -n 5 "$base.log" "$base.guest.log"
 fi
 check_wire "$name" "$base.wire.pcap"
+
+# --- rdma_cm programs on softib's librdmacm.so.1 against the same programs on rxe -------------
+# Connections made by the IB CM: softib's agent on QP1 against the guest kernel's CM, both
+# roles. The guest's server listens before the host's client starts (rdma_cm shows nothing
+# outside the process: 3 s for the TCG guest); the host's server the same, 1 s.
+cm_client() { # name base tool guest_server_cmd pattern host_cmd...
+    local name=$1 tool=$3 gcmd=$4 pat=$5
+    base=$2
+    shift 5
+    gssh "pkill -x $tool; rm -f /tmp/run.rc; (timeout 60 $gcmd >/tmp/run.log 2>&1; echo \$? >/tmp/run.rc) >/dev/null 2>&1 &"
+    sleep 3
+    before=$(rxe_retries)
+    start_capture "$base.wire.pcap"
+    t=$SECONDS
+    libx "$@" >"$base.log" 2>&1
+    src=$?
+    wait_for 20 gssh "test -s /tmp/run.rc"
+    grc=$(gssh "cat /tmp/run.rc" 2>/dev/null)
+    gssh "cat /tmp/run.log" >"$base.guest.log" 2>&1
+    stop_capture
+    after=$(rxe_retries)
+    sr=$(softib_retries "$base.log")
+    lib_case "$name" "$base" "$pat"
+}
+cm_server() { # name base guest_client_cmd pattern host_cmd...
+    local name=$1 gcmd=$3 pat=$4
+    base=$2
+    shift 4
+    before=$(rxe_retries)
+    start_capture "$base.wire.pcap"
+    t=$SECONDS
+    libx "$@" >"$base.log" 2>&1 &
+    local spid=$!
+    BG_PIDS+=("$spid")
+    sleep 1
+    gssh "timeout 60 $gcmd" >"$base.guest.log" 2>&1
+    grc=$?
+    wait "$spid"
+    src=$?
+    stop_capture
+    after=$(rxe_retries)
+    sr=$(softib_retries "$base.log")
+    lib_case "$name" "$base" "$pat"
+}
+if [ "$HAVE_LIB" = 1 ] && [ -e "$LIB_LD/librdmacm.so.1" ]; then
+    CM_COUNT=5
+    RP_PAT="ping data: rdma-ping-$((CM_COUNT - 1)):"
+    cm_client "rping -c on softib's librdmacm -> rping -s on rxe (kernel CM)" "$OUT/rdmacm-rping-client" \
+        rping "rping -s -a $GUEST_IP -C $CM_COUNT -V" "$RP_PAT" \
+        rping -c -a "$GUEST_IP" -C "$CM_COUNT" -V -v
+    cm_server "rping -c on rxe (kernel CM) -> rping -s on softib's librdmacm" "$OUT/rdmacm-rping-server" \
+        "rping -c -a $HOST_IP -C $CM_COUNT -V -v" "$RP_PAT" \
+        rping -s -a "$HOST_IP" -C "$CM_COUNT" -V
+    for tool in udaddy ucmatose; do
+        cm_client "$tool on softib's librdmacm (client) -> $tool on rxe" "$OUT/rdmacm-$tool-client" \
+            "$tool" "$tool -b $GUEST_IP -C 20" 'return status 0' \
+            "$tool" -s "$GUEST_IP" -C 20
+        cm_server "$tool on rxe (client) -> $tool on softib's librdmacm" "$OUT/rdmacm-$tool-server" \
+            "$tool -s $HOST_IP -C 20" 'return status 0' \
+            "$tool" -b "$HOST_IP" -C 20
+    done
+    PT_PAT="^ *[0-9]+ +$BENCH_ITERS +[0-9.]+"
+    for tool in ib_send_bw ib_write_bw; do
+        cm_client "$tool -R on softib's librdmacm (client) -> rxe" "$OUT/rdmacm-$tool-client" \
+            "$tool" "$tool -R -d $GUEST_DEV -n $BENCH_ITERS -s 4096" "$PT_PAT" \
+            "$tool" -R -n "$BENCH_ITERS" -s 4096 "$GUEST_IP"
+        cm_server "$tool -R on rxe -> softib's librdmacm (server)" "$OUT/rdmacm-$tool-server" \
+            "$tool -R -d $GUEST_DEV -n $BENCH_ITERS -s 4096 $HOST_IP" "$PT_PAT" \
+            "$tool" -R -n "$BENCH_ITERS" -s 4096
+    done
+else
+    bad "softib's librdmacm.so is not built ($TARGET/release/librdmacm.so; cargo build --release)"
+fi
 
 gssh "cd /sys/class/infiniband/$GUEST_DEV/ports/1/hw_counters && grep . *" >"$OUT/rxe-hw-counters.txt" 2>&1
 log "logs and captures in $OUT"

@@ -17,6 +17,10 @@
 //! `PATH.<pid>.<n>.pcap`; `SOFTIB_MTU=256..4096` caps the port's active MTU (otherwise it is
 //! the largest IB MTU the bound interface's MTU allows, as rxe does); `SOFTIB_WINDOW=N` sets
 //! the requester's PSN window (default [`DEFAULT_WINDOW`], as the CLI tools).
+//! The connection manager (librdmacm): `SOFTIB_CM_RESPONSE_TIMEOUT=0..31` (the exponent t of
+//! 4.096 us * 2^t, default 20) and `SOFTIB_CM_RETRIES=0..15` (default 15) set how long a
+//! request waits for its answer and how often it is resent; `SOFTIB_CM_DEBUG` traces the CM's
+//! events on stderr.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;

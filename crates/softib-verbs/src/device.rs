@@ -291,6 +291,7 @@ fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
 /// touching the parent's engine; the child opens its own devices.
 extern "C" fn forget_parent_objects() {
     registry::clear();
+    crate::cma::addr::forget_after_fork();
 }
 
 static ATFORK: std::sync::Once = std::sync::Once::new();
@@ -360,6 +361,27 @@ pub(crate) unsafe fn open_context(
     Ok(ctx)
 }
 
+/// What a context does when it closes, or at exit if the connection manager still holds it:
+/// sends what is queued, writes its capture (`SOFTIB_PCAP`), prints its counters
+/// (`SOFTIB_STATS`).
+pub(crate) fn wind_up(s: &Shared) {
+    let mut eng = s.lock();
+    eng.flush(s);
+    let _ = eng.dev.flush_pcap();
+    if std::env::var_os("SOFTIB_STATS").is_some() {
+        eprintln!(
+            "softib {}: runtime {:?}",
+            eng.dev.local_addr(),
+            eng.dev.stats()
+        );
+        eprintln!(
+            "softib {}: hca {:?}",
+            eng.dev.local_addr(),
+            eng.dev.hca().counters()
+        );
+    }
+}
+
 symver!(ibv_close_device);
 #[export_name = "softib_ibv_close_device"]
 pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> i32 {
@@ -371,23 +393,7 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> i32 {
     let sc = SoftContext::from_ctx_unchecked(ctx);
     {
         let s = &(*sc).shared;
-        {
-            let mut eng = s.lock();
-            eng.flush(s);
-            let _ = eng.dev.flush_pcap();
-            if std::env::var_os("SOFTIB_STATS").is_some() {
-                eprintln!(
-                    "softib {}: runtime {:?}",
-                    eng.dev.local_addr(),
-                    eng.dev.stats()
-                );
-                eprintln!(
-                    "softib {}: hca {:?}",
-                    eng.dev.local_addr(),
-                    eng.dev.hca().counters()
-                );
-            }
-        }
+        wind_up(s);
         s.stop.store(true, Ordering::Release);
         util::signal(s.wake_fd);
     }

@@ -62,7 +62,19 @@ impl CmKern {
     }
 }
 
-/// Gives the context a connection manager if it has none yet.
+/// A small number from the environment, at most `max`.
+fn env_u8(name: &str, max: u8) -> Option<u8> {
+    std::env::var(name)
+        .ok()?
+        .trim()
+        .parse::<u8>()
+        .ok()
+        .filter(|&v| v <= max)
+}
+
+/// Gives the context a connection manager if it has none yet: rdma_cm's response timeout
+/// (exponent 20, 4.3 s) and 15 retries, or `SOFTIB_CM_RESPONSE_TIMEOUT` (0..=31) and
+/// `SOFTIB_CM_RETRIES` (0..=15) for a network that fails faster.
 pub fn ensure(ctx: *mut ibv_context) -> Result<(), i32> {
     let sc = SoftContext::from_ctx(ctx).ok_or(libc::ENODEV)?;
     // The ids' PD, made now: requests that come later get it with the engine locked.
@@ -79,7 +91,13 @@ pub fn ensure(ctx: *mut ibv_context) -> Result<(), i32> {
     let hca = eng.dev.hca_mut();
     let mtu = hca.query_port(1).map(|p| p.active_mtu.raw()).unwrap_or(3);
     let pd = hca.alloc_pd().map_err(|_| libc::ENOMEM)?;
-    let cfg = CmConfig::new(gid, guid, random_u32() | 1);
+    let mut cfg = CmConfig::new(gid, guid, random_u32() | 1);
+    if let Some(t) = env_u8("SOFTIB_CM_RESPONSE_TIMEOUT", 31) {
+        cfg.cm_response_timeout = t;
+    }
+    if let Some(r) = env_u8("SOFTIB_CM_RETRIES", 15) {
+        cfg.max_cm_retries = r;
+    }
     let port = CmPort::new(hca, pd, 1, 0, cfg).map_err(|_| libc::ENOMEM)?;
     eng.cm = Some(Box::new(CmKern {
         port,

@@ -22,6 +22,16 @@ fn own_profile_dir() -> Option<PathBuf> {
 /// test binary (only `cargo build` copies it up to `target/<profile>/libibverbs.so`), else
 /// under `CARGO_TARGET_DIR` or the workspace's `target/{release,debug}`.
 pub fn built_lib() -> Option<PathBuf> {
+    built("libibverbs.so")
+}
+
+/// softib's `librdmacm.so` of the same build (crates/softib-rdmacm), found as
+/// [`built_lib`] finds `libibverbs.so`.
+pub fn built_rdmacm() -> Option<PathBuf> {
+    built("librdmacm.so")
+}
+
+fn built(file: &str) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(d) = own_profile_dir() {
         dirs.push(d.join("deps"));
@@ -36,9 +46,7 @@ pub fn built_lib() -> Option<PathBuf> {
         dirs.push(base.join("release"));
         dirs.push(base.join("debug"));
     }
-    dirs.into_iter()
-        .map(|d| d.join("libibverbs.so"))
-        .find(|p| p.is_file())
+    dirs.into_iter().map(|d| d.join(file)).find(|p| p.is_file())
 }
 
 /// True if `cc` runs.

@@ -1,0 +1,129 @@
+//! rdma_cm programs on softib: `tests/c/cm_cases.c`, compiled against the installed
+//! `<rdma/rdma_cma.h>` and linked with `-lrdmacm -libverbs` against the built `librdmacm.so`
+//! and `libibverbs.so`, runs one case per test (`LD_LIBRARY_PATH`): a connection made and
+//! used and closed, rejections (by the consumer, for a port nobody listens on, for a request
+//! whose id is destroyed), a UD service found through SIDR, and calls that must fail with the
+//! documented errno. The program exits 0 only if every check held; its stderr names each
+//! check that did not.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The compiled program and the directory of the libraries, or why the tests cannot run.
+fn program() -> &'static Result<(PathBuf, PathBuf), String> {
+    static P: OnceLock<Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    P.get_or_init(|| {
+        if let Some(h) = common::missing_header(&["infiniband/verbs.h", "rdma/rdma_cma.h"]) {
+            return Err(format!("{h} is not installed (Debian: librdmacm-dev)"));
+        }
+        if !common::have_cc() {
+            return Err("no C compiler (cc)".into());
+        }
+        let Some(lib) = common::built_lib() else {
+            return Err("no built libibverbs.so (cargo build -p softib-verbs)".into());
+        };
+        let Some(cm) = common::built_rdmacm() else {
+            return Err("no built librdmacm.so (cargo build -p softib-rdmacm)".into());
+        };
+        let dir = common::scratch("cm_cases");
+        let libdir = common::link_dir(&lib, &dir);
+        let cm = cm.canonicalize().unwrap();
+        for n in ["librdmacm.so", "librdmacm.so.1"] {
+            let _ = std::fs::remove_file(libdir.join(n));
+            std::os::unix::fs::symlink(&cm, libdir.join(n)).unwrap();
+        }
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_cases.c");
+        let exe = dir.join("cm_cases");
+        let l = format!("-L{}", libdir.display());
+        if let Err(e) = common::cc(&src, &exe, &[&l, "-lrdmacm", "-libverbs"]) {
+            panic!("{e}");
+        }
+        Ok((exe, libdir))
+    })
+}
+
+fn run_case(case: &str) {
+    run_case_env(case, &[]);
+}
+
+fn run_case_env(case: &str, env: &[(&str, &str)]) {
+    let (exe, libdir) = match program() {
+        Ok(v) => v,
+        Err(reason) => return common::skip(reason),
+    };
+    let mut child = Command::new(exe)
+        .arg(case)
+        .env("LD_LIBRARY_PATH", libdir)
+        .env("SOFTIB_CONFIG", "/nonexistent")
+        .env_remove("SOFTIB_BIND")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    eprint!("{stderr}");
+    let Some(status) = status else {
+        panic!("{case}: no exit within 60 s\n{stderr}");
+    };
+    assert!(status.success(), "{case}: {status}\n{stderr}");
+}
+
+/// REQ (with private data behind the IP CM header), REP (private data), RTU; the QPs in RTS
+/// towards each other; a SEND; DREQ/DREP with one DISCONNECTED each and the QP in ERR.
+#[test]
+fn cm_connect_use_disconnect() {
+    run_case("establish");
+}
+
+/// REJ Consumer Defined (28) with private data and the QP in ERR; Invalid Service ID (8) for
+/// an unlistened port; a request destroyed unanswered is rejected.
+#[test]
+fn cm_rejections() {
+    run_case("reject");
+}
+
+/// SIDR: the service's QP and the rdma_cm Q_Key; a datagram through the event's AH.
+#[test]
+fn cm_ud_through_sidr() {
+    run_case("ud");
+}
+
+/// NULL, strangers, foreign and busy addresses, oversized private data, calls out of order,
+/// a non-blocking channel, double ack and destroy: the documented errno, never a crash.
+#[test]
+fn cm_bad_calls() {
+    run_case("bad_calls");
+}
+
+/// A REQ to an address nobody holds ends UNREACHABLE (-ETIMEDOUT) after its retries; a DREQ
+/// to a passive process killed after the connection was made ends DISCONNECTED. The CM's
+/// timeouts are shortened (t = 14: 67 ms, 3 retries).
+#[test]
+fn cm_peer_vanishes() {
+    run_case_env(
+        "vanish",
+        &[
+            ("SOFTIB_CM_RESPONSE_TIMEOUT", "14"),
+            ("SOFTIB_CM_RETRIES", "3"),
+        ],
+    );
+}
