@@ -463,14 +463,15 @@ check_wire "$name" "$base.wire.pcap"
 
 # --- rdma_cm programs on softib's librdmacm.so.1 against the same programs on rxe -------------
 # Connections made by the IB CM: softib's agent on QP1 against the guest kernel's CM, both
-# roles. The guest's server listens before the host's client starts (rdma_cm shows nothing
-# outside the process: 3 s for the TCG guest); the host's server the same, 1 s.
+# roles. The guest's server listens before the host's client starts (the kernel lists its
+# rdma_cm ids); the host's server shows nothing outside the process: it gets 1 s.
 cm_client() { # name base tool guest_server_cmd pattern host_cmd...
     local name=$1 tool=$3 gcmd=$4 pat=$5
     base=$2
     shift 5
     gssh "pkill -x $tool; rm -f /tmp/run.rc; (timeout 60 $gcmd >/tmp/run.log 2>&1; echo \$? >/tmp/run.rc) >/dev/null 2>&1 &"
-    sleep 3
+    # The kernel lists rdma_cm ids: wait for the listener.
+    wait_for 20 gssh "rdma res show cm_id | grep -q LISTEN"
     before=$(rxe_retries)
     start_capture "$base.wire.pcap"
     t=$SECONDS

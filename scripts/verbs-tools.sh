@@ -115,7 +115,7 @@ pair() {
     timeout 60 "${scmd[@]}" >"$slog" 2>&1 &
     local spid=$!
     # Wait until the server listens on its TCP port; an rdma_cm server (-R, or a tool with
-    # no TCP exchange) shows nothing outside the process: give it a second.
+    # no TCP exchange) listens inside the process: wait for its device's socket.
     local p
     p=$(printf '%s\n' "${scmd[@]}" | grep -A1 -x -- '-p' | tail -n 1)
     if [ -n "$p" ] && ! printf '%s\n' "${scmd[@]}" | grep -qx -- '-R'; then
@@ -124,7 +124,15 @@ pair() {
             sleep 0.05
         done
     else
-        sleep 1
+        # Its device's UDP socket appears when it binds or listens; then a moment more.
+        # (spid is timeout's; the server is its child.)
+        local tool_pid
+        for _ in $(seq 1 100); do
+            tool_pid=$(pgrep -P "$spid" | head -n 1)
+            [ -n "$tool_pid" ] && ss -lunp 2>/dev/null | grep -q "pid=$tool_pid," && break
+            sleep 0.05
+        done
+        sleep 0.5
     fi
     timeout 60 "${ccmd[@]}" >"$clog" 2>&1
     local crc=$?

@@ -531,3 +531,52 @@ pub unsafe extern "C" fn rdma_resolve_route(
     sid.raise(CmaEvent::new(me, RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
     complete(sid)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gids_are_addresses() {
+        let v4: IpAddr = "10.99.0.2".parse().unwrap();
+        let g = gid_of(v4);
+        assert_eq!(&g.0[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        assert_eq!(ip_of(g), v4);
+        let v6: IpAddr = "fd00::7".parse().unwrap();
+        assert_eq!(ip_of(gid_of(v6)), v6);
+    }
+
+    #[test]
+    fn sockaddrs_round_trip() {
+        for a in ["127.0.0.9:7174", "[fd00::1]:18515"] {
+            let a: SocketAddr = a.parse().unwrap();
+            let mut buf = [0u8; std::mem::size_of::<libc::sockaddr_storage>()];
+            // SAFETY: a buffer of sockaddr_storage's size.
+            unsafe {
+                to_sockaddr(buf.as_mut_ptr(), a);
+                assert_eq!(from_sockaddr(buf.as_ptr().cast()), Some(a));
+            }
+        }
+        // SAFETY: NULL is refused.
+        assert_eq!(unsafe { from_sockaddr(std::ptr::null()) }, None);
+    }
+
+    #[test]
+    fn ports_are_held_per_address_and_space() {
+        let ip: IpAddr = "127.0.0.77".parse().unwrap();
+        let other: IpAddr = "127.0.0.78".parse().unwrap();
+        let any: IpAddr = Ipv4Addr::UNSPECIFIED.into();
+        let k = hold_port(ip, RDMA_PS_TCP, 40001).unwrap();
+        assert_eq!(hold_port(ip, RDMA_PS_TCP, 40001), Err(libc::EADDRINUSE));
+        assert_eq!(hold_port(any, RDMA_PS_TCP, 40001), Err(libc::EADDRINUSE));
+        let u = hold_port(ip, RDMA_PS_UDP, 40001).unwrap();
+        let o = hold_port(other, RDMA_PS_TCP, 40001).unwrap();
+        let e = hold_port(ip, RDMA_PS_TCP, 0).unwrap();
+        assert!((EPHEMERAL_FIRST..=EPHEMERAL_LAST).contains(&e.2));
+        for key in [k, u, o, e] {
+            release_port(key);
+        }
+        let again = hold_port(ip, RDMA_PS_TCP, 40001).unwrap();
+        release_port(again);
+    }
+}
