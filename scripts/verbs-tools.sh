@@ -14,7 +14,8 @@
 # server's device on 127.0.0.1 by rdma_bind_addr, or on the first free loopback address for a
 # wildcard listen):
 #   rping (-V: the data checked), udaddy (UD, SIDR), ucmatose (4 connections),
-#   rdma_server / rdma_client (the endpoint API), cmtime
+#   rdma_server / rdma_client (the endpoint API), cmtime, rping through `softib relay`
+#   dropping 10 % of the datagrams (3 seeds)
 #   perftest with -R: ib_{send,write,read,atomic}_bw, ib_send_bw -c UD, ib_{write,send}_lat
 # Prints PASS/FAIL per case and "N passed, M failed"; exits non-zero on any failure. Prints
 # "SKIPPED: why" and exits 0 when the tools cannot be installed.
@@ -52,8 +53,8 @@ fi
 # `cargo test` builds the cdylib into deps/ only; `cargo build` puts it where the loader path
 # (and lib/libibverbs.so.1) points. Quick when it is up to date.
 if [ -z "${SOFTIB_LIB_DIR:-}" ]; then
-    (cd "$REPO" && cargo build --release -q -p softib-verbs -p softib-rdmacm) || {
-        echo "FAIL: cargo build --release -p softib-verbs -p softib-rdmacm"
+    (cd "$REPO" && cargo build --release -q -p softib-verbs -p softib-rdmacm -p softib) || {
+        echo "FAIL: cargo build --release -p softib-verbs -p softib-rdmacm -p softib"
         exit 1
     }
 fi
@@ -112,28 +113,26 @@ pair() {
     shift
     ccmd=("$@")
     local slog="$OUT/$name.server.log" clog="$OUT/$name.client.log"
-    timeout 60 "${scmd[@]}" >"$slog" 2>&1 &
-    local spid=$!
-    # Wait until the server listens on its TCP port; an rdma_cm server (-R, or a tool with
-    # no TCP exchange) listens inside the process: wait for its device's socket.
-    local p
+    # Wait until the server listens: on its TCP port, or, for an rdma_cm server (-R, or a
+    # tool with no TCP exchange), until softib's connection manager says so on its stderr
+    # (SOFTIB_CM_DEBUG traces "softib cm: listen ...").
+    local p cm=0
     p=$(printf '%s\n' "${scmd[@]}" | grep -A1 -x -- '-p' | tail -n 1)
-    if [ -n "$p" ] && ! printf '%s\n' "${scmd[@]}" | grep -qx -- '-R'; then
-        for _ in $(seq 1 100); do
-            ss -ltn 2>/dev/null | grep -q ":$p " && break
-            sleep 0.05
-        done
+    if [ -z "$p" ] || printf '%s\n' "${scmd[@]}" | grep -qx -- '-R'; then cm=1; fi
+    if [ "$cm" = 1 ]; then
+        SOFTIB_CM_DEBUG=1 timeout 60 "${scmd[@]}" >"$slog" 2>&1 &
     else
-        # Its device's UDP socket appears when it binds or listens; then a moment more.
-        # (spid is timeout's; the server is its child.)
-        local tool_pid
-        for _ in $(seq 1 100); do
-            tool_pid=$(pgrep -P "$spid" | head -n 1)
-            [ -n "$tool_pid" ] && ss -lunp 2>/dev/null | grep -q "pid=$tool_pid," && break
-            sleep 0.05
-        done
-        sleep 0.5
+        timeout 60 "${scmd[@]}" >"$slog" 2>&1 &
     fi
+    local spid=$!
+    for _ in $(seq 1 200); do
+        if [ "$cm" = 1 ]; then
+            grep -q '^softib cm: listen' "$slog" && break
+        else
+            ss -ltn 2>/dev/null | grep -q ":$p " && break
+        fi
+        sleep 0.05
+    done
     timeout 60 "${ccmd[@]}" >"$clog" 2>&1
     local crc=$?
     wait "$spid"
@@ -216,6 +215,40 @@ else
 fi
 kill "$cm_server" 2>/dev/null
 wait "$cm_server" 2>/dev/null
+# rping through `softib relay` dropping 10 % of the datagrams each way (CM MADs and data
+# alike): the CM's retries and the transport's bring every ping through (-V checks them).
+# The server on 127.0.0.201 and the client on .202 reach each other via .203 / .204
+# (SOFTIB_PEER_VIA); short CM timeouts (t = 14: 67 ms).
+SOFTIB_BIN=${SOFTIB_BIN:-$LIBDIR/softib}
+if [ -x "$SOFTIB_BIN" ]; then
+    for seed in 1 2 3; do
+        name="rping-lossy-relay-seed$seed"
+        "$SOFTIB_BIN" relay --loss 0.1 --seed "$seed" --duration 8 \
+            127.0.0.203:4791=127.0.0.201:4791 127.0.0.204:4791=127.0.0.202:4791 \
+            >"$OUT/$name.relay.log" 2>&1 &
+        relay=$!
+        sleep 0.3
+        SOFTIB_PEER_VIA=127.0.0.202=127.0.0.203:4791 SOFTIB_CM_RESPONSE_TIMEOUT=14 \
+            timeout 30 rping -s -a 127.0.0.201 -C 20 -V >"$OUT/$name.server.log" 2>&1 &
+        spid=$!
+        sleep 0.5
+        SOFTIB_PEER_VIA=127.0.0.201=127.0.0.204:4791 SOFTIB_CM_RESPONSE_TIMEOUT=14 \
+            timeout 30 rping -c -I 127.0.0.202 -a 127.0.0.201 -C 20 -V -v >"$OUT/$name.client.log" 2>&1
+        crc=$?
+        wait "$spid"
+        src=$?
+        wait "$relay"
+        dropped=$(grep -o 'dropped: [0-9]*' "$OUT/$name.relay.log" | grep -o '[0-9]*$')
+        if [ "$crc" = 0 ] && [ "$src" = 0 ] && grep -q "rdma-ping-19:" "$OUT/$name.client.log" \
+            && [ "${dropped:-0}" -gt 0 ]; then
+            result "$name" 1 "20 pings verified, the relay dropped $dropped datagrams"
+        else
+            result "$name" 0 "server rc=$src client rc=$crc relay: $(cat "$OUT/$name.relay.log")"
+        fi
+    done
+else
+    result rping-lossy-relay 0 "no softib binary at $SOFTIB_BIN"
+fi
 for spec in "ib_send_bw RC" "ib_write_bw RC" "ib_read_bw RC" "ib_atomic_bw RC" "ib_send_bw UD" \
     "ib_write_lat RC" "ib_send_lat RC"; do
     set -- $spec

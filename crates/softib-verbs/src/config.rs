@@ -17,6 +17,9 @@
 //! `PATH.<pid>.<n>.pcap`; `SOFTIB_MTU=256..4096` caps the port's active MTU (otherwise it is
 //! the largest IB MTU the bound interface's MTU allows, as rxe does); `SOFTIB_WINDOW=N` sets
 //! the requester's PSN window (default [`DEFAULT_WINDOW`], as the CLI tools).
+//! `SOFTIB_PEER_VIA=PEER=VIA[,PEER=VIA...]` sends what is for the peer at address PEER to the
+//! UDP address VIA instead (a relay such as `softib relay`), and takes what comes from VIA as
+//! sent by PEER.
 //! The connection manager (librdmacm): `SOFTIB_CM_RESPONSE_TIMEOUT=0..31` (the exponent t of
 //! 4.096 us * 2^t, default 20) and `SOFTIB_CM_RETRIES=0..15` (default 15) set how long a
 //! request waits for its answer and how often it is resent; `SOFTIB_CM_DEBUG` traces the CM's
@@ -143,6 +146,24 @@ pub fn window() -> u32 {
         .unwrap_or(DEFAULT_WINDOW)
 }
 
+/// `SOFTIB_PEER_VIA`: (peer address, relay address) pairs; entries that do not parse are
+/// skipped.
+pub fn peer_via() -> Vec<(IpAddr, SocketAddr)> {
+    std::env::var("SOFTIB_PEER_VIA")
+        .map(|v| parse_peer_via(&v))
+        .unwrap_or_default()
+}
+
+/// Parses `PEER=VIA[,PEER=VIA...]`.
+pub fn parse_peer_via(v: &str) -> Vec<(IpAddr, SocketAddr)> {
+    v.split(',')
+        .filter_map(|e| {
+            let (p, via) = e.split_once('=')?;
+            Some((p.trim().parse().ok()?, parse_bind(via)?))
+        })
+        .collect()
+}
+
 /// `SOFTIB_PCAP`, if set.
 pub fn pcap_base() -> Option<String> {
     std::env::var("SOFTIB_PCAP").ok().filter(|s| !s.is_empty())
@@ -181,6 +202,23 @@ mod tests {
                     name: "x".into(),
                     bind: None
                 },
+            ]
+        );
+    }
+
+    #[test]
+    fn peer_via_forms() {
+        assert_eq!(
+            parse_peer_via("127.0.0.1=127.0.0.3:4791, 10.0.0.2=10.0.0.9,bad,x=y"),
+            vec![
+                (
+                    "127.0.0.1".parse().unwrap(),
+                    "127.0.0.3:4791".parse().unwrap()
+                ),
+                (
+                    "10.0.0.2".parse().unwrap(),
+                    "10.0.0.9:4791".parse().unwrap()
+                ),
             ]
         );
     }

@@ -275,7 +275,12 @@ fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
             cfg.pcap = Some(format!("{base}.{}.{n}.pcap", std::process::id()).into());
         }
         match Device::open(&cfg) {
-            Ok(d) => return Ok(d),
+            Ok(mut d) => {
+                for (peer, via) in config::peer_via() {
+                    d.add_route(peer, via);
+                }
+                return Ok(d);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && spec.bind.is_none() => {
                 last = e;
             }
@@ -318,6 +323,8 @@ pub(crate) unsafe fn open_context(
     ATFORK.call_once(|| {
         // SAFETY: registers a handler that only touches this library's registry.
         unsafe { libc::pthread_atfork(None, None, Some(forget_parent_objects)) };
+        // SAFETY: registers a handler that only touches this library's live contexts.
+        unsafe { libc::atexit(wind_up_at_exit) };
     });
     let spec = match bind {
         Some(b) => DeviceSpec {
@@ -359,6 +366,16 @@ pub(crate) unsafe fn open_context(
     registry::add(ctx, Kind::Context);
     crate::cma::addr::context_opened(ctx, ip);
     Ok(ctx)
+}
+
+/// At exit, contexts still open (the connection manager's, which librdmacm never closes, and
+/// any the program left open) write their captures and counters as a closed context does.
+extern "C" fn wind_up_at_exit() {
+    for c in crate::cma::addr::live_contexts() {
+        if let Some(sc) = SoftContext::from_ctx(c as *mut ibv_context) {
+            wind_up(&sc.shared);
+        }
+    }
 }
 
 /// What a context does when it closes, or at exit if the connection manager still holds it:

@@ -79,6 +79,11 @@ pub struct CmConfig {
     pub packet_lifetime: Duration,
     /// How long a closed connection keeps its identity (IBA 12.9.8.4).
     pub timewait: Duration,
+    /// How long a REQ or SIDR_REQ for a Service ID nobody listens on waits for a listener
+    /// before it is refused (REJ Invalid Service ID, SIDR_REP "not supported"). Zero refuses
+    /// at once, as the Linux CM does; a short wait lets a connect that races the peer's
+    /// listen through (the answer may take up to the response timeout anyway).
+    pub unlistened_grace: Duration,
 }
 
 impl CmConfig {
@@ -93,7 +98,17 @@ impl CmConfig {
             max_cm_retries: 15,
             packet_lifetime: Duration::from_millis(1),
             timewait: Duration::from_secs(1),
+            unlistened_grace: Duration::ZERO,
         }
+    }
+}
+
+/// The Service ID a parked request asks for.
+fn parked_service(m: &CmMessage) -> Option<u64> {
+    match m {
+        CmMessage::Req(r) => Some(r.service_id),
+        CmMessage::SidrReq(r) => Some(r.service_id),
+        _ => None,
     }
 }
 
@@ -416,7 +431,20 @@ pub struct CmAgent {
     by_remote_qp: HashMap<(Gid, u32), CmId>,
     out: VecDeque<OutMad>,
     events: VecDeque<CmEvent>,
+    /// Requests for Service IDs nobody listens on yet, until `unlistened_grace` passes.
+    parked: Vec<Parked>,
 }
+
+/// A request waiting for a listener.
+struct Parked {
+    until: Instant,
+    from: Gid,
+    tid: u64,
+    msg: CmMessage,
+}
+
+/// Most requests kept waiting for a listener at once (more are refused at once).
+const MAX_PARKED: usize = 64;
 
 impl CmAgent {
     /// An agent with nothing listened on and no connection.
@@ -432,6 +460,7 @@ impl CmAgent {
             by_remote_qp: HashMap::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
+            parked: Vec::new(),
         }
     }
 
@@ -457,7 +486,12 @@ impl CmAgent {
 
     /// When [`CmAgent::handle_timeout`] is next due.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.conns.values().filter_map(|c| c.deadline).min()
+        let parked = self.parked.iter().map(|p| p.until);
+        self.conns
+            .values()
+            .filter_map(|c| c.deadline)
+            .chain(parked)
+            .min()
     }
 
     /// Answers REQs and SIDR_REQs for `service_id`.
@@ -468,7 +502,51 @@ impl CmAgent {
         let l = ListenId(self.next_listen);
         self.next_listen += 1;
         self.listeners.insert(service_id, l);
+        // Requests that came before the listener.
+        let (now_listened, rest): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| parked_service(&p.msg) == Some(service_id));
+        self.parked = rest;
+        for p in now_listened {
+            match p.msg {
+                CmMessage::Req(req) => self.on_req(p.until, p.from, p.tid, req),
+                CmMessage::SidrReq(req) => self.on_sidr_req(p.until, p.from, p.tid, req),
+                _ => {}
+            }
+        }
         Ok(l)
+    }
+
+    /// Keeps a request for an unlistened Service ID for `unlistened_grace`; false if it is to
+    /// be refused now.
+    fn park(&mut self, now: Instant, from: Gid, tid: u64, msg: &CmMessage) -> bool {
+        if self.cfg.unlistened_grace.is_zero() {
+            return false;
+        }
+        let same = |p: &Parked| match (&p.msg, msg) {
+            (CmMessage::Req(a), CmMessage::Req(b)) => {
+                a.local_comm_id == b.local_comm_id && a.local_ca_guid == b.local_ca_guid
+            }
+            (CmMessage::SidrReq(a), CmMessage::SidrReq(b)) => {
+                a.request_id == b.request_id && p.from == from
+            }
+            _ => false,
+        };
+        if let Some(p) = self.parked.iter_mut().find(|p| same(p)) {
+            // A repeat: keep the first deadline.
+            p.tid = tid;
+            return true;
+        }
+        if self.parked.len() >= MAX_PARKED {
+            return false;
+        }
+        self.parked.push(Parked {
+            until: now.saturating_add(self.cfg.unlistened_grace),
+            from,
+            tid,
+            msg: msg.clone(),
+        });
+        true
     }
 
     /// Stops answering for a listener's Service ID (connections it made stay).
@@ -748,14 +826,14 @@ impl CmAgent {
         };
         let tid = m.hdr.transaction_id;
         match m.msg {
-            CmMessage::Req(req) => self.on_req(from, tid, req),
+            CmMessage::Req(req) => self.on_req(now, from, tid, req),
             CmMessage::Mra(mra) => self.on_mra(now, mra),
             CmMessage::Rej(rej) => self.on_rej(now, rej),
             CmMessage::Rep(rep) => self.on_rep(rep),
             CmMessage::Rtu(rtu) => self.on_rtu(rtu),
             CmMessage::Dreq(dreq) => self.on_dreq(now, tid, dreq),
             CmMessage::Drep(drep) => self.on_drep(now, drep),
-            CmMessage::SidrReq(req) => self.on_sidr_req(from, tid, req),
+            CmMessage::SidrReq(req) => self.on_sidr_req(now, from, tid, req),
             CmMessage::SidrRep(rep) => self.on_sidr_rep(rep),
             // Alternate paths (LAP/APR) are not supported: a LAP is answered by nothing,
             // and the peer's LAP times out into its own error path.
@@ -765,6 +843,21 @@ impl CmAgent {
 
     /// Runs the timers due at `now`: resends, failures, TimeWait ends.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // Requests no listener came for: refused as they would have been at once (the
+        // listener check fails again).
+        let (expired, waiting): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| p.until <= now);
+        self.parked = waiting;
+        let grace = std::mem::replace(&mut self.cfg.unlistened_grace, Duration::ZERO);
+        for p in expired {
+            match p.msg {
+                CmMessage::Req(req) => self.on_req(now, p.from, p.tid, req),
+                CmMessage::SidrReq(req) => self.on_sidr_req(now, p.from, p.tid, req),
+                _ => {}
+            }
+        }
+        self.cfg.unlistened_grace = grace;
         let due: Vec<CmId> = self
             .conns
             .iter()
@@ -823,7 +916,7 @@ impl CmAgent {
         }
     }
 
-    fn on_req(&mut self, from: Gid, tid: u64, req: cm::Req) {
+    fn on_req(&mut self, now: Instant, from: Gid, tid: u64, req: cm::Req) {
         let key = (req.local_comm_id, req.local_ca_guid);
         if let Some(&id) = self.by_remote.get(&key) {
             // A repeated REQ: bring back what was sent for it (MRA or REP); anything else
@@ -856,6 +949,9 @@ impl CmAgent {
             agent.emit(peer, tid, &CmMessage::Rej(rej));
         };
         let Some(&listener) = self.listeners.get(&req.service_id) else {
+            if self.park(now, from, tid, &CmMessage::Req(req.clone())) {
+                return;
+            }
             return reject(self, rej_reason::INVALID_SERVICE_ID);
         };
         if !matches!(
@@ -1028,8 +1124,11 @@ impl CmAgent {
         }
     }
 
-    fn on_sidr_req(&mut self, from: Gid, tid: u64, req: cm::SidrReq) {
+    fn on_sidr_req(&mut self, now: Instant, from: Gid, tid: u64, req: cm::SidrReq) {
         let Some(&listener) = self.listeners.get(&req.service_id) else {
+            if self.park(now, from, tid, &CmMessage::SidrReq(req.clone())) {
+                return;
+            }
             let rep = cm::SidrRep {
                 request_id: req.request_id,
                 status: sidr_status::UNSUPPORTED,

@@ -284,6 +284,45 @@ fn no_listener_is_invalid_service_id() {
 }
 
 #[test]
+fn req_before_listen_waits_for_the_listener_within_the_grace() {
+    let mut p = Pair::new();
+    let l = p.b.listeners[&SID];
+    p.b.unlisten(l).unwrap();
+    // Shorter than A's patience (4.2 ms response timeout, 3 retries).
+    p.b.cfg.unlistened_grace = Duration::from_millis(10);
+    let ia = p.connect(b"");
+    assert!(
+        p.events_a.is_empty() && p.events_b.is_empty(),
+        "nothing answered yet"
+    );
+    assert!(
+        p.b.poll_timeout().is_some(),
+        "the parked REQ has a deadline"
+    );
+    // The listener comes: the REQ is taken as if it came now.
+    p.b.listen(SID).unwrap();
+    p.pump();
+    let (ib, _) = p.b_request();
+    p.b.reject(p.now, ib, rej_reason::CONSUMER_DEFINED, &[])
+        .unwrap();
+    p.pump();
+    assert!(matches!(p.events_a.last(), Some(CmEvent::Rejected { id, .. }) if *id == ia));
+    // Another REQ with no listener: refused once the grace is over, not before.
+    let l = p.b.listeners[&SID];
+    p.b.unlisten(l).unwrap();
+    p.events_a.clear();
+    let t0 = p.now;
+    let ia2 = p.connect(b"");
+    assert_ne!(ia, ia2);
+    while p.events_a.is_empty() && p.tick() {}
+    let Some(CmEvent::Rejected { id, rej }) = p.events_a.last() else {
+        panic!("{:?}", p.events_a)
+    };
+    assert_eq!((*id, rej.reason), (ia2, rej_reason::INVALID_SERVICE_ID));
+    assert!(p.now.duration_since(t0) >= Duration::from_millis(10));
+}
+
+#[test]
 fn listen_twice_and_bad_calls() {
     let mut p = Pair::new();
     assert_eq!(p.b.listen(SID), Err(CmError::ServiceIdInUse(SID)));

@@ -137,7 +137,6 @@ pub fn context_opened(ctx: *mut ibv_context, ip: IpAddr) {
 pub fn forget_after_fork() {
     pool().clear();
     PDS.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    OPENED.lock().unwrap_or_else(|e| e.into_inner()).clear();
     *ports() = None;
 }
 
@@ -149,32 +148,9 @@ pub fn context_closed(ctx: *mut ibv_context) {
         .retain(|&(c, _)| c != ctx as usize);
 }
 
-/// At exit, the contexts the connection manager opened (never closed: librdmacm keeps its
-/// devices) write their captures and counters as a closed context does.
-extern "C" fn wind_up_at_exit() {
-    let ctxs: Vec<usize> = OPENED.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    for c in ctxs {
-        if let Some(sc) = SoftContext::from_ctx(c as *mut ibv_context) {
-            device::wind_up(&sc.shared);
-        }
-    }
-}
-
-/// Contexts the connection manager opened itself.
-static OPENED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-
-/// Records a context the connection manager opened (wound up at exit).
-fn opened_here(ctx: *mut ibv_context) -> *mut ibv_context {
-    static ATEXIT: std::sync::Once = std::sync::Once::new();
-    ATEXIT.call_once(|| {
-        // SAFETY: registers a handler that only touches this library's live contexts.
-        unsafe { libc::atexit(wind_up_at_exit) };
-    });
-    OPENED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(ctx as usize);
-    ctx
+/// Every open context of the process.
+pub fn live_contexts() -> Vec<usize> {
+    pool().iter().map(|&(_, c)| c).collect()
 }
 
 /// The context bound to `ip`: one the connection manager has, or a device configured there
@@ -190,10 +166,10 @@ pub fn context_for(ip: IpAddr) -> Result<*mut ibv_context, i32> {
         .find(|d| d.spec.bind.is_some_and(|b| b.ip() == ip))
     {
         // SAFETY: one of this library's devices.
-        opened_here(unsafe { device::open_context(sd, None)? })
+        unsafe { device::open_context(sd, None)? }
     } else if let Some(sd) = devs.iter().find(|d| d.spec.bind.is_none()) {
         // SAFETY: likewise.
-        opened_here(unsafe { device::open_context(sd, Some(SocketAddr::new(ip, ROCEV2_PORT)))? })
+        unsafe { device::open_context(sd, Some(SocketAddr::new(ip, ROCEV2_PORT)))? }
     } else {
         return Err(libc::EADDRNOTAVAIL);
     };
@@ -220,7 +196,7 @@ fn loopback_context(v6: bool) -> Result<*mut ibv_context, i32> {
         .or_else(|| devs.iter().find(|d| d.spec.bind.is_none() && !v6));
     match sd {
         // SAFETY: one of this library's devices.
-        Some(sd) => unsafe { device::open_context(sd, None) }.map(opened_here),
+        Some(sd) => unsafe { device::open_context(sd, None) },
         None if v6 => context_for(IpAddr::V6(Ipv6Addr::LOCALHOST)),
         None => Err(libc::EADDRNOTAVAIL),
     }
@@ -233,9 +209,7 @@ pub fn all_contexts() -> Vec<usize> {
     if !have.is_empty() {
         return have;
     }
-    for c in device::open_all() {
-        opened_here(c as *mut ibv_context);
-    }
+    device::open_all();
     pool().iter().map(|&(_, c)| c).collect()
 }
 

@@ -40,6 +40,9 @@ pub struct CmKern {
 // SAFETY: the addresses name library objects, used with the engine lock held.
 unsafe impl Send for CmKern {}
 
+/// How long a request for a port nobody listens on waits for a listener before REJ 8.
+const UNLISTENED_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A random number (for PSNs, communication IDs and ports).
 pub fn random_u32() -> u32 {
     let mut v = [0u8; 4];
@@ -92,6 +95,9 @@ pub fn ensure(ctx: *mut ibv_context) -> Result<(), i32> {
     let mtu = hca.query_port(1).map(|p| p.active_mtu.raw()).unwrap_or(3);
     let pd = hca.alloc_pd().map_err(|_| libc::ENOMEM)?;
     let mut cfg = CmConfig::new(gid, guid, random_u32() | 1);
+    // A connect that races the peer's rdma_listen (perftest -R listens a second time right
+    // after its control connection) waits for it rather than being refused.
+    cfg.unlistened_grace = UNLISTENED_GRACE;
     if let Some(t) = env_u8("SOFTIB_CM_RESPONSE_TIMEOUT", 31) {
         cfg.cm_response_timeout = t;
     }
