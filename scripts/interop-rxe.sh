@@ -23,7 +23,8 @@
 # to `softib cm listen --accept`; each side must see the connection established and then
 # disconnected, and the capture is checked the same way.
 # Then rdma_cm programs on softib's librdmacm.so.1 against the same programs on rxe, both
-# roles: rping (-V), udaddy (UD through SIDR), ucmatose, ib_send_bw -R and ib_write_bw -R.
+# roles: rping (-V), udaddy (UD through SIDR), ucmatose, rdma_server / rdma_client (the
+# endpoint API), ib_send_bw -R and ib_write_bw -R.
 # A run passes when both programs exit 0 and neither side retransmitted (the tap loses nothing,
 # so a retransmission means the peer silently dropped a packet, e.g. for a bad ICRC).
 #
@@ -536,6 +537,12 @@ if [ "$HAVE_LIB" = 1 ] && [ -e "$LIB_LD/librdmacm.so.1" ]; then
             "$tool -s $HOST_IP -C 20" 'return status 0' \
             "$tool" -b "$HOST_IP" -C 20
     done
+    cm_client "rdma_client on softib's librdmacm -> rdma_server on rxe" "$OUT/rdmacm-rdma_client" \
+        rdma_server "rdma_server -s $GUEST_IP" 'rdma_client: end 0' \
+        rdma_client -s "$GUEST_IP"
+    cm_server "rdma_client on rxe -> rdma_server on softib's librdmacm" "$OUT/rdmacm-rdma_server" \
+        "rdma_client -s $HOST_IP" 'rdma_client: end 0' \
+        rdma_server -s "$HOST_IP"
     PT_PAT="^ *[0-9]+ +$BENCH_ITERS +[0-9.]+"
     for tool in ib_send_bw ib_write_bw; do
         cm_client "$tool -R on softib's librdmacm (client) -> rxe" "$OUT/rdmacm-$tool-client" \
