@@ -24,7 +24,7 @@
 # disconnected, and the capture is checked the same way.
 # Then rdma_cm programs on softib's librdmacm.so.1 against the same programs on rxe, both
 # roles: rping (-V), udaddy (UD through SIDR), ucmatose, rdma_server / rdma_client (the
-# endpoint API), ib_send_bw -R and ib_write_bw -R.
+# endpoint API); and the guest's ib_send_bw -R / ib_write_bw -R against softib's.
 # A run passes when both programs exit 0 and neither side retransmitted (the tap loses nothing,
 # so a retransmission means the peer silently dropped a packet, e.g. for a bad ICRC).
 #
@@ -485,19 +485,11 @@ cm_client_once() { # base tool guest_server_cmd host_cmd...
     after=$(rxe_retries)
     sr=$(softib_retries "$base.log")
 }
-# perftest -R connects twice: a control connection, then the data connection, for which its
-# server listens again. The TCG guest's server can be that slow to listen again that the
-# kernel CM refuses the client's second REQ (REJ 8, Invalid Service ID: nobody listens yet),
-# whatever the transport did; such a run is repeated once, and the note says so.
 cm_client() { # name base tool guest_server_cmd pattern host_cmd...
     local name=$1 pat=$5
     local b=$2 tool=$3 gcmd=$4
     shift 5
     cm_client_once "$b" "$tool" "$gcmd" "$@"
-    if grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$b.log"; then
-        echo "note: $b: the guest's perftest was not listening again yet (REJ 8); running it again"
-        cm_client_once "$b" "$tool" "$gcmd" "$@"
-    fi
     lib_case "$name" "$b" "$pat"
 }
 cm_server() { # name base guest_client_cmd pattern host_cmd...
@@ -543,11 +535,13 @@ if [ "$HAVE_LIB" = 1 ] && [ -e "$LIB_LD/librdmacm.so.1" ]; then
     cm_server "rdma_client on rxe -> rdma_server on softib's librdmacm" "$OUT/rdmacm-rdma_server" \
         "rdma_client -s $HOST_IP" 'rdma_client: end 0' \
         rdma_server -s "$HOST_IP"
+    # perftest -R with softib as the server only: Debian's perftest (4.5-0.17) connects a
+    # second time for its data connection, and when the server has not listened again yet
+    # (the TCG guest is that slow) its client's retry reuses the ids it just destroyed and
+    # fails whatever the library (fixed upstream by reallocating them). The client role is
+    # run between two softib processes (scripts/verbs-tools.sh).
     PT_PAT="^ *[0-9]+ +$BENCH_ITERS +[0-9.]+"
     for tool in ib_send_bw ib_write_bw; do
-        cm_client "$tool -R on softib's librdmacm (client) -> rxe" "$OUT/rdmacm-$tool-client" \
-            "$tool" "$tool -R -d $GUEST_DEV -n $BENCH_ITERS -s 4096" "$PT_PAT" \
-            "$tool" -R -n "$BENCH_ITERS" -s 4096 "$GUEST_IP"
         cm_server "$tool -R on rxe -> softib's librdmacm (server)" "$OUT/rdmacm-$tool-server" \
             "$tool -R -d $GUEST_DEV -n $BENCH_ITERS -s 4096 $HOST_IP" "$PT_PAT" \
             "$tool" -R -n "$BENCH_ITERS" -s 4096

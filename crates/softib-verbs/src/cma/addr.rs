@@ -213,6 +213,55 @@ pub fn all_contexts() -> Vec<usize> {
     pool().iter().map(|&(_, c)| c).collect()
 }
 
+/// The host's interface addresses (IPv6 link-local ones left out: they need a scope).
+pub fn local_addresses() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list freed below.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return out;
+    }
+    let mut p = ifap;
+    while !p.is_null() {
+        // SAFETY: a node of the list getifaddrs returned.
+        let ifa = unsafe { &*p };
+        // SAFETY: ifa_addr, if set, is a sockaddr of the size its family says.
+        if let Some(a) = unsafe { from_sockaddr(ifa.ifa_addr) } {
+            let link_local =
+                matches!(a.ip(), IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
+            if !link_local && !out.contains(&a.ip()) {
+                out.push(a.ip());
+            }
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: the list getifaddrs returned.
+    unsafe { libc::freeifaddrs(ifap) };
+    out
+}
+
+/// The contexts a wildcard listen covers: one on every interface address of the host (of
+/// IPv4, or of both families for the IPv6 wildcard), the process's own or an "auto" device
+/// opened there, as a kernel listener on the wildcard hears every RDMA device; addresses
+/// another process holds are left to it. Also every context the process already has.
+pub fn wildcard_contexts(v6: bool) -> Vec<usize> {
+    for ip in local_addresses() {
+        if v6 || ip.is_ipv4() {
+            let _ = context_for(ip);
+        }
+    }
+    let have: Vec<usize> = pool()
+        .iter()
+        .filter(|(ip, _)| v6 || ip.is_ipv4())
+        .map(|&(_, c)| c)
+        .collect();
+    if have.is_empty() {
+        all_contexts()
+    } else {
+        have
+    }
+}
+
 /// The source address the host would use towards `dst`.
 fn routed_source(dst: IpAddr) -> Option<IpAddr> {
     let any: SocketAddr = match dst {

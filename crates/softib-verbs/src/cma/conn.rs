@@ -679,14 +679,8 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: libc::c_int)
         return 0;
     }
     let ctxs: Vec<usize> = if src.ip().is_unspecified() {
-        super::addr::all_contexts()
-            .into_iter()
-            .filter(|&c| {
-                // An IPv6 wildcard listens on IPv4 too (no RDMA_OPTION_ID_AFONLY).
-                super::addr::context_ip(c as *mut ibv_context)
-                    .is_some_and(|ip| src.is_ipv6() || ip.is_ipv4())
-            })
-            .collect()
+        // An IPv6 wildcard listens on IPv4 too (no RDMA_OPTION_ID_AFONLY).
+        super::addr::wildcard_contexts(src.is_ipv6())
     } else {
         vec![sid.id.verbs as usize]
     };
