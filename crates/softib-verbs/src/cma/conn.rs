@@ -674,7 +674,9 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: libc::c_int)
             return minus_one(e);
         }
     }
-    let src = sid.state().src.expect("bound");
+    let Some(src) = sid.state().src else {
+        return minus_one(libc::EINVAL);
+    };
     if !sid.state().listens.is_empty() {
         return 0;
     }

@@ -209,7 +209,9 @@ unsafe fn setup_ep(
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> libc::c_int {
-    let sid = soft_id(cm).expect("just made");
+    let Some(sid) = soft_id(cm) else {
+        return minus_one(libc::EINVAL);
+    };
     if r.ai_flags & RAI_PASSIVE as i32 != 0 {
         // SAFETY: the addrinfo's source address.
         let Some(a) = (unsafe { addr::from_sockaddr(r.ai_src_addr) }) else {
