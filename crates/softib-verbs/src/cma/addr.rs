@@ -20,7 +20,7 @@ use softib_wire::udp::ROCEV2_PORT;
 use super::{complete, kern, soft_id, CmaEvent, SoftCmId};
 use crate::cma_h::*;
 use crate::device::{self, SoftContext};
-use crate::util::{self, minus_one};
+use crate::util::minus_one;
 use crate::verbs_h::*;
 
 /// A port held in a port space: (address or unspecified for a wildcard bind, port space,
@@ -343,18 +343,7 @@ fn attach(sid: &mut SoftCmId, ctx: *mut ibv_context, src: SocketAddr) {
     if sid.id.pd.is_null() {
         sid.id.pd = default_pd(ctx);
     }
-    // SAFETY: the source half of the route's address union has room for a sockaddr_storage.
-    unsafe {
-        to_sockaddr(
-            std::ptr::addr_of_mut!(sid.id.route.addr.__bindgen_anon_1).cast(),
-            src,
-        );
-        let ib = sid.id.route.addr.addr.ibaddr.as_mut();
-        ib.sgid = ibv_gid {
-            raw: gid_of(src.ip()).0,
-        };
-        ib.pkey = 0xffffu16.to_be();
-    }
+    sid.set_src(src);
 }
 
 /// Binds `sid` to `a` (an unspecified address binds every context, for listening). Returns
@@ -370,13 +359,7 @@ pub fn bind(sid: &mut SoftCmId, a: SocketAddr) -> Result<(), i32> {
         st.port_held = Some(key);
         st.src = Some(SocketAddr::new(a.ip(), key.2));
         drop(st);
-        // SAFETY: as in attach.
-        unsafe {
-            to_sockaddr(
-                std::ptr::addr_of_mut!(sid.id.route.addr.__bindgen_anon_1).cast(),
-                SocketAddr::new(a.ip(), key.2),
-            );
-        }
+        sid.set_src(SocketAddr::new(a.ip(), key.2));
         return Ok(());
     }
     let ctx = context_for(a.ip())?;
@@ -454,16 +437,7 @@ fn resolve(sid: &mut SoftCmId, dst: SocketAddr) -> Result<(), i32> {
         st.dst = Some(dst);
     }
     attach(sid, ctx, src);
-    // SAFETY: the destination half of the route's address union, and the IB addresses.
-    unsafe {
-        to_sockaddr(
-            std::ptr::addr_of_mut!(sid.id.route.addr.__bindgen_anon_2).cast(),
-            dst,
-        );
-        sid.id.route.addr.addr.ibaddr.as_mut().dgid = ibv_gid {
-            raw: gid_of(dst.ip()).0,
-        };
-    }
+    sid.set_dst(dst, gid_of(dst.ip()));
     Ok(())
 }
 
@@ -529,27 +503,7 @@ pub unsafe extern "C" fn rdma_resolve_route(
         .query_port(1)
         .map(|p| p.active_mtu.raw())
         .unwrap_or(3);
-    let p = &mut sid.path;
-    *p = util::zeroed();
-    p.dgid = ibv_gid {
-        raw: gid_of(dst.ip()).0,
-    };
-    p.sgid = ibv_gid {
-        raw: gid_of(src.ip()).0,
-    };
-    p.hop_limit = 64;
-    p.traffic_class = tos;
-    p.reversible = 1;
-    p.numb_path = 1;
-    p.pkey = 0xffffu16.to_be();
-    p.mtu_selector = 2;
-    p.mtu = mtu;
-    p.rate_selector = 2;
-    p.rate = 3;
-    p.packet_life_time_selector = 2;
-    p.packet_life_time = 16;
-    sid.id.route.path_rec = std::ptr::addr_of_mut!(sid.path);
-    sid.id.route.num_paths = 1;
+    sid.set_path(gid_of(src.ip()), gid_of(dst.ip()), mtu, tos);
     let me: *mut SoftCmId = sid;
     sid.raise(CmaEvent::new(me, RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
     complete(sid)

@@ -504,12 +504,8 @@ fn connect_private(
     }
     out.extend_from_slice(&st.connect_data);
     if let Some(p) = param {
-        if !p.private_data.is_null() && p.private_data_len > 0 {
-            // SAFETY: the caller's buffer of the length it gives.
-            out.extend_from_slice(unsafe {
-                std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into())
-            });
-        }
+        // SAFETY: the caller's buffer of the length it gives.
+        out.extend_from_slice(unsafe { c_bytes(p.private_data, p.private_data_len) });
     }
     if out.len() > max {
         return Err(libc::EINVAL);
@@ -517,21 +513,28 @@ fn connect_private(
     Ok(out)
 }
 
+/// The application's private data: `len` bytes at `p` (none when NULL or 0).
+///
+/// # Safety
+/// `p`, if not NULL, must point to `len` readable bytes.
+unsafe fn c_bytes<'a>(p: *const libc::c_void, len: u8) -> &'a [u8] {
+    if p.is_null() || len == 0 {
+        return &[];
+    }
+    // SAFETY: per the contract.
+    unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len.into()) }
+}
+
 fn param_private(param: Option<&rdma_conn_param>, max: usize) -> Result<Vec<u8>, i32> {
     let Some(p) = param else {
         return Ok(Vec::new());
     };
-    if p.private_data.is_null() || p.private_data_len == 0 {
-        return Ok(Vec::new());
-    }
-    if usize::from(p.private_data_len) > max {
+    // SAFETY: the caller's buffer of the length it gives.
+    let d = unsafe { c_bytes(p.private_data, p.private_data_len) };
+    if d.len() > max {
         return Err(libc::EINVAL);
     }
-    // SAFETY: the caller's buffer of the length it gives.
-    Ok(unsafe {
-        std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into())
-    }
-    .to_vec())
+    Ok(d.to_vec())
 }
 
 /// `rdma_connect`: sends the REQ (UD ids: the SIDR_REQ) for the id's resolved route. The
@@ -872,12 +875,8 @@ unsafe fn reject(
     let Some(aid) = sid.state().agent else {
         return minus_one(libc::EINVAL);
     };
-    let private: Vec<u8> = if private_data.is_null() || len == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: the caller's buffer of the length it gives.
-        unsafe { std::slice::from_raw_parts(private_data.cast::<u8>(), len.into()) }.to_vec()
-    };
+    // SAFETY: the caller's buffer of the length it gives.
+    let private = unsafe { c_bytes(private_data, len) }.to_vec();
     let ud = is_ud(sid);
     let max = if ud { SIDR_REP_PRIVATE } else { REJ_PRIVATE };
     if private.len() > max {

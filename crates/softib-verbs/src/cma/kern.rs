@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 
 use softib_core::cm::{CmConfig, CmEvent, CmId, CmPort, ListenId, State};
 use softib_core::time::Instant;
-use softib_wire::cm::{self, ip_service_port, rej_reason, sidr_status, IpCmHdr};
+use softib_wire::cm::{self, rej_reason, sidr_status, IpCmHdr};
 use softib_wire::Qpn;
 
 use super::addr::{gid_of, ip_of};
@@ -235,34 +235,9 @@ fn child_of(
     child.id.verbs = k.ctx as *mut ibv_context;
     child.id.port_num = 1;
     child.id.pd = super::addr::known_pd(child.id.verbs);
-    // SAFETY: the address halves of the route have room for a sockaddr_storage.
-    unsafe {
-        super::addr::to_sockaddr(
-            std::ptr::addr_of_mut!(child.id.route.addr.__bindgen_anon_1).cast(),
-            src,
-        );
-        super::addr::to_sockaddr(
-            std::ptr::addr_of_mut!(child.id.route.addr.__bindgen_anon_2).cast(),
-            dst,
-        );
-        let ib = child.id.route.addr.addr.ibaddr.as_mut();
-        ib.sgid = ibv_gid {
-            raw: gid_of(k.local).0,
-        };
-        ib.dgid = ibv_gid { raw: peer.0 };
-        ib.pkey = 0xffffu16.to_be();
-    }
-    child.path = util::zeroed();
-    child.path.sgid = ibv_gid {
-        raw: gid_of(k.local).0,
-    };
-    child.path.dgid = ibv_gid { raw: peer.0 };
-    child.path.pkey = 0xffffu16.to_be();
-    child.path.hop_limit = 64;
-    child.path.mtu = k.mtu;
-    child.path.numb_path = 1;
-    child.id.route.path_rec = std::ptr::addr_of_mut!(child.path);
-    child.id.route.num_paths = 1;
+    child.set_src(src);
+    child.set_dst(dst, peer);
+    child.set_path(gid_of(k.local), peer, k.mtu, 0);
     let mut st = child.state();
     st.src = Some(src);
     st.dst = Some(dst);
@@ -507,11 +482,6 @@ fn deliver(k: &mut CmKern, now: Instant, ev: CmEvent) {
 /// The Service ID of an id's port.
 pub fn service_id(ps: rdma_port_space, port: u16) -> u64 {
     cm::ip_service_id(ps as u16, port)
-}
-
-/// Whether a Service ID is one of rdma_cm's.
-pub fn is_rdma_cm_service(sid: u64) -> bool {
-    ip_service_port(sid).is_some()
 }
 
 /// Closes what an id being destroyed holds: its listens, its connection (as the IB CM does

@@ -228,6 +228,60 @@ impl SoftCmId {
         (!ch.is_null()).then(|| unsafe { &*ch })
     }
 
+    /// The route's source address (what `rdma_get_local_addr` reads), with its GID as the IB
+    /// source address (none for the wildcard) and the default P_Key.
+    pub fn set_src(&mut self, src: SocketAddr) {
+        // SAFETY: the source half of the route's address union has room for a
+        // sockaddr_storage; the IB half is plain data.
+        unsafe {
+            addr::to_sockaddr(
+                std::ptr::addr_of_mut!(self.id.route.addr.__bindgen_anon_1).cast(),
+                src,
+            );
+            let ib = self.id.route.addr.addr.ibaddr.as_mut();
+            if !src.ip().is_unspecified() {
+                ib.sgid = ibv_gid {
+                    raw: addr::gid_of(src.ip()).0,
+                };
+            }
+            ib.pkey = 0xffffu16.to_be();
+        }
+    }
+
+    /// The route's destination address (`rdma_get_peer_addr`) and the peer port's GID.
+    pub fn set_dst(&mut self, dst: SocketAddr, dgid: Gid) {
+        // SAFETY: as in `set_src`, for the destination half.
+        unsafe {
+            addr::to_sockaddr(
+                std::ptr::addr_of_mut!(self.id.route.addr.__bindgen_anon_2).cast(),
+                dst,
+            );
+            self.id.route.addr.addr.ibaddr.as_mut().dgid = ibv_gid { raw: dgid.0 };
+        }
+    }
+
+    /// The route's one path: between the two GIDs, the port's MTU, hop limit 64, type of
+    /// service `tos`.
+    pub fn set_path(&mut self, sgid: Gid, dgid: Gid, mtu: u8, tos: u8) {
+        let p = &mut self.path;
+        *p = util::zeroed();
+        p.dgid = ibv_gid { raw: dgid.0 };
+        p.sgid = ibv_gid { raw: sgid.0 };
+        p.hop_limit = 64;
+        p.traffic_class = tos;
+        p.reversible = 1;
+        p.numb_path = 1;
+        p.pkey = 0xffffu16.to_be();
+        p.mtu_selector = 2;
+        p.mtu = mtu;
+        p.rate_selector = 2;
+        p.rate = 3;
+        p.packet_life_time_selector = 2;
+        p.packet_life_time = 16;
+        self.id.route.path_rec = std::ptr::addr_of_mut!(self.path);
+        self.id.route.num_paths = 1;
+    }
+
     /// Queues an event for the id on its channel.
     pub fn raise(&self, ev: Box<CmaEvent>) {
         if let Some(ch) = self.channel() {
