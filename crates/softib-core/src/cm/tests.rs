@@ -323,6 +323,36 @@ fn req_before_listen_waits_for_the_listener_within_the_grace() {
 }
 
 #[test]
+fn req_for_another_transport_is_invalid_transport_type() {
+    let mut p = Pair::new();
+    // An RD REQ (and an extended-transport one) to a listened Service ID.
+    for (st, id) in [(service_type::RD, 77), (service_type::EXTENDED, 78)] {
+        let req = cm::Req {
+            local_comm_id: id,
+            service_id: SID,
+            local_ca_guid: 0xa1a,
+            transport_service_type: st,
+            primary_local_gid: A.0,
+            ..cm::Req::default()
+        };
+        p.b.on_mad(p.now, A, &encode(5, &CmMessage::Req(req)));
+        let m = p.b.poll_transmit().expect("a REJ");
+        let CmMessage::Rej(rej) = CmMad::parse(&m.mad).unwrap().msg else {
+            panic!("not a REJ")
+        };
+        assert_eq!(
+            (rej.remote_comm_id, rej.reason, rej.message_rejected),
+            (id, rej_reason::INVALID_TRANSPORT_TYPE, msg_code::REQ)
+        );
+        assert_eq!(m.peer, A);
+    }
+    assert!(
+        p.b.poll_event().is_none(),
+        "no request reaches the consumer"
+    );
+}
+
+#[test]
 fn listen_twice_and_bad_calls() {
     let mut p = Pair::new();
     assert_eq!(p.b.listen(SID), Err(CmError::ServiceIdInUse(SID)));
