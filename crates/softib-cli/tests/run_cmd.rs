@@ -1,4 +1,5 @@
-//! `softib run`: the program runs with softib's libibverbs.so.1 first on the loader path.
+//! `softib run`: the program runs with softib's libibverbs.so.1 (and librdmacm.so.1) first on
+//! the loader path.
 
 #[allow(dead_code)]
 mod procs;
@@ -58,6 +59,15 @@ fn run_sets_the_loader_path_and_options() {
         std::fs::canonicalize(&so1).expect("the libibverbs.so.1 link resolves"),
         std::fs::canonicalize(&lib).unwrap()
     );
+    // librdmacm.so.1 beside it when the companion library was built.
+    let cm = lib.parent().unwrap().join("librdmacm.so");
+    if cm.is_file() {
+        let so1 = Path::new(dirs[0]).join("librdmacm.so.1");
+        assert_eq!(
+            std::fs::canonicalize(&so1).expect("the librdmacm.so.1 link resolves"),
+            std::fs::canonicalize(&cm).unwrap()
+        );
+    }
     assert_eq!(parts[1], "127.0.0.9");
     assert_eq!(parts[2], "/tmp/x");
 }
