@@ -170,16 +170,8 @@ pub unsafe fn create(
     Ok(p)
 }
 
-symver!(ibv_create_qp);
-#[export_name = "softib_ibv_create_qp"]
-pub unsafe extern "C" fn ibv_create_qp(
-    pd: *mut ibv_pd,
-    attr: *mut ibv_qp_init_attr,
-) -> *mut ibv_qp {
-    if !registry::is_live(pd, Kind::Pd) || attr.is_null() {
-        return null_errno(libc::EINVAL);
-    }
-    let a = &mut *attr;
+/// The extended attributes of a basic `ibv_qp_init_attr`, with its PD.
+pub fn init_attr_ex(a: &ibv_qp_init_attr, pd: *mut ibv_pd) -> ibv_qp_init_attr_ex {
     let mut ex: ibv_qp_init_attr_ex = util::zeroed();
     ex.qp_context = a.qp_context;
     ex.send_cq = a.send_cq;
@@ -190,6 +182,20 @@ pub unsafe extern "C" fn ibv_create_qp(
     ex.sq_sig_all = a.sq_sig_all;
     ex.comp_mask = IBV_QP_INIT_ATTR_PD;
     ex.pd = pd;
+    ex
+}
+
+symver!(ibv_create_qp);
+#[export_name = "softib_ibv_create_qp"]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    if !registry::is_live(pd, Kind::Pd) || attr.is_null() {
+        return null_errno(libc::EINVAL);
+    }
+    let a = &mut *attr;
+    let mut ex = init_attr_ex(a, pd);
     match create((*pd.cast::<SoftPd>()).pd.context, &mut ex) {
         Ok(p) => {
             a.cap = ex.cap;

@@ -8,9 +8,9 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The compiled program and the directory of the library, or why the tests cannot run.
 fn program() -> &'static Result<(PathBuf, PathBuf), String> {
@@ -42,31 +42,13 @@ fn run_case(case: &str) {
         Ok(v) => v,
         Err(reason) => return common::skip(reason),
     };
-    let mut child = Command::new(exe)
-        .arg(case)
-        .env("LD_LIBRARY_PATH", libdir)
-        .env_remove("SOFTIB_BIND")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    print!("{stdout}");
-    eprint!("{stderr}");
+    let (status, stderr) = common::run_limited(
+        Command::new(exe)
+            .arg(case)
+            .env("LD_LIBRARY_PATH", libdir)
+            .env_remove("SOFTIB_BIND"),
+        Duration::from_secs(120),
+    );
     let Some(status) = status else {
         panic!("{case}: no exit within 120 s\n{stderr}");
     };

@@ -9,9 +9,9 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The compiled program and the directory of the libraries, or why the tests cannot run.
 fn program() -> &'static Result<(PathBuf, PathBuf), String> {
@@ -55,32 +55,15 @@ fn run_case_env(case: &str, env: &[(&str, &str)]) {
         Ok(v) => v,
         Err(reason) => return common::skip(reason),
     };
-    let mut child = Command::new(exe)
-        .arg(case)
-        .env("LD_LIBRARY_PATH", libdir)
-        .env("SOFTIB_CONFIG", "/nonexistent")
-        .env_remove("SOFTIB_BIND")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    print!("{}", String::from_utf8_lossy(&out.stdout));
-    eprint!("{stderr}");
+    let (status, stderr) = common::run_limited(
+        Command::new(exe)
+            .arg(case)
+            .env("LD_LIBRARY_PATH", libdir)
+            .env("SOFTIB_CONFIG", "/nonexistent")
+            .env_remove("SOFTIB_BIND")
+            .envs(env.iter().copied()),
+        Duration::from_secs(60),
+    );
     let Some(status) = status else {
         panic!("{case}: no exit within 60 s\n{stderr}");
     };

@@ -374,16 +374,7 @@ pub unsafe extern "C" fn rdma_create_qp(
     };
     // SAFETY: the caller's attributes.
     let a = unsafe { &mut *qp_init_attr };
-    let mut ex: ibv_qp_init_attr_ex = util::zeroed();
-    ex.qp_context = a.qp_context;
-    ex.send_cq = a.send_cq;
-    ex.recv_cq = a.recv_cq;
-    ex.srq = a.srq;
-    ex.cap = a.cap;
-    ex.qp_type = a.qp_type;
-    ex.sq_sig_all = a.sq_sig_all;
-    ex.comp_mask = IBV_QP_INIT_ATTR_PD;
-    ex.pd = if pd.is_null() { sid.id.pd } else { pd };
+    let mut ex = crate::qp::init_attr_ex(a, if pd.is_null() { sid.id.pd } else { pd });
     // SAFETY: as the caller's.
     let r = unsafe { rdma_create_qp_ex(id, &mut ex) };
     a.send_cq = ex.send_cq;

@@ -4,7 +4,8 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 /// Prints the project's skip line.
 pub fn skip(reason: &str) {
@@ -104,4 +105,31 @@ pub fn cc(src: &Path, out: &Path, args: &[&str]) -> Result<(), String> {
             String::from_utf8_lossy(&o.stderr)
         ))
     }
+}
+
+/// Runs `cmd` with its output captured until it exits or `limit` passes (then it is killed),
+/// and echoes the output. Returns the exit status (`None`: killed at the limit) and stderr.
+pub fn run_limited(cmd: &mut Command, limit: Duration) -> (Option<ExitStatus>, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    eprint!("{stderr}");
+    (status, stderr)
 }
