@@ -222,12 +222,20 @@ check_wire() { # name pcap
 client_run_once() { # base tool guest_cmd host_cmd...
     local base=$1 tool=$2 gcmd=$3
     shift 3
+    guest_server_once "$base" "$tool" "$gcmd" 10 "ss -Hltn 'sport = :$PP_PORT' | grep -q LISTEN" \
+        "$@" 127.0.0.1
+}
+# GUEST_CMD started in the guest, then, once READY holds there (up to WAIT s), HOST_CMD.
+# Sets src, grc, before, after, sr, t.
+guest_server_once() { # base tool guest_cmd wait ready host_cmd...
+    local base=$1 tool=$2 gcmd=$3 wait=$4 ready=$5
+    shift 5
     gssh "pkill -x $tool; rm -f /tmp/run.rc; (timeout 60 $gcmd >/tmp/run.log 2>&1; echo \$? >/tmp/run.rc) >/dev/null 2>&1 &"
-    wait_for 10 gssh "ss -Hltn 'sport = :$PP_PORT' | grep -q LISTEN"
+    wait_for "$wait" gssh "$ready"
     before=$(rxe_retries)
     start_capture "$base.wire.pcap"
     t=$SECONDS
-    "$@" 127.0.0.1 >"$base.log" 2>&1
+    "$@" >"$base.log" 2>&1
     src=$?
     wait_for 20 gssh "test -s /tmp/run.rc"
     grc=$(gssh "cat /tmp/run.rc" 2>/dev/null)
@@ -466,30 +474,12 @@ check_wire "$name" "$base.wire.pcap"
 # Connections made by the IB CM: softib's agent on QP1 against the guest kernel's CM, both
 # roles. The guest's server listens before the host's client starts (the kernel lists its
 # rdma_cm ids); the host's server shows nothing outside the process: it gets 1 s.
-cm_client_once() { # base tool guest_server_cmd host_cmd...
-    local tool=$2 gcmd=$3
-    base=$1
-    shift 3
-    gssh "pkill -x $tool; rm -f /tmp/run.rc; (timeout 60 $gcmd >/tmp/run.log 2>&1; echo \$? >/tmp/run.rc) >/dev/null 2>&1 &"
-    # The kernel lists rdma_cm ids: wait for the listener.
-    wait_for 20 gssh "rdma res show cm_id | grep -q LISTEN"
-    before=$(rxe_retries)
-    start_capture "$base.wire.pcap"
-    t=$SECONDS
-    libx "$@" >"$base.log" 2>&1
-    src=$?
-    wait_for 20 gssh "test -s /tmp/run.rc"
-    grc=$(gssh "cat /tmp/run.rc" 2>/dev/null)
-    gssh "cat /tmp/run.log" >"$base.guest.log" 2>&1
-    stop_capture
-    after=$(rxe_retries)
-    sr=$(softib_retries "$base.log")
-}
 cm_client() { # name base tool guest_server_cmd pattern host_cmd...
     local name=$1 pat=$5
     local b=$2 tool=$3 gcmd=$4
     shift 5
-    cm_client_once "$b" "$tool" "$gcmd" "$@"
+    # The kernel lists rdma_cm ids: wait for the listener.
+    guest_server_once "$b" "$tool" "$gcmd" 20 "rdma res show cm_id | grep -q LISTEN" libx "$@"
     lib_case "$name" "$b" "$pat"
 }
 cm_server() { # name base guest_client_cmd pattern host_cmd...
