@@ -297,6 +297,7 @@ fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
 extern "C" fn forget_parent_objects() {
     registry::clear();
     crate::cma::addr::forget_after_fork();
+    crate::cma::rsocket::forget_after_fork();
 }
 
 static ATFORK: std::sync::Once = std::sync::Once::new();

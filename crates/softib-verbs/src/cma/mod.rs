@@ -14,6 +14,7 @@ pub mod addr;
 pub mod conn;
 pub mod ep;
 pub mod kern;
+pub mod rsocket;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
