@@ -16,6 +16,8 @@
 #   rping (-V: the data checked), udaddy (UD, SIDR), ucmatose (4 connections),
 #   rdma_server / rdma_client (the endpoint API), cmtime, rping through `softib relay`
 #   dropping 10 % of the datagrams (3 seeds)
+#   rsockets: rstream and riostream (-T v: data verified) blocking, with rpoll, non-blocking
+#   and through rdma_getaddrinfo, 1 B to 1 MiB; rstream through the relay dropping 2 % (2 seeds)
 #   perftest with -R: ib_{send,write,read,atomic}_bw, ib_send_bw -c UD, ib_{write,send}_lat
 # Prints PASS/FAIL per case and "N passed, M failed"; exits non-zero on any failure. Prints
 # "SKIPPED: why" and exits 0 when the tools cannot be installed.
@@ -215,39 +217,80 @@ else
 fi
 kill "$cm_server" 2>/dev/null
 wait "$cm_server" 2>/dev/null
-# rping through `softib relay` dropping 10 % of the datagrams each way (CM MADs and data
-# alike): the CM's retries and the transport's bring every ping through (-V checks them).
-# The server on 127.0.0.201 and the client on .202 reach each other via .203 / .204
-# (SOFTIB_PEER_VIA); short CM timeouts (t = 14: 67 ms).
+# rsockets (rdma-core's protocol: RDMA WRITE WITH IMMEDIATE into the peer's receive buffer,
+# credits written into its SGL): rstream and riostream in their modes (-T v: data verified;
+# b: blocking MSG_WAITALL; a: rpoll; n: MSG_DONTWAIT; r: rdma_getaddrinfo), small messages
+# and 1 MiB transfers that wrap the 128 KiB receive buffer.
+RS_PAT='^custom +[0-9]+[kmg]? +[0-9]+[kmg]? +1 '
+for spec in "rstream 1048576 50 v b" "rstream 100 2000 v a" "rstream 65536 200 v n" \
+    "rstream 1 1000 v r" "riostream 1048576 50 v b" "riostream 64 1000 v a" \
+    "riostream 4096 500 v n"; do
+    read -r tool size count m1 m2 <<<"$spec"
+    pair "$tool-$size-$m1$m2" "$RS_PAT" \
+        "$tool" -b 127.0.0.1 -S "$size" -C "$count" -T "$m1" -T "$m2" -- \
+        "$tool" -s 127.0.0.1 -S "$size" -C "$count" -T "$m1" -T "$m2"
+done
+# A 64-byte ping-pong through one buffer per side: each side polls the last byte of its
+# buffer, then writes its answer there and riowrite()s it back. The responder must store
+# every byte of an RDMA WRITE once, the last byte last (glibc's memcpy stores 64 bytes
+# twice), or an answer is overwritten and both sides wait forever. Non-blocking (-T n), the
+# sides answer within a microsecond of each other: without that ordering 3000 rounds hung in
+# one run of three, 5000 in three of three.
+pair riostream-64-pingpong '^custom +64 +1 +20k ' \
+    riostream -b 127.0.0.1 -S 64 -C 1 -I 20000 -T n -- \
+    riostream -s 127.0.0.1 -S 64 -C 1 -I 20000 -T n
+# Through `softib relay` dropping a share of the datagrams each way (CM MADs and data alike):
+# the CM's retries and the transport's bring everything through. The server on 127.0.0.201
+# and the client on .202 reach each other via .203 / .204 (SOFTIB_PEER_VIA); short CM
+# timeouts (t = 14: 67 ms).
+# lossy_pair NAME LOSS SEED PATTERN SERVER_CMD... -- CLIENT_CMD...
+lossy_pair() {
+    local name=$1 loss=$2 seed=$3 pat=$4
+    shift 4
+    local scmd=() ccmd=()
+    while [ "$1" != "--" ]; do scmd+=("$1"); shift; done
+    shift
+    ccmd=("$@")
+    "$SOFTIB_BIN" relay --loss "$loss" --seed "$seed" --duration 8 \
+        127.0.0.203:4791=127.0.0.201:4791 127.0.0.204:4791=127.0.0.202:4791 \
+        >"$OUT/$name.relay.log" 2>&1 &
+    local relay=$!
+    sleep 0.3
+    SOFTIB_PEER_VIA=127.0.0.202=127.0.0.203:4791 SOFTIB_CM_RESPONSE_TIMEOUT=14 \
+        timeout 30 "${scmd[@]}" >"$OUT/$name.server.log" 2>&1 &
+    local spid=$!
+    sleep 0.5
+    SOFTIB_PEER_VIA=127.0.0.201=127.0.0.204:4791 SOFTIB_CM_RESPONSE_TIMEOUT=14 \
+        SOFTIB_BIND=127.0.0.202 timeout 30 "${ccmd[@]}" >"$OUT/$name.client.log" 2>&1
+    local crc=$?
+    wait "$spid"
+    local src=$?
+    wait "$relay"
+    local dropped
+    dropped=$(grep -o 'dropped: [0-9]*' "$OUT/$name.relay.log" | grep -o '[0-9]*$')
+    if [ "$crc" = 0 ] && [ "$src" = 0 ] && grep -qE "$pat" "$OUT/$name.client.log" \
+        && [ "${dropped:-0}" -gt 0 ]; then
+        result "$name" 1 "$(grep -E "$pat" "$OUT/$name.client.log" | tail -n 1 | tr -s ' ' | cut -c1-40); the relay dropped $dropped datagrams"
+    else
+        result "$name" 0 "server rc=$src client rc=$crc relay: $(cat "$OUT/$name.relay.log")"
+    fi
+}
 SOFTIB_BIN=${SOFTIB_BIN:-$LIBDIR/softib}
 if [ -x "$SOFTIB_BIN" ]; then
+    # 20 pings verified (-V), 10 % loss.
     for seed in 1 2 3; do
-        name="rping-lossy-relay-seed$seed"
-        "$SOFTIB_BIN" relay --loss 0.1 --seed "$seed" --duration 8 \
-            127.0.0.203:4791=127.0.0.201:4791 127.0.0.204:4791=127.0.0.202:4791 \
-            >"$OUT/$name.relay.log" 2>&1 &
-        relay=$!
-        sleep 0.3
-        SOFTIB_PEER_VIA=127.0.0.202=127.0.0.203:4791 SOFTIB_CM_RESPONSE_TIMEOUT=14 \
-            timeout 30 rping -s -a 127.0.0.201 -C 20 -V >"$OUT/$name.server.log" 2>&1 &
-        spid=$!
-        sleep 0.5
-        SOFTIB_PEER_VIA=127.0.0.201=127.0.0.204:4791 SOFTIB_CM_RESPONSE_TIMEOUT=14 \
-            timeout 30 rping -c -I 127.0.0.202 -a 127.0.0.201 -C 20 -V -v >"$OUT/$name.client.log" 2>&1
-        crc=$?
-        wait "$spid"
-        src=$?
-        wait "$relay"
-        dropped=$(grep -o 'dropped: [0-9]*' "$OUT/$name.relay.log" | grep -o '[0-9]*$')
-        if [ "$crc" = 0 ] && [ "$src" = 0 ] && grep -q "rdma-ping-19:" "$OUT/$name.client.log" \
-            && [ "${dropped:-0}" -gt 0 ]; then
-            result "$name" 1 "20 pings verified, the relay dropped $dropped datagrams"
-        else
-            result "$name" 0 "server rc=$src client rc=$crc relay: $(cat "$OUT/$name.relay.log")"
-        fi
+        lossy_pair "rping-lossy-relay-seed$seed" 0.1 "$seed" "rdma-ping-19:" \
+            rping -s -a 127.0.0.201 -C 20 -V -- \
+            rping -c -I 127.0.0.202 -a 127.0.0.201 -C 20 -V -v
+    done
+    # 3 MiB of rstream data verified, 2 % loss.
+    for seed in 1 2; do
+        lossy_pair "rstream-lossy-relay-seed$seed" 0.02 "$seed" "$RS_PAT" \
+            rstream -b 127.0.0.201 -S 65536 -C 48 -T v -- \
+            rstream -s 127.0.0.201 -S 65536 -C 48 -T v
     done
 else
-    result rping-lossy-relay 0 "no softib binary at $SOFTIB_BIN"
+    result lossy-relay 0 "no softib binary at $SOFTIB_BIN"
 fi
 for spec in "ib_send_bw RC" "ib_write_bw RC" "ib_read_bw RC" "ib_atomic_bw RC" "ib_send_bw UD" \
     "ib_write_lat RC" "ib_send_lat RC"; do

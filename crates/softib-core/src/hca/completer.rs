@@ -329,7 +329,7 @@ impl Hca {
             let Some(dst) = self.mr_slice_mut(&slice) else {
                 return false;
             };
-            dst.copy_from_slice(&data[..take]);
+            super::place(dst, &data[..take]);
             data = &data[take..];
             skip = 0;
         }

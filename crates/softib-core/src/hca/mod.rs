@@ -743,3 +743,38 @@ impl Hca {
         Ok(())
     }
 }
+
+/// Copies `src` into application memory the way a DMA engine writes it: every byte once,
+/// the last byte after all the others.
+///
+/// Applications poll the last byte of an RDMA WRITE's target (perftest's latency tests,
+/// riostream) and, once it changes, write into the same buffer. `copy_from_slice` may store
+/// a byte twice: glibc's memcpy for 64 to 128 bytes stores two overlapping vectors, and for
+/// exactly 64 bytes both cover the whole buffer, so a store the application made after it saw
+/// the last byte could be overwritten by the second vector. Here the last byte is stored
+/// alone, after a release fence that keeps it behind the rest.
+#[inline]
+pub(crate) fn place(dst: &mut [u8], src: &[u8]) {
+    let Some((last, head)) = src.split_last() else {
+        return;
+    };
+    let n = head.len();
+    dst[..n].copy_from_slice(head);
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+    // `dst` is as long as `src`. The fence is a compiler barrier too: the copy above is
+    // neither merged with this store nor moved behind it.
+    dst[n] = *last;
+}
+
+#[cfg(test)]
+mod place_tests {
+    #[test]
+    fn place_copies_every_length() {
+        for n in 0..300usize {
+            let src: Vec<u8> = (0..n).map(|i| (i * 7 + 1) as u8).collect();
+            let mut dst = vec![0u8; n];
+            super::place(&mut dst, &src);
+            assert_eq!(dst, src, "length {n}");
+        }
+    }
+}

@@ -341,7 +341,7 @@ impl Hca {
                 len: t.payload.len(),
             };
             match self.mr_slice_mut(&sub) {
-                Some(dst) => dst.copy_from_slice(t.payload),
+                Some(dst) => super::place(dst, t.payload),
                 None => {
                     return Err(Refusal::Fatal(
                         NAK_REMOTE_ACCESS,

@@ -438,7 +438,7 @@ impl Hca {
                 len: t.payload.len(),
             };
             match self.mr_slice_mut(&sub) {
-                Some(dst) => dst.copy_from_slice(t.payload),
+                Some(dst) => super::place(dst, t.payload),
                 // The region went away between packets: an R_Key violation now.
                 None => return Err(UcDrop::RKey),
             }

@@ -157,6 +157,19 @@ pub fn live_contexts() -> Vec<usize> {
 /// opened, or an "auto" device opened there. `EADDRNOTAVAIL` if `ip` is not an address of
 /// this host, `EADDRINUSE` if another process holds it.
 pub fn context_for(ip: IpAddr) -> Result<*mut ibv_context, i32> {
+    let _one = opening();
+    context_for_locked(ip)
+}
+
+/// Serializes the look-up-or-open of the CM's contexts: threads resolving at once share
+/// the device the first one opens instead of each opening its own (and taking a loopback
+/// address apiece).
+fn opening() -> std::sync::MutexGuard<'static, ()> {
+    static OPENING: Mutex<()> = Mutex::new(());
+    OPENING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn context_for_locked(ip: IpAddr) -> Result<*mut ibv_context, i32> {
     if let Some(&(_, c)) = pool().iter().find(|(a, _)| *a == ip) {
         return Ok(c as *mut ibv_context);
     }
@@ -179,6 +192,7 @@ pub fn context_for(ip: IpAddr) -> Result<*mut ibv_context, i32> {
 /// A context on a loopback address of `v6`'s family: one the connection manager has, or a
 /// device configured on loopback, or an "auto" device on the first free loopback address.
 fn loopback_context(v6: bool) -> Result<*mut ibv_context, i32> {
+    let _one = opening();
     if let Some(&(_, c)) = pool()
         .iter()
         .find(|(a, _)| a.is_loopback() && a.is_ipv6() == v6)
@@ -197,7 +211,7 @@ fn loopback_context(v6: bool) -> Result<*mut ibv_context, i32> {
     match sd {
         // SAFETY: one of this library's devices.
         Some(sd) => unsafe { device::open_context(sd, None) },
-        None if v6 => context_for(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+        None if v6 => context_for_locked(IpAddr::V6(Ipv6Addr::LOCALHOST)),
         None => Err(libc::EADDRNOTAVAIL),
     }
 }

@@ -1170,15 +1170,7 @@ impl Rs {
                 }
                 RS_CONNECTING => {
                     self.cm_complete(blocking)?;
-                    let Some(c) = self.event_private() else {
-                        return Err(libc::ENOTSUP);
-                    };
-                    if c[0] != 1 {
-                        return Err(libc::ENOTSUP);
-                    }
-                    self.save_conn_data(&c);
-                    self.state = RS_CONNECT_RDWR;
-                    return Ok(());
+                    return self.finish_connect();
                 }
                 RS_CONNECT_ERROR | RS_DISCONNECTED | RS_ERROR => return Err(libc::ENOTCONN),
                 s => {
@@ -1212,7 +1204,22 @@ impl Rs {
             if e != libc::EAGAIN {
                 return Err(e);
             }
+            return Ok(());
         }
+        // The reply was there already: rdma_connect consumed it.
+        self.finish_connect()
+    }
+
+    /// The peer's `rs_conn_data`, from the REP the id's event holds.
+    fn finish_connect(&mut self) -> Result<(), i32> {
+        let Some(c) = self.event_private() else {
+            return Err(libc::ENOTSUP);
+        };
+        if c[0] != 1 {
+            return Err(libc::ENOTSUP);
+        }
+        self.save_conn_data(&c);
+        self.state = RS_CONNECT_RDWR;
         Ok(())
     }
 
@@ -1505,12 +1512,11 @@ fn accept_loop(s: &Arc<RSocket>, chan: RawFd) {
         // SAFETY: the listener's id (its channel non-blocking).
         let r = unsafe { super::ep::rdma_get_request(g.cm_id, &mut id) };
         let parent = Rs::new(Some(&g));
-        let fd_flags = g.fd_flags;
         drop(g);
         if r != 0 {
             continue;
         }
-        if let Some(child) = accept_one(parent, id, fd_flags) {
+        if let Some(child) = accept_one(parent, id) {
             l.queue
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -1521,9 +1527,11 @@ fn accept_loop(s: &Arc<RSocket>, chan: RawFd) {
 }
 
 /// `rs_accept`: the new socket's QP and buffers, then the REP with its `rs_conn_data`.
-fn accept_one(mut rs: Rs, id: *mut rdma_cm_id, fd_flags: i32) -> Option<Arc<RSocket>> {
+fn accept_one(mut rs: Rs, id: *mut rdma_cm_id) -> Option<Arc<RSocket>> {
     rs.cm_id = id;
-    rs.fd_flags = fd_flags;
+    // A new connection starts blocking, whatever the listener's flags (rdma-core 44, and
+    // accept(2)).
+    rs.fd_flags = 0;
     rs.index = rs.channel_fd();
     let ok = (|| -> Result<(), i32> {
         let c = rs.event_private().ok_or(libc::EINVAL)?;
@@ -2079,12 +2087,15 @@ fn poll_rs(
         if events & libc::POLLOUT != 0 && g.can_send() {
             rev |= libc::POLLOUT;
         }
+        // Closed by the peer: POLLHUP once the data it sent before has been read (rdma-core
+        // reports it at once, beside POLLIN, so a reader that stops at POLLHUP — rstream
+        // does — can lose the tail of the stream; a TCP socket reports no hang-up then).
         if g.state & RS_CONNECTED == 0 {
-            rev |= if g.state == RS_DISCONNECTED {
-                libc::POLLHUP
-            } else {
-                libc::POLLERR
-            };
+            if g.state != RS_DISCONNECTED {
+                rev |= libc::POLLERR;
+            } else if !g.have_rdata() {
+                rev |= libc::POLLHUP;
+            }
         }
         if let Some(c) = g.comp_fd() {
             wait.push(c);
