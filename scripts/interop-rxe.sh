@@ -24,7 +24,8 @@
 # disconnected, and the capture is checked the same way.
 # Then rdma_cm programs on softib's librdmacm.so.1 against the same programs on rxe, both
 # roles: rping (-V), udaddy (UD through SIDR), ucmatose, rdma_server / rdma_client (the
-# endpoint API); and the guest's ib_send_bw -R / ib_write_bw -R against softib's.
+# endpoint API), rstream (-T v) and riostream over rsockets; and the guest's ib_send_bw -R /
+# ib_write_bw -R against softib's.
 # A run passes when both programs exit 0 and neither side retransmitted (the tap loses nothing,
 # so a retransmission means the peer silently dropped a packet, e.g. for a bad ICRC).
 #
@@ -525,6 +526,23 @@ if [ "$HAVE_LIB" = 1 ] && [ -e "$LIB_LD/librdmacm.so.1" ]; then
     cm_server "rdma_client on rxe -> rdma_server on softib's librdmacm" "$OUT/rdmacm-rdma_server" \
         "rdma_client -s $HOST_IP" 'rdma_client: end 0' \
         rdma_server -s "$HOST_IP"
+    # rsockets: rdma-core's rsocket protocol (the connection's private data, RDMA WRITE WITH
+    # IMMEDIATE data and credits, riomap / riowrite) against rdma-core's own librdmacm on
+    # rxe, both roles: rstream -T v (data verified) and riostream, 1 MiB transfers (the
+    # 128 KiB receive buffers wrap) and 64-byte ones through rpoll (-T a).
+    RS_PAT='^custom +[0-9]+[kmg]? +[0-9]+[kmg]? +1 '
+    for spec in "rstream 1048576 10 v" "rstream 64 200 a" "riostream 1048576 10 v" \
+        "riostream 64 200 a"; do
+        read -r tool size count mode <<<"$spec"
+        cm_client "$tool -S $size -T $mode on softib's librdmacm (client) -> $tool on rxe" \
+            "$OUT/rsocket-$tool-$size-client" "$tool" \
+            "$tool -b $GUEST_IP -S $size -C $count -T $mode" "$RS_PAT" \
+            "$tool" -s "$GUEST_IP" -S "$size" -C "$count" -T "$mode"
+        cm_server "$tool -S $size -T $mode on rxe (client) -> $tool on softib's librdmacm" \
+            "$OUT/rsocket-$tool-$size-server" \
+            "$tool -s $HOST_IP -S $size -C $count -T $mode" "$RS_PAT" \
+            "$tool" -b "$HOST_IP" -S "$size" -C "$count" -T "$mode"
+    done
     # perftest -R with softib as the server only: Debian's perftest (4.5-0.17) connects a
     # second time for its data connection, and when the server has not listened again yet
     # (the TCG guest is that slow) its client's retry reuses the ids it just destroyed and
