@@ -5,7 +5,8 @@
 //! by byte, MSG_PEEK and MSG_WAITALL and the vector calls, half and full close, non-blocking
 //! sockets, rpoll/rselect beside an ordinary descriptor, riomap/riowrite, socket options,
 //! calls that must fail with the documented errno, and eight connections at once. The program
-//! exits 0 only if every check held; its stderr names each check that did not.
+//! exits 0 only if every check held; its stderr names each check that did not. Last, an
+//! ordinary TCP program under rdma-core's rsocket preload library.
 
 mod common;
 
@@ -151,4 +152,72 @@ fn rsocket_bad_calls() {
 #[test]
 fn rsocket_many() {
     run_case("many");
+}
+
+/// Where Debian's librdmacm1 installs rdma-core's rsocket preload library.
+const RSPRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
+
+/// An ordinary TCP program (`tests/c/tcp_sum.c`: socket, bind, listen, accept, connect,
+/// read, write, shutdown; no RDMA header) under rdma-core's rsocket preload library, unmodified,
+/// on softib's librdmacm: 8 MiB and the end of the stream reach the server, its byte count
+/// and sum come back. Both processes' connection managers report the connection (had the
+/// preload fallen back to the kernel's TCP, they would report nothing).
+#[test]
+fn rsocket_preload_runs_a_tcp_program() {
+    let (_, libdir) = match program() {
+        Ok(v) => v,
+        Err(reason) => return common::skip(reason),
+    };
+    if !std::path::Path::new(RSPRELOAD).exists() {
+        return common::skip(&format!(
+            "{RSPRELOAD} is not installed (Debian: librdmacm1)"
+        ));
+    }
+    let dir = common::scratch("rsocket_preload");
+    let exe = dir.join("tcp_sum");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/tcp_sum.c");
+    if let Err(e) = common::cc(&src, &exe, &[]) {
+        panic!("{e}");
+    }
+    // An address and port no other test uses.
+    let addr = "127.0.0.77";
+    let port = (20000 + std::process::id() % 20000).to_string();
+    let env = |c: &mut Command| {
+        c.env("LD_LIBRARY_PATH", libdir)
+            .env("LD_PRELOAD", RSPRELOAD)
+            .env("SOFTIB_CONFIG", "/nonexistent")
+            .env("SOFTIB_CM_DEBUG", "1")
+            .env_remove("SOFTIB_BIND");
+    };
+    let mut s = Command::new(&exe);
+    s.args(["s", addr, &port]);
+    env(&mut s);
+    let server = std::thread::spawn(move || common::run_limited(&mut s, Duration::from_secs(60)));
+    // The server listens through softib's CM within a moment; a client that comes early is
+    // refused, so it tries again.
+    let mut client = (None, String::new());
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        let mut c = Command::new(&exe);
+        c.args(["c", addr, &port]);
+        env(&mut c);
+        client = common::run_limited(&mut c, Duration::from_secs(60));
+        if client.0.is_some_and(|st| st.success()) || !client.1.contains("connect") {
+            break;
+        }
+    }
+    let (sst, serr) = server.join().unwrap();
+    let (cst, cerr) = client;
+    assert!(
+        cst.is_some_and(|st| st.success()),
+        "client: {cst:?}\n{cerr}\nserver: {sst:?}\n{serr}"
+    );
+    assert!(
+        sst.is_some_and(|st| st.success()),
+        "server: {sst:?}\n{serr}"
+    );
+    assert!(
+        serr.contains("Established") && cerr.contains("Established"),
+        "no rsocket connection in softib's CM traces:\nserver:\n{serr}\nclient:\n{cerr}"
+    );
 }
