@@ -538,9 +538,14 @@ if [ "$HAVE_LIB" = 1 ] && [ -e "$LIB_LD/librdmacm.so.1" ]; then
             "$OUT/rsocket-$tool-$size-client" "$tool" \
             "$tool -b $GUEST_IP -S $size -C $count -T $mode" "$RS_PAT" \
             "$tool" -s "$GUEST_IP" -S "$size" -C "$count" -T "$mode"
-        cm_server "$tool -S $size -T $mode on rxe (client) -> $tool on softib's librdmacm" \
+        # rdma-core's rpoll reports POLLHUP beside the last data when the server's DISCONNECT
+        # comes in the same batch, and rstream then fails: the guest's client blocks in
+        # rrecv (-T b) where softib's server polls (-T a).
+        gmode=$mode
+        [ "$mode" = a ] && gmode=b
+        cm_server "$tool -S $size -T $gmode on rxe (client) -> $tool -T $mode on softib's librdmacm" \
             "$OUT/rsocket-$tool-$size-server" \
-            "$tool -s $HOST_IP -S $size -C $count -T $mode" "$RS_PAT" \
+            "$tool -s $HOST_IP -S $size -C $count -T $gmode" "$RS_PAT" \
             "$tool" -b "$HOST_IP" -S "$size" -C "$count" -T "$mode"
     done
     # perftest -R with softib as the server only: Debian's perftest (4.5-0.17) connects a

@@ -2314,6 +2314,13 @@ fn shutdown<'a>(s: &'a RSocket, mut g: MutexGuard<'a, Rs>, how: i32) -> Result<(
             }
             RS_CTRL_DISCONNECT
         };
+        // The data sent so far is acknowledged before the control message leaves (rdma-core
+        // posts it at once). rdma-core's rpoll reports POLLHUP beside POLLIN when the last
+        // data and a DISCONNECT come in one batch, and a reader that stops at POLLHUP
+        // (rstream) loses the data: a peer that has its data a round trip earlier has
+        // normally taken it by then.
+        let (g2, _) = get_comp(s, g, false, Rs::conn_all_sends_done);
+        g = g2;
         if !g.ctrl_avail() {
             let (g2, r) = get_comp(s, g, false, Rs::conn_can_send_ctrl);
             g = g2;
