@@ -774,6 +774,13 @@ impl Rs {
                         }
                     }
                     op => {
+                        // A write is never longer than the half buffer granted to it: a peer
+                        // that says otherwise would have this side copy from outside it.
+                        if msg_data(msg) > self.rbuf_size >> 1 {
+                            self.state = RS_ERROR;
+                            self.err = libc::EPROTO;
+                            return Err(libc::EPROTO);
+                        }
                         self.rmsg[self.rmsg_tail] = (op, msg_data(msg));
                         self.rmsg_tail += 1;
                         if self.rmsg_tail == self.rmsg.len() {
@@ -2857,6 +2864,12 @@ pub unsafe extern "C" fn riowrite(
     // SAFETY: the caller's buffer.
     let data = unsafe { slice(buf.cast(), count) };
     let mut g = s.lock();
+    if let Err(e) = connected(&mut g) {
+        return ret_err(e) as usize;
+    }
+    if g.state & RS_CONNECTED == 0 {
+        return ret_err(libc::ENOTCONN) as usize;
+    }
     if !g.iomap_queue.is_empty() {
         let (g2, r) = send_iomaps(&s, g, flags);
         g = g2;

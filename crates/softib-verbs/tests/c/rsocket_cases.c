@@ -1317,6 +1317,14 @@ static void case_bad_calls(void)
 	char b[16];
 	CHECK(rsend(s, b, 1, 0) == -1 && errno == ENOTCONN, "rsend on an unconnected socket");
 	CHECK(rrecv(s, b, 1, 0) == -1 && errno == ENOTCONN, "rrecv on an unconnected socket");
+	{
+		/* riowrite before any connection: no mapping to use, nothing to send through. */
+		int four = 4;
+		CHECK(rsetsockopt(s, SOL_RDMA, RDMA_IOMAPSIZE, &four, sizeof four) == 0,
+		      "RDMA_IOMAPSIZE before connecting");
+		CHECK(riowrite(s, b, 8, 0, 0) == (size_t)-1 && errno == ENOTCONN,
+		      "riowrite on an unconnected socket");
+	}
 	CHECK(rsend(s, NULL, 10, 0) == -1 && errno == EFAULT, "rsend from NULL");
 	CHECK(rrecv(s, NULL, 10, 0) == -1 && errno == EFAULT, "rrecv into NULL");
 	CHECK(rshutdown(s, 42) == -1 && errno == EINVAL, "rshutdown how=42");
