@@ -154,6 +154,14 @@ fn rsocket_many() {
     run_case("many");
 }
 
+/// One thread blocked in rrecv, another rclose()s the socket: the blocked call returns at once
+/// (0, or -1 with EBADF or ENOTCONN) instead of crashing on the freed socket, and the number
+/// is no rsocket afterwards (EBADF).
+#[test]
+fn rsocket_close_while_blocked() {
+    run_case("close_while_blocked");
+}
+
 /// Where Debian's librdmacm1 installs rdma-core's rsocket preload library.
 const RSPRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
 

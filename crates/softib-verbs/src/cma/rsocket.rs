@@ -312,6 +312,13 @@ impl RSocket {
     fn lock(&self) -> MutexGuard<'_, Rs> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The state, unless `rclose` freed the socket while this thread held on to it (a call
+    /// racing the close of its own descriptor fails with EBADF, as a closed descriptor's).
+    fn lock_live(&self) -> Option<MutexGuard<'_, Rs>> {
+        let g = self.lock();
+        (!g.cm_id.is_null()).then_some(g)
+    }
 }
 
 fn set_nonblock(fd: RawFd, on: bool) {
@@ -827,7 +834,7 @@ impl Rs {
 
     /// Takes the completion channel's event, if one is there (the channel never blocks).
     fn take_cq_event(&mut self) {
-        if !self.cq_armed {
+        if !self.cq_armed || self.cm_id.is_null() {
             return;
         }
         let mut cq = std::ptr::null_mut();
@@ -1292,6 +1299,10 @@ fn get_comp<'a>(
 ) -> (MutexGuard<'a, Rs>, Result<(), i32>) {
     let start = Instant::now();
     loop {
+        if g.cm_id.is_null() {
+            // Closed by another thread meanwhile.
+            return (g, Err(libc::EBADF));
+        }
         g.update_credits();
         let r = g.poll_cq();
         if test(&g) {
@@ -1320,8 +1331,8 @@ fn get_comp<'a>(
         drop(g);
         let w = s.wait.lock().unwrap_or_else(|e| e.into_inner());
         g = s.lock();
-        if !g.cq_armed {
-            // Another waiter took the event: look again.
+        if !g.cq_armed || g.cm_id.is_null() {
+            // Another waiter took the event (or the socket was closed): look again.
             drop(w);
             continue;
         }
@@ -1433,7 +1444,9 @@ pub unsafe extern "C" fn rbind(
     let Some(s) = lookup(socket) else {
         return minus_one(libc::EBADF);
     };
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return minus_one(libc::EBADF);
+    };
     if g.state != RS_INIT {
         return minus_one(libc::EINVAL);
     }
@@ -1450,7 +1463,9 @@ pub unsafe extern "C" fn rlisten(socket: i32, backlog: i32) -> i32 {
     let Some(s) = lookup(socket) else {
         return minus_one(libc::EBADF);
     };
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return minus_one(libc::EBADF);
+    };
     if g.state == RS_LISTENING {
         return 0;
     }
@@ -1620,7 +1635,9 @@ pub unsafe extern "C" fn rconnect(
     let Some(s) = lookup(socket) else {
         return minus_one(libc::EBADF);
     };
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return minus_one(libc::EBADF);
+    };
     // SAFETY: the caller's address.
     let Some(dst) = (unsafe { addr::from_sockaddr(a) }) else {
         return minus_one(libc::EINVAL);
@@ -1680,7 +1697,9 @@ fn send_bytes(socket: i32, parts: &[&[u8]], flags: i32) -> isize {
     let Some(s) = lookup(socket) else {
         return ret_err(libc::EBADF);
     };
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return ret_err(libc::EBADF);
+    };
     if let Err(e) = connected(&mut g) {
         return ret_err(e);
     }
@@ -1914,7 +1933,9 @@ pub unsafe extern "C" fn rrecv(
     let Some(s) = lookup(socket) else {
         return ret_err(libc::EBADF);
     };
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return ret_err(libc::EBADF);
+    };
     if let Err(e) = connected(&mut g) {
         return ret_err(e);
     }
@@ -2079,7 +2100,9 @@ fn poll_rs(
         let queued = !l.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
         return if queued { events & libc::POLLIN } else { 0 };
     }
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return libc::POLLNVAL;
+    };
     if g.state & RS_OPENING != 0 {
         if let Err(libc::EINPROGRESS) = g.do_connect() {
             wait.push((g.channel_fd(), Wake::Look));
@@ -2327,7 +2350,9 @@ pub unsafe extern "C" fn rshutdown(socket: i32, how: i32) -> i32 {
     if !(libc::SHUT_RD..=libc::SHUT_RDWR).contains(&how) {
         return minus_one(libc::EINVAL);
     }
-    let g = s.lock();
+    let Some(g) = s.lock_live() else {
+        return minus_one(libc::EBADF);
+    };
     match shutdown(&s, g, how) {
         Ok(()) => 0,
         Err(e) => minus_one(e),
@@ -2454,7 +2479,9 @@ unsafe fn copy_addr(
 }
 
 fn id_addrs(s: &RSocket) -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>) {
-    let g = s.lock();
+    let Some(g) = s.lock_live() else {
+        return (None, None);
+    };
     match soft_id(g.cm_id) {
         Some(sid) => {
             let st = sid.state();
@@ -2524,7 +2551,9 @@ pub unsafe extern "C" fn rsetsockopt(
     let Some(s) = lookup(socket) else {
         return minus_one(libc::EBADF);
     };
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return minus_one(libc::EBADF);
+    };
     let r: Result<Option<(u8, bool)>, i32> = (|| {
         // SAFETY: the caller's option value of `optlen` bytes (each case reads at most that).
         unsafe {
@@ -2667,7 +2696,9 @@ pub unsafe extern "C" fn rgetsockopt(
     if optval.is_null() || optlen.is_null() {
         return minus_one(libc::EFAULT);
     }
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return minus_one(libc::EBADF);
+    };
     let bit = |o: u64, n: i32| i32::from(o & (1 << n) != 0);
     let v: i32 = match (level, optname) {
         (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_KEEPALIVE | libc::SO_OOBINLINE) => {
@@ -2739,7 +2770,9 @@ pub unsafe extern "C" fn rfcntl(socket: i32, cmd: i32, arg: libc::c_long) -> i32
     let Some(s) = lookup(socket) else {
         return minus_one(libc::EBADF);
     };
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return minus_one(libc::EBADF);
+    };
     match cmd {
         libc::F_GETFL => g.fd_flags,
         libc::F_SETFL => {
@@ -2770,7 +2803,9 @@ pub unsafe extern "C" fn riomap(
     let Some(s) = lookup(socket) else {
         return minus_one(libc::EBADF) as libc::off_t;
     };
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return minus_one(libc::EBADF) as libc::off_t;
+    };
     if g.cm_id.is_null() || g.id().pd.is_null() || prot & !(libc::PROT_WRITE | libc::PROT_NONE) != 0
     {
         return minus_one(libc::EINVAL) as libc::off_t;
@@ -2821,7 +2856,9 @@ pub unsafe extern "C" fn riounmap(socket: i32, buf: *mut libc::c_void, len: usiz
     let Some(s) = lookup(socket) else {
         return minus_one(libc::EBADF);
     };
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return minus_one(libc::EBADF);
+    };
     // SAFETY: MRs of this socket.
     let matches = |m: &IomapMr| unsafe { (*m.mr).addr == buf && (*m.mr).length == len };
     if let Some(i) = g
@@ -2863,7 +2900,9 @@ pub unsafe extern "C" fn riowrite(
     }
     // SAFETY: the caller's buffer.
     let data = unsafe { slice(buf.cast(), count) };
-    let mut g = s.lock();
+    let Some(mut g) = s.lock_live() else {
+        return ret_err(libc::EBADF) as usize;
+    };
     if let Err(e) = connected(&mut g) {
         return ret_err(e) as usize;
     }

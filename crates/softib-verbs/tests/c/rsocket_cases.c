@@ -1397,6 +1397,59 @@ static void case_bad_calls(void)
 	CHECK(rclose(l) == 0, "rclose the listener");
 }
 
+/* ---- close_while_blocked ------------------------------------------------------------------ */
+
+/* A thread blocked in rrecv while another thread rclose()s the same socket: the blocked call
+ * returns (-1, EBADF, or 0), the process does not crash, and later calls on the number fail. */
+struct blocked_arg {
+	int fd;
+	ssize_t ret;
+	int err;
+};
+
+static void *blocked_recv(void *arg)
+{
+	struct blocked_arg *b = arg;
+	char c;
+	b->ret = rrecv(b->fd, &c, 1, 0);
+	b->err = errno;
+	return NULL;
+}
+
+static void close_blocked_server(int ctl)
+{
+	struct sockaddr_in addr;
+	int l = make_listener(&addr, 0, NULL);
+	ctl_put(ctl, &addr, sizeof(addr));
+	int a = accept_one(l);
+	/* The client closes its end while its reader is blocked; this side only waits. */
+	ctl_expect(ctl, 'd');
+	rclose(a);
+	rclose(l);
+}
+
+static void close_blocked_client(int ctl)
+{
+	struct sockaddr_in addr;
+	ctl_get(ctl, &addr, sizeof(addr));
+	int c = connect_to(&addr, NULL);
+	struct blocked_arg b = { .fd = c, .ret = 42, .err = 0 };
+	pthread_t t;
+	if (pthread_create(&t, NULL, blocked_recv, &b))
+		DIE("pthread_create");
+	usleep(200 * 1000);
+	STEP("rclose while another thread is blocked in rrecv");
+	CHECK(rclose(c) == 0, "rclose with a reader blocked");
+	double t0 = now_ms();
+	pthread_join(t, NULL);
+	CHECK(now_ms() - t0 < 5000, "the blocked rrecv returned promptly: %.0f ms", now_ms() - t0);
+	CHECK(b.ret == 0 || (b.ret == -1 && (b.err == EBADF || b.err == ENOTCONN)),
+	      "the blocked rrecv ended with %zd (errno %d)", b.ret, b.err);
+	char x;
+	CHECK(rrecv(c, &x, 1, MSG_DONTWAIT) == -1 && errno == EBADF, "rrecv after rclose: EBADF");
+	ctl_signal(ctl, 'd');
+}
+
 /* ---- many ------------------------------------------------------------------------------- */
 
 #define MANY_BYTES (256 * KiB)
@@ -1532,6 +1585,7 @@ static const struct {
 	{ "options", options_server, options_client, NULL },
 	{ "bad_calls", NULL, NULL, case_bad_calls },
 	{ "many", many_server, many_client, NULL },
+	{ "close_while_blocked", close_blocked_server, close_blocked_client, NULL },
 };
 
 int main(int argc, char **argv)
