@@ -17,7 +17,8 @@
 #   rdma_server / rdma_client (the endpoint API), cmtime, rping through `softib relay`
 #   dropping 10 % of the datagrams (3 seeds)
 #   rsockets: rstream and riostream (-T v: data verified) blocking, with rpoll, non-blocking
-#   and through rdma_getaddrinfo, 1 B to 1 MiB; rstream through the relay dropping 2 % (2 seeds)
+#   and through rdma_getaddrinfo, 1 B to 1 MiB; riostream's 64-byte ping-pong through one
+#   buffer per side (20000 rounds); rstream through the relay dropping 2 % (2 seeds)
 #   perftest with -R: ib_{send,write,read,atomic}_bw, ib_send_bw -c UD, ib_{write,send}_lat
 # Prints PASS/FAIL per case and "N passed, M failed"; exits non-zero on any failure. Prints
 # "SKIPPED: why" and exits 0 when the tools cannot be installed.
