@@ -1367,6 +1367,40 @@ fn get_comp<'a>(
     }
 }
 
+/// Waits (unless non-blocking) until the socket may send: a send queue entry, send buffer,
+/// a message credit and a granted target region. ECONNRESET once the socket cannot write.
+fn wait_can_send<'a>(
+    s: &'a RSocket,
+    g: MutexGuard<'a, Rs>,
+    flags: i32,
+) -> (MutexGuard<'a, Rs>, Result<(), i32>) {
+    if g.can_send() {
+        return (g, Ok(()));
+    }
+    let nb = g.nonblocking(flags);
+    let (g, r) = get_comp(s, g, nb, Rs::conn_can_send);
+    match r {
+        Err(e) => (g, Err(e)),
+        Ok(()) if g.state & RS_WRITABLE == 0 => (g, Err(libc::ECONNRESET)),
+        Ok(()) => (g, Ok(())),
+    }
+}
+
+/// The size of the next write of a transfer with `left` bytes to go: 2 KiB first, doubling
+/// up to 64 KiB (rdma-core's overlap: the first bytes leave early), then bounded by what
+/// the caller can take.
+fn next_transfer(olen: &mut u32, left: usize) -> u32 {
+    if (*olen as usize) < left {
+        let x = *olen;
+        if *olen < RS_MAX_TRANSFER {
+            *olen <<= 1;
+        }
+        x
+    } else {
+        left as u32
+    }
+}
+
 /// Sleeps in `poll` as a completion waiter of the engines in `shared`.
 fn sleep(fds: &mut [libc::pollfd], timeout_ms: i32, shared: &[Arc<crate::context::Shared>]) -> i32 {
     for s in shared {
@@ -1720,28 +1754,13 @@ fn send_bytes(socket: i32, parts: &[&[u8]], flags: i32) -> isize {
     let (mut pi, mut po) = (0usize, 0usize);
     let mut tmp = Vec::new();
     while left > 0 {
-        if !g.can_send() {
-            let nb = g.nonblocking(flags);
-            let (g2, r) = get_comp(&s, g, nb, Rs::conn_can_send);
-            g = g2;
-            if let Err(e) = r {
-                ret = Err(e);
-                break;
-            }
-            if g.state & RS_WRITABLE == 0 {
-                ret = Err(libc::ECONNRESET);
-                break;
-            }
+        let (g2, r) = wait_can_send(&s, g, flags);
+        g = g2;
+        if let Err(e) = r {
+            ret = Err(e);
+            break;
         }
-        let mut xfer = if (olen as usize) < left {
-            let x = olen;
-            if olen < RS_MAX_TRANSFER {
-                olen <<= 1;
-            }
-            x
-        } else {
-            left as u32
-        };
+        let mut xfer = next_transfer(&mut olen, left);
         xfer = xfer
             .min(g.sbuf_bytes_avail)
             .min(g.tsgl(g.target_sge).length);
@@ -1789,16 +1808,10 @@ fn send_iomaps<'a>(
     flags: i32,
 ) -> (MutexGuard<'a, Rs>, Result<(), i32>) {
     while let Some(&slot) = g.iomap_queue.front() {
-        if !g.can_send() {
-            let nb = g.nonblocking(flags);
-            let (g2, r) = get_comp(s, g, nb, Rs::conn_can_send);
-            g = g2;
-            if let Err(e) = r {
-                return (g, Err(e));
-            }
-            if g.state & RS_WRITABLE == 0 {
-                return (g, Err(libc::ECONNRESET));
-            }
+        let (g2, r) = wait_can_send(s, g, flags);
+        g = g2;
+        if let Err(e) = r {
+            return (g, Err(e));
         }
         let Some(m) = g.remote_iomappings[slot].as_ref() else {
             g.iomap_queue.pop_front();
@@ -2937,28 +2950,13 @@ pub unsafe extern "C" fn riowrite(
                 }
             }
         };
-        if !g.can_send() {
-            let nb = g.nonblocking(flags);
-            let (g2, r) = get_comp(&s, g, nb, Rs::conn_can_send);
-            g = g2;
-            if let Err(e) = r {
-                ret = Err(e);
-                break;
-            }
-            if g.state & RS_WRITABLE == 0 {
-                ret = Err(libc::ECONNRESET);
-                break;
-            }
+        let (g2, r) = wait_can_send(&s, g, flags);
+        g = g2;
+        if let Err(e) = r {
+            ret = Err(e);
+            break;
         }
-        let mut xfer = if (olen as usize) < left {
-            let x = olen;
-            if olen < RS_MAX_TRANSFER {
-                olen <<= 1;
-            }
-            x
-        } else {
-            left as u32
-        };
+        let mut xfer = next_transfer(&mut olen, left);
         xfer = xfer
             .min(g.sbuf_bytes_avail)
             .min((cur.offset + u64::from(cur.sge.length) - off) as u32);
