@@ -19,34 +19,11 @@ use std::time::Duration;
 fn program() -> &'static Result<(PathBuf, PathBuf), String> {
     static P: OnceLock<Result<(PathBuf, PathBuf), String>> = OnceLock::new();
     P.get_or_init(|| {
-        if let Some(h) =
-            common::missing_header(&["infiniband/verbs.h", "rdma/rdma_cma.h", "rdma/rsocket.h"])
-        {
-            return Err(format!("{h} is not installed (Debian: librdmacm-dev)"));
-        }
-        if !common::have_cc() {
-            return Err("no C compiler (cc)".into());
-        }
-        let Some(lib) = common::built_lib() else {
-            return Err("no built libibverbs.so (cargo build -p softib-verbs)".into());
-        };
-        let Some(cm) = common::built_rdmacm() else {
-            return Err("no built librdmacm.so (cargo build -p softib-rdmacm)".into());
-        };
-        let dir = common::scratch("rsocket_cases");
-        let libdir = common::link_dir(&lib, &dir);
-        let cm = cm.canonicalize().unwrap();
-        for n in ["librdmacm.so", "librdmacm.so.1"] {
-            let _ = std::fs::remove_file(libdir.join(n));
-            std::os::unix::fs::symlink(&cm, libdir.join(n)).unwrap();
-        }
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/rsocket_cases.c");
-        let exe = dir.join("rsocket_cases");
-        let l = format!("-L{}", libdir.display());
-        if let Err(e) = common::cc(&src, &exe, &[&l, "-lrdmacm", "-libverbs", "-pthread"]) {
-            panic!("{e}");
-        }
-        Ok((exe, libdir))
+        common::rdmacm_program(
+            "rsocket_cases",
+            &["infiniband/verbs.h", "rdma/rdma_cma.h", "rdma/rsocket.h"],
+            &["-pthread"],
+        )
     })
 }
 

@@ -87,6 +87,45 @@ pub fn link_dir(lib: &Path, dir: &Path) -> PathBuf {
     d
 }
 
+/// Compiles `tests/c/<name>.c` against the installed `headers` and links it with `-lrdmacm
+/// -libverbs` (and `extra`) against this build's librdmacm.so and libibverbs.so, linked into
+/// a scratch directory: the program and that directory, or why the tests cannot run.
+#[allow(dead_code)] // each test crate compiles this module; not all of them use this
+pub fn rdmacm_program(
+    name: &str,
+    headers: &[&str],
+    extra: &[&str],
+) -> Result<(PathBuf, PathBuf), String> {
+    if let Some(h) = missing_header(headers) {
+        return Err(format!("{h} is not installed (Debian: librdmacm-dev)"));
+    }
+    if !have_cc() {
+        return Err("no C compiler (cc)".into());
+    }
+    let Some(lib) = built_lib() else {
+        return Err("no built libibverbs.so (cargo build -p softib-verbs)".into());
+    };
+    let Some(cm) = built_rdmacm() else {
+        return Err("no built librdmacm.so (cargo build -p softib-rdmacm)".into());
+    };
+    let dir = scratch(name);
+    let libdir = link_dir(&lib, &dir);
+    let cm = cm.canonicalize().unwrap();
+    for n in ["librdmacm.so", "librdmacm.so.1"] {
+        let _ = std::fs::remove_file(libdir.join(n));
+        std::os::unix::fs::symlink(&cm, libdir.join(n)).unwrap();
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let exe = dir.join(name);
+    let l = format!("-L{}", libdir.display());
+    let mut args = vec![l.as_str(), "-lrdmacm", "-libverbs"];
+    args.extend_from_slice(extra);
+    if let Err(e) = cc(&src, &exe, &args) {
+        panic!("{e}");
+    }
+    Ok((exe, libdir))
+}
+
 /// Compiles `src` to `out` with `args` appended; the compiler's output on failure.
 pub fn cc(src: &Path, out: &Path, args: &[&str]) -> Result<(), String> {
     let o = Command::new("cc")
