@@ -1,18 +1,32 @@
 //! `softib compliance`: traceability from the chapter 9 compliance statements to tests.
 //!
-//! Every statement of the compliance table (`compliance.tsv`, one row per statement) gets one
-//! of three statuses:
+//! A statement of the compliance table (`compliance.tsv`, one row per statement) binds one or
+//! more services, listed in its `service` column joined with `+` (`RC+RD+XRC`, `UC`). Coverage
+//! is counted per (statement, service) pair: the report has one row per pair, in table order
+//! and, within a statement, in the order its services are listed.
 //!
-//! * `covered` — at least one test's name starts with the statement's prefix: the id in lower
-//!   case with `-` and `.` turned into `_`, plus a trailing `_` (`C9-183` → `c9_183_`,
-//!   `C9-158.2.1` → `c9_158_2_1_`). When several prefixes match, the longest wins, so
-//!   `c9_158_2_1_x` covers C9-158.2.1, not C9-158.
-//! * `untestable` — the statement is obsolete or superseded in the spec, or it is listed with a
-//!   reason in `docs/compliance-untestable.tsv`. A row whose id carries a service, `o9-29@RC`,
-//!   says the statement cannot be tested *for that service* (typically a TCA twin of an HCA rule
-//!   that also binds RD or XRC): the report filtered to that service (`--service rc`) shows it
-//!   as untestable with that reason, and the unfiltered report does so only when every service
-//!   the statement names has such a row.
+//! Tests are attributed to pairs by name:
+//!
+//! 1. A test belongs to the statement whose prefix its name starts with: the id in lower case
+//!    with `-` and `.` turned into `_`, plus a trailing `_` (`C9-183` → `c9_183_`,
+//!    `C9-158.2.1` → `c9_158_2_1_`). When several prefixes match, the longest wins, so
+//!    `c9_158_2_1_x` belongs to C9-158.2.1, not C9-158.
+//! 2. It covers, for that statement, every service the statement lists whose name (`rc`, `uc`,
+//!    `ud`, `rd`, `xrc`, `raw`) is a whole `_`-separated segment of the rest of the test name:
+//!    `c9_91_xrc_send_longer_than_receive_buffer` covers (C9-91, XRC). Segments are whole
+//!    words, so `xrc` does not name RC, and a segment naming a service the statement does not
+//!    list is just a word.
+//! 3. A test that names none of the statement's services covers its first listed service:
+//!    `c9_91_send_longer_than_receive_buffer_naks_invalid_request` covers (C9-91, RC) of the
+//!    `RC+RD+XRC` statement C9-91.
+//!
+//! Every pair gets one of three statuses:
+//!
+//! * `covered` — at least one test covers it.
+//! * `untestable` — the statement is obsolete or superseded in the spec (then every pair is),
+//!   or `docs/compliance-untestable.tsv` gives a reason: a row keyed by the statement id
+//!   (`o9-36`) applies to every pair of the statement, a row keyed `ID@SERVICE` (`o9-29@RC`,
+//!   typically a TCA twin of an HCA rule that also binds RD or XRC) to that pair only.
 //! * `todo` — anything else.
 //!
 //! The tests are found when softib is built (see `build.rs`), so the report describes the
@@ -49,13 +63,14 @@ pub struct ComplianceArgs {
     /// Compliance statement table (TSV with a header row) [default: <repo>/../shared/spec/compliance.tsv]
     #[arg(long, value_name = "PATH")]
     tsv: Option<PathBuf>,
-    /// Print a JSON array of {"id", "status", "service", "tests", "reason"} objects.
+    /// Print a JSON array of {"id", "status", "service", "tests", "reason"} objects, one per
+    /// (statement, service) pair.
     #[arg(long)]
     json: bool,
-    /// Only statements whose service list includes this service.
+    /// Only the (statement, service) pairs of this service.
     #[arg(long, value_enum)]
     service: Option<Service>,
-    /// Only statements with this status.
+    /// Only the (statement, service) pairs with this status.
     #[arg(long, value_enum)]
     status: Option<Status>,
     /// Show the crate and source file of each covering test.
@@ -63,7 +78,7 @@ pub struct ComplianceArgs {
     verbose: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
 enum Service {
     Rc,
     Uc,
@@ -85,11 +100,12 @@ impl Service {
         }
     }
 
-    /// True when the `+`-separated service column (e.g. `RC+RD+XRC`) names this service.
-    fn listed_in(self, column: &str) -> bool {
-        column
-            .split('+')
-            .any(|s| s.trim().eq_ignore_ascii_case(self.name()))
+    /// The service called `name`, in any case (`RC`, `xrc`).
+    fn parse(name: &str) -> Option<Service> {
+        Service::value_variants()
+            .iter()
+            .copied()
+            .find(|s| s.name().eq_ignore_ascii_case(name.trim()))
     }
 }
 
@@ -122,15 +138,17 @@ enum SpecStatus {
 struct Statement {
     id: String,
     spec_status: SpecStatus,
-    service: String,
+    /// The services it binds, as listed (never empty).
+    services: Vec<Service>,
     requirement: String,
     notes: String,
 }
 
-/// One line of the report.
+/// One line of the report: a statement for one of its services.
 #[derive(Debug)]
 struct Row<'a> {
     statement: &'a Statement,
+    service: Service,
     status: Status,
     tests: Vec<&'a ScannedTest>,
     reason: Option<String>,
@@ -158,17 +176,14 @@ pub fn run(args: ComplianceArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let report = build_report(&statements, SCANNED_TESTS, UNTESTABLE, args.service);
+    let report = build_report(&statements, SCANNED_TESTS, UNTESTABLE);
     for w in &report.warnings {
         eprintln!("softib compliance: warning: {w}");
     }
     let rows: Vec<&Row> = report
         .rows
         .iter()
-        .filter(|r| {
-            args.service
-                .is_none_or(|s| s.listed_in(&r.statement.service))
-        })
+        .filter(|r| args.service.is_none_or(|s| s == r.service))
         .filter(|r| args.status.is_none_or(|s| s == r.status))
         .collect();
     let out = if args.json {
@@ -231,15 +246,35 @@ fn parse_tsv(text: &str) -> Result<Vec<Statement>, String> {
                 ))
             }
         };
+        let services = parse_services(field(c_service))
+            .map_err(|e| format!("line {line_no}: service of {id}: {e}"))?;
         statements.push(Statement {
             id: id.to_owned(),
             spec_status,
-            service: field(c_service).to_owned(),
+            services,
             requirement: field(c_req).to_owned(),
             notes: field(c_notes).to_owned(),
         });
     }
     Ok(statements)
+}
+
+/// The services of a `+`-separated service column (`RC+RD+XRC`), in order.
+fn parse_services(column: &str) -> Result<Vec<Service>, String> {
+    if column.trim().is_empty() {
+        return Err("no service".into());
+    }
+    let mut services = Vec::new();
+    for name in column.split('+') {
+        let service = Service::parse(name).ok_or_else(|| {
+            format!("`{name}` in `{column}` is not one of RC, UC, UD, RD, XRC and RAW")
+        })?;
+        if services.contains(&service) {
+            return Err(format!("`{column}` lists {} twice", service.name()));
+        }
+        services.push(service);
+    }
+    Ok(services)
 }
 
 /// The test-name prefix of a statement id: `C9-158.2.1` → `c9_158_2_1_`.
@@ -265,6 +300,25 @@ fn covered_statement(name: &str, prefixes: &[String]) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
+/// The services among `listed` (a statement's, never empty) that a test covers, given `rest`,
+/// its name after the statement's prefix: those named by a whole `_`-separated segment of
+/// `rest`, or else the first listed one.
+fn covered_services(rest: &str, listed: &[Service]) -> Vec<Service> {
+    let named: Vec<Service> = listed
+        .iter()
+        .copied()
+        .filter(|s| {
+            rest.split('_')
+                .any(|seg| seg.eq_ignore_ascii_case(s.name()))
+        })
+        .collect();
+    if named.is_empty() {
+        listed[..1].to_vec()
+    } else {
+        named
+    }
+}
+
 /// The statement that replaces a superseded one, as named by "superseded by X" in its text.
 fn superseded_by(text: &str) -> Option<&str> {
     let (_, rest) = text.split_once("superseded by ")?;
@@ -284,108 +338,106 @@ fn build_report<'a>(
     statements: &'a [Statement],
     tests: &'a [ScannedTest],
     untestable: &[(&str, &str)],
-    service: Option<Service>,
 ) -> Report<'a> {
     let prefixes: Vec<String> = statements.iter().map(|s| test_prefix(&s.id)).collect();
-    let mut by_statement: HashMap<usize, Vec<&ScannedTest>> = HashMap::new();
+    // Covering tests by (statement index, service).
+    let mut by_pair: HashMap<(usize, Service), Vec<&ScannedTest>> = HashMap::new();
     let mut warnings = Vec::new();
     for t in tests {
-        match covered_statement(t.name, &prefixes) {
-            Some(i) => by_statement.entry(i).or_default().push(t),
-            None => warnings.push(format!(
+        let Some(i) = covered_statement(t.name, &prefixes) else {
+            warnings.push(format!(
                 "test {} ({}) names no statement of the compliance table",
                 t.name, t.file
-            )),
+            ));
+            continue;
+        };
+        let rest = &t.name[prefixes[i].len()..];
+        for service in covered_services(rest, &statements[i].services) {
+            by_pair.entry((i, service)).or_default().push(t);
         }
     }
-    // Whole-statement reasons by id, and per-service ones by (id, SERVICE).
-    let mut reasons: HashMap<&str, &str> = HashMap::new();
-    let mut scoped: HashMap<(&str, String), &str> = HashMap::new();
+    // Reasons of docs/compliance-untestable.tsv by (statement index, service), with no
+    // service for a whole-statement row.
+    let mut reasons: HashMap<(usize, Option<Service>), &str> = HashMap::new();
     for &(key, reason) in untestable {
-        let (id, svc) = match key.split_once('@') {
+        let (id, service) = match key.split_once('@') {
             Some((id, svc)) => (id, Some(svc)),
             None => (key, None),
         };
-        let Some(st) = statements.iter().find(|s| s.id == id) else {
+        let Some(i) = statements.iter().position(|s| s.id == id) else {
             warnings.push(format!(
                 "docs/compliance-untestable.tsv lists {key}, which is not in the compliance table"
             ));
             continue;
         };
-        match svc {
-            None => {
-                reasons.insert(id, reason);
-            }
-            Some(svc) if st.service.split('+').any(|x| x.eq_ignore_ascii_case(svc)) => {
-                scoped.insert((id, svc.to_ascii_uppercase()), reason);
-            }
-            Some(svc) => warnings.push(format!(
-                "docs/compliance-untestable.tsv lists {key}, but {id} applies to {}, not {svc}",
-                st.service
-            )),
-        }
-    }
-    // The reason a statement with no test cannot be tested, as far as the report's service
-    // filter goes: for that service, or (unfiltered) for every service it names.
-    let scoped_reason = |s: &Statement| -> Option<String> {
-        match service {
-            Some(svc) => scoped
-                .get(&(s.id.as_str(), svc.name().to_owned()))
-                .map(|r| format!("for {}: {r}", svc.name())),
-            None => {
-                let per: Option<Vec<String>> = s
-                    .service
-                    .split('+')
-                    .map(|x| {
-                        let x = x.trim().to_ascii_uppercase();
-                        scoped
-                            .get(&(s.id.as_str(), x.clone()))
-                            .map(|r| format!("for {x}: {r}"))
-                    })
-                    .collect();
-                per.map(|p| p.join(" "))
-            }
-        }
-    };
-
-    let mut rows = Vec::with_capacity(statements.len());
-    for (i, s) in statements.iter().enumerate() {
-        let tests = by_statement.remove(&i).unwrap_or_default();
-        let (status, reason) = match s.spec_status {
-            SpecStatus::Obsolete => (Status::Untestable, Some("obsolete in the spec".to_owned())),
-            SpecStatus::Superseded => {
-                let by = superseded_by(&s.requirement).or_else(|| superseded_by(&s.notes));
-                let reason = match by {
-                    Some(x) => format!("superseded by {x}"),
-                    None => "superseded in the spec".to_owned(),
-                };
-                (Status::Untestable, Some(reason))
-            }
-            SpecStatus::Active if !tests.is_empty() => {
-                if reasons.contains_key(s.id.as_str()) {
+        let service = match service {
+            None => None,
+            Some(svc) => match Service::parse(svc).filter(|s| statements[i].services.contains(s)) {
+                Some(s) => Some(s),
+                None => {
                     warnings.push(format!(
-                        "{} is listed in docs/compliance-untestable.tsv but has tests",
-                        s.id
+                        "docs/compliance-untestable.tsv lists {key}, but {id} applies to {}, not {svc}",
+                        services_column(&statements[i].services)
                     ));
+                    continue;
                 }
-                (Status::Covered, None)
-            }
-            SpecStatus::Active => match reasons.get(s.id.as_str()) {
-                Some(r) => (Status::Untestable, Some((*r).to_owned())),
-                None => match scoped_reason(s) {
-                    Some(r) => (Status::Untestable, Some(r)),
-                    None => (Status::Todo, None),
-                },
             },
         };
-        rows.push(Row {
-            statement: s,
-            status,
-            tests,
-            reason,
-        });
+        reasons.insert((i, service), reason);
+    }
+
+    let mut rows = Vec::new();
+    for (i, s) in statements.iter().enumerate() {
+        let withdrawn = match s.spec_status {
+            SpecStatus::Active => None,
+            SpecStatus::Obsolete => Some("obsolete in the spec".to_owned()),
+            SpecStatus::Superseded => Some(
+                match superseded_by(&s.requirement).or_else(|| superseded_by(&s.notes)) {
+                    Some(x) => format!("superseded by {x}"),
+                    None => "superseded in the spec".to_owned(),
+                },
+            ),
+        };
+        for &service in &s.services {
+            let tests = by_pair.remove(&(i, service)).unwrap_or_default();
+            let listed = reasons
+                .get(&(i, Some(service)))
+                .or_else(|| reasons.get(&(i, None)));
+            let (status, reason) = match (&withdrawn, listed) {
+                (Some(w), _) => (Status::Untestable, Some(w.clone())),
+                (None, listed) if !tests.is_empty() => {
+                    if listed.is_some() {
+                        warnings.push(format!(
+                            "{} is untestable for {} according to docs/compliance-untestable.tsv, \
+                             but has tests",
+                            s.id,
+                            service.name()
+                        ));
+                    }
+                    (Status::Covered, None)
+                }
+                (None, Some(r)) => (Status::Untestable, Some((*r).to_owned())),
+                (None, None) => (Status::Todo, None),
+            };
+            rows.push(Row {
+                statement: s,
+                service,
+                status,
+                tests,
+                reason,
+            });
+        }
     }
     Report { rows, warnings }
+}
+
+/// `RC+RD+XRC`.
+fn services_column(services: &[Service]) -> String {
+    services
+        .iter()
+        .map(|s| s.name())
+        .collect::<Vec<_>>()
+        .join("+")
 }
 
 fn describe_test(t: &ScannedTest, verbose: bool) -> String {
@@ -400,7 +452,7 @@ fn render_text(rows: &[&Row], verbose: bool) -> String {
     let id_w = rows.iter().map(|r| r.statement.id.len()).max().unwrap_or(0);
     let svc_w = rows
         .iter()
-        .map(|r| r.statement.service.len())
+        .map(|r| r.service.name().len())
         .max()
         .unwrap_or(0);
     let mut out = String::new();
@@ -421,16 +473,19 @@ fn render_text(rows: &[&Row], verbose: bool) -> String {
             "{:<id_w$}  {:<10}  {:<svc_w$}  {detail}",
             r.statement.id,
             r.status.name(),
-            r.statement.service,
+            r.service.name(),
         );
         out.push_str(line.trim_end());
         out.push('\n');
     }
+    let statements: HashSet<&str> = rows.iter().map(|r| r.statement.id.as_str()).collect();
     let [covered, todo, untestable] = counts;
     writeln!(
         out,
-        "{} statements: {covered} covered, {todo} todo, {untestable} untestable",
-        rows.len()
+        "{} (statement, service) pairs of {} statements: \
+         {covered} covered, {todo} todo, {untestable} untestable",
+        rows.len(),
+        statements.len()
     )
     .expect("write to String");
     out
@@ -443,7 +498,7 @@ fn render_json(rows: &[&Row], verbose: bool) -> String {
             let mut obj = Map::new();
             obj.insert("id".into(), r.statement.id.clone().into());
             obj.insert("status".into(), r.status.name().into());
-            obj.insert("service".into(), r.statement.service.clone().into());
+            obj.insert("service".into(), r.service.name().into());
             obj.insert(
                 "tests".into(),
                 r.tests.iter().map(|t| Value::from(t.name)).collect(),
@@ -584,119 +639,264 @@ mod tests {
         );
     }
 
-    const TSV: &str = "id\tstatus\tservice\trequirement\tnotes\n\
-        C9-1\tactive\tRC+XRC\tr1\t\n\
-        C9-2\tactive\tUC\tr2\t\n\
-        C9-3\tobsolete\tRC\tWithdrawn.\t\n\
-        C9-4\tsuperseded\tRD\tReplaced: superseded by C9-4.2.1 (see that row).\t\n\
-        C9-4.2.1\tactive\tRD\tr4\t\n\
-        o9-5\tactive\tRAW\tr5\t\n";
-
-    #[test]
-    fn untestable_for_one_service() {
-        let tsv = "id\tstatus\tservice\trequirement\tnotes\n\
-            o9-6\tactive\tRC+RD\tTCA RC or CA RD\t\n";
-        let statements = parse_tsv(tsv).unwrap();
-        let one = [("o9-6@RC", "TCA-only for RC")];
-        let status = |list: &[(&str, &str)], svc| {
-            let r = build_report(&statements, &[], list, svc);
-            (r.rows[0].status, r.rows[0].reason.clone(), r.warnings.len())
-        };
-        // For RC it cannot be tested; for RD, and overall, it is still to do.
-        assert_eq!(
-            status(&one, Some(Service::Rc)),
-            (
-                Status::Untestable,
-                Some("for RC: TCA-only for RC".into()),
-                0
-            )
-        );
-        assert_eq!(status(&one, Some(Service::Rd)), (Status::Todo, None, 0));
-        assert_eq!(status(&one, None), (Status::Todo, None, 0));
-        // With a row for every service it names, it is untestable overall too.
-        let both = [("o9-6@RC", "a"), ("o9-6@RD", "b")];
-        assert_eq!(
-            status(&both, None),
-            (Status::Untestable, Some("for RC: a for RD: b".into()), 0)
-        );
-        // A service the statement does not name is a warning.
-        assert_eq!(status(&[("o9-6@UD", "x")], None).2, 1);
+    fn test(name: &'static str) -> ScannedTest {
+        ScannedTest {
+            name,
+            file: "a.rs",
+            crate_name: "a",
+        }
     }
 
-    #[test]
-    fn report_statuses() {
-        let statements = parse_tsv(TSV).unwrap();
-        let tests = [
-            ScannedTest {
-                name: "c9_1_first",
-                file: "a.rs",
-                crate_name: "a",
-            },
-            ScannedTest {
-                name: "c9_4_2_1_replacement",
-                file: "a.rs",
-                crate_name: "a",
-            },
-            ScannedTest {
-                name: "c9_77_unknown",
-                file: "b.rs",
-                crate_name: "b",
-            },
-        ];
-        let report = build_report(&statements, &tests, &[("o9-5", "hardware only")], None);
-        let got: Vec<(&str, Status, Vec<&str>, Option<&str>)> = report
+    /// (id, service, status, covering tests, reason) of a row.
+    type RowSummary<'a> = (&'a str, Service, Status, Vec<&'a str>, Option<&'a str>);
+
+    fn rows<'a>(report: &'a Report<'a>) -> Vec<RowSummary<'a>> {
+        report
             .rows
             .iter()
             .map(|r| {
                 (
                     r.statement.id.as_str(),
+                    r.service,
                     r.status,
                     r.tests.iter().map(|t| t.name).collect(),
                     r.reason.as_deref(),
                 )
             })
-            .collect();
+            .collect()
+    }
+
+    /// The pairs of a statement C9-91 binding `service_column` that a test called `name`
+    /// covers, as the report finds them.
+    fn attributed(service_column: &str, name: &'static str) -> Vec<Service> {
+        let tsv = format!(
+            "id\tstatus\tservice\trequirement\tnotes\nC9-91\tactive\t{service_column}\tr\t\n"
+        );
+        let statements = parse_tsv(&tsv).unwrap();
+        let tests = [test(name)];
+        let report = build_report(&statements, &tests, &[]);
+        assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+        report
+            .rows
+            .iter()
+            .filter(|r| r.status == Status::Covered)
+            .map(|r| r.service)
+            .collect()
+    }
+
+    #[test]
+    fn untagged_test_covers_the_first_listed_service() {
+        use Service::*;
+        let name = "c9_91_send_longer_than_receive_buffer_naks_invalid_request";
+        assert_eq!(attributed("RC+RD+XRC", name), [Rc]);
+        assert_eq!(attributed("XRC+RC", name), [Xrc]);
+        assert_eq!(attributed("UC", name), [Uc]);
+    }
+
+    #[test]
+    fn service_segment_selects_the_pair() {
+        use Service::*;
+        assert_eq!(attributed("RC+RD+XRC", "c9_91_xrc_send_longer"), [Xrc]);
+        assert_eq!(attributed("RC+RD+XRC", "c9_91_send_over_rd"), [Rd]);
+        assert_eq!(attributed("UC", "c9_91_uc_psn_checked"), [Uc]);
+        // Several segments: every named service, in the statement's order.
+        assert_eq!(attributed("RC+RD+XRC", "c9_91_xrc_and_rc_agree"), [Rc, Xrc]);
+    }
+
+    #[test]
+    fn xrc_segment_does_not_name_rc() {
+        use Service::*;
+        assert_eq!(attributed("RC+XRC", "c9_91_xrc_only"), [Xrc]);
+        assert_eq!(attributed("XRC+RC", "c9_91_xrc_only"), [Xrc]);
+        // Nor does a segment that merely contains a service name.
+        assert_eq!(attributed("RC+XRC", "c9_91_xrcd_shared"), [Rc]);
+        assert_eq!(attributed("UC+UD", "c9_91_udp_port"), [Uc]);
+    }
+
+    #[test]
+    fn segment_naming_an_unlisted_service_is_a_word() {
+        use Service::*;
+        // `ud` in an RC-only statement's test: falls back to the first listed service.
+        assert_eq!(attributed("RC", "c9_91_ud_like_datagram"), [Rc]);
+        assert_eq!(attributed("RC+RD+XRC", "c9_91_uc_twin_differs"), [Rc]);
+        // Only the listed one of the named services counts.
+        assert_eq!(attributed("UC+UD", "c9_91_ud_rejects_rc_sends"), [Ud]);
+    }
+
+    #[test]
+    fn untestable_for_one_service() {
+        use Service::*;
+        let tsv = "id\tstatus\tservice\trequirement\tnotes\n\
+            o9-6\tactive\tRC+RD\tTCA RC or CA RD\t\n";
+        let statements = parse_tsv(tsv).unwrap();
+        let statuses = |list: &[(&str, &str)]| {
+            let r = build_report(&statements, &[], list);
+            let got: Vec<(Service, Status, Option<String>)> = r
+                .rows
+                .iter()
+                .map(|r| (r.service, r.status, r.reason.clone()))
+                .collect();
+            (got, r.warnings.len())
+        };
+        // `ID@SERVICE`: that pair only.
         assert_eq!(
-            got,
+            statuses(&[("o9-6@RC", "TCA-only for RC")]),
+            (
+                vec![
+                    (Rc, Status::Untestable, Some("TCA-only for RC".into())),
+                    (Rd, Status::Todo, None),
+                ],
+                0
+            )
+        );
+        assert_eq!(
+            statuses(&[("o9-6@rd", "no RD")]),
+            (
+                vec![
+                    (Rc, Status::Todo, None),
+                    (Rd, Status::Untestable, Some("no RD".into())),
+                ],
+                0
+            )
+        );
+        // A whole-statement row: every pair, unless a pair has its own row.
+        assert_eq!(
+            statuses(&[("o9-6", "never"), ("o9-6@RD", "not RD")]),
+            (
+                vec![
+                    (Rc, Status::Untestable, Some("never".into())),
+                    (Rd, Status::Untestable, Some("not RD".into())),
+                ],
+                0
+            )
+        );
+        // A service the statement does not list, or an unknown statement, is a warning.
+        assert_eq!(
+            statuses(&[("o9-6@UD", "x")]),
+            (vec![(Rc, Status::Todo, None), (Rd, Status::Todo, None)], 1)
+        );
+        assert_eq!(statuses(&[("o9-7", "x")]).1, 1);
+    }
+
+    #[test]
+    fn covered_pair_listed_as_untestable_is_a_warning() {
+        let tsv = "id\tstatus\tservice\trequirement\tnotes\n\
+            o9-6\tactive\tRC+RD\tr\t\n";
+        let statements = parse_tsv(tsv).unwrap();
+        let tests = [test("o9_6_rc_psn")];
+        let warnings = |list: &[(&str, &str)]| build_report(&statements, &tests, list).warnings;
+        assert!(warnings(&[("o9-6@RD", "x")]).is_empty());
+        let w = warnings(&[("o9-6@RC", "x")]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("o9-6 is untestable for RC"), "{w:?}");
+        assert_eq!(warnings(&[("o9-6", "x")]).len(), 1);
+    }
+
+    const TSV: &str = "id\tstatus\tservice\trequirement\tnotes\n\
+        C9-1\tactive\tRC+XRC\tr1\t\n\
+        C9-2\tactive\tUC\tr2\t\n\
+        C9-3\tobsolete\tRC+RD\tWithdrawn.\t\n\
+        C9-4\tsuperseded\tRD\tReplaced: superseded by C9-4.2.1 (see that row).\t\n\
+        C9-4.2.1\tactive\tRD\tr4\t\n\
+        o9-5\tactive\tRAW\tr5\t\n";
+
+    #[test]
+    fn report_has_one_row_per_pair() {
+        use Service::*;
+        let statements = parse_tsv(TSV).unwrap();
+        let tests = [
+            test("c9_1_first"),
+            test("c9_3_rd_withdrawn"),
+            test("c9_4_2_1_replacement"),
+            test("c9_77_unknown"),
+        ];
+        let report = build_report(&statements, &tests, &[("o9-5", "hardware only")]);
+        assert_eq!(
+            rows(&report),
             [
-                ("C9-1", Status::Covered, vec!["c9_1_first"], None),
-                ("C9-2", Status::Todo, vec![], None),
+                ("C9-1", Rc, Status::Covered, vec!["c9_1_first"], None),
+                ("C9-1", Xrc, Status::Todo, vec![], None),
+                ("C9-2", Uc, Status::Todo, vec![], None),
                 (
                     "C9-3",
+                    Rc,
                     Status::Untestable,
                     vec![],
                     Some("obsolete in the spec")
                 ),
                 (
+                    "C9-3",
+                    Rd,
+                    Status::Untestable,
+                    vec!["c9_3_rd_withdrawn"],
+                    Some("obsolete in the spec")
+                ),
+                (
                     "C9-4",
+                    Rd,
                     Status::Untestable,
                     vec![],
                     Some("superseded by C9-4.2.1")
                 ),
                 (
                     "C9-4.2.1",
+                    Rd,
                     Status::Covered,
                     vec!["c9_4_2_1_replacement"],
                     None
                 ),
-                ("o9-5", Status::Untestable, vec![], Some("hardware only")),
+                (
+                    "o9-5",
+                    Raw,
+                    Status::Untestable,
+                    vec![],
+                    Some("hardware only")
+                ),
             ]
         );
         assert_eq!(report.warnings.len(), 1);
         assert!(report.warnings[0].contains("c9_77_unknown"));
 
-        let rows: Vec<&Row> = report.rows.iter().collect();
-        let text = render_text(&rows, false);
-        assert!(text.ends_with("6 statements: 2 covered, 1 todo, 3 untestable\n"));
+        let all: Vec<&Row> = report.rows.iter().collect();
+        let text = render_text(&all, false);
+        assert!(
+            text.starts_with("C9-1      covered     RC   c9_1_first\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nC9-1      todo        XRC  -\n"), "{text}");
+        assert!(
+            text.ends_with(
+                "8 (statement, service) pairs of 6 statements: 2 covered, 2 todo, 4 untestable\n"
+            ),
+            "{text}"
+        );
+        // Totals count the pairs shown, and the statements they belong to.
+        let rc: Vec<&Row> = report.rows.iter().filter(|r| r.service == Rc).collect();
+        assert!(render_text(&rc, false).ends_with(
+            "2 (statement, service) pairs of 2 statements: 1 covered, 0 todo, 1 untestable\n"
+        ));
+        let first_two: Vec<&Row> = report.rows.iter().take(2).collect();
+        assert!(render_text(&first_two, false).ends_with(
+            "2 (statement, service) pairs of 1 statements: 1 covered, 1 todo, 0 untestable\n"
+        ));
+
+        let json: Value = serde_json::from_str(&render_json(&first_two, false)).unwrap();
+        assert_eq!(json[1]["id"], "C9-1");
+        assert_eq!(json[1]["service"], "XRC");
+        assert_eq!(json[1]["status"], "todo");
     }
 
     #[test]
-    fn service_filter_matches_whole_names() {
-        assert!(Service::Rc.listed_in("RC+RD+XRC"));
-        assert!(Service::Xrc.listed_in("RC+XRC"));
-        assert!(!Service::Rc.listed_in("XRC"));
-        assert!(!Service::Ud.listed_in("UC"));
-        assert!(Service::Raw.listed_in("RAW"));
+    fn service_column_is_parsed_in_order() {
+        use Service::*;
+        assert_eq!(parse_services("RC+RD+XRC").unwrap(), [Rc, Rd, Xrc]);
+        assert_eq!(parse_services("XRC+RC").unwrap(), [Xrc, Rc]);
+        assert_eq!(parse_services("raw").unwrap(), [Raw]);
+        assert!(parse_services("RC+XR").unwrap_err().contains("`XR`"));
+        assert!(parse_services("RC+RC").unwrap_err().contains("twice"));
+        assert!(parse_services("").is_err());
+        assert_eq!(Service::parse("xrc"), Some(Xrc));
+        assert_eq!(Service::parse("RCX"), None);
     }
 
     #[test]
@@ -707,6 +907,10 @@ mod tests {
         assert!(parse_tsv(dup).unwrap_err().contains("twice"));
         let bad = "id\tstatus\tservice\trequirement\tnotes\nC9-1\tretired\tRC\tx\t\n";
         assert!(parse_tsv(bad).unwrap_err().contains("retired"));
+        let svc = "id\tstatus\tservice\trequirement\tnotes\nC9-1\tactive\tRC+IB\tx\t\n";
+        assert!(parse_tsv(svc)
+            .unwrap_err()
+            .contains("line 2: service of C9-1"));
     }
 
     #[test]
