@@ -8,7 +8,7 @@
 use crate::verbs::ah::AhAttrError;
 use crate::verbs::qp::QpAttrMask;
 use crate::verbs::types::{AccessFlags, Gid, Mtu, QpState, QpType};
-use crate::verbs::{AhHandle, CqHandle, MrHandle, PdHandle, SrqHandle};
+use crate::verbs::{AhHandle, CqHandle, MrHandle, PdHandle, SrqHandle, XrcdHandle};
 use softib_wire::Qpn;
 
 /// `alloc_pd` failed.
@@ -192,6 +192,43 @@ pub enum CreateSrqError {
         /// `max_srq`.
         max: u32,
     },
+    /// The XRC domain of an XRC SRQ does not exist.
+    #[error("no such XRC domain {0:?}")]
+    NoSuchXrcd(XrcdHandle),
+    /// The CQ of an XRC SRQ does not exist.
+    #[error("no such completion queue {0:?}")]
+    NoSuchCq(CqHandle),
+}
+
+/// `alloc_xrcd` / `dealloc_xrcd` / `open_xrc_tgt_qp` failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum XrcdError {
+    /// The handle does not name a live XRC domain.
+    #[error("no such XRC domain {0:?}")]
+    NoSuchXrcd(XrcdHandle),
+    /// The device limit of XRC domains is reached.
+    #[error("too many XRC domains (device limit {max})")]
+    TooManyXrcds {
+        /// `max_xrcds`.
+        max: u32,
+    },
+    /// XRC SRQs or XRC target QPs still belong to the domain.
+    #[error("XRC domain {xrcd:?} still holds {users} XRC SRQ(s) and target QP(s)")]
+    Busy {
+        /// The domain.
+        xrcd: XrcdHandle,
+        /// SRQs and target QPs in it.
+        users: usize,
+    },
+    /// No XRC target QP of the domain has this number (`ibv_open_qp`).
+    #[error("no XRC target QP {qpn} in XRC domain {xrcd:?}")]
+    NoSuchTgtQp {
+        /// The domain.
+        xrcd: XrcdHandle,
+        /// The QP number asked for.
+        qpn: Qpn,
+    },
 }
 
 /// `modify_srq` failed.
@@ -372,6 +409,13 @@ pub enum CreateQpError {
     /// QP1 already exists on this HCA.
     #[error("QP1 (GSI) already exists")]
     GsiExists,
+    /// XRC target QPs belong to an XRC domain, not a protection domain: they are created with
+    /// `create_xrc_tgt_qp`.
+    #[error("XRC_RECV QPs are created in an XRC domain (create_xrc_tgt_qp)")]
+    XrcTgtNeedsXrcd,
+    /// The XRC domain of an XRC target QP does not exist.
+    #[error("no such XRC domain {0:?}")]
+    NoSuchXrcd(XrcdHandle),
 }
 
 /// `attach_mcast` / `detach_mcast` failed; no attachment changed.
@@ -818,6 +862,15 @@ pub enum PostRecvError {
     /// The QP receives through an SRQ; post to the SRQ instead.
     #[error("QP {0} uses a shared receive queue")]
     UsesSrq(Qpn),
+    /// XRC QPs have no receive queue: an XRC initiator receives nothing, an XRC target
+    /// receives into the XRC SRQs of its domain.
+    #[error("QP {qpn} is an {qp_type} QP, which has no receive queue")]
+    NoReceiveQueue {
+        /// The QP.
+        qpn: Qpn,
+        /// Its type.
+        qp_type: QpType,
+    },
     /// WR `index` does not fit the receive queue.
     #[error("WR {index}: the receive queue is full (max_recv_wr {max_recv_wr})")]
     QueueFull {
@@ -847,7 +900,8 @@ impl PostRecvError {
             }
             PostRecvError::NoSuchQp(_)
             | PostRecvError::InvalidState { .. }
-            | PostRecvError::UsesSrq(_) => None,
+            | PostRecvError::UsesSrq(_)
+            | PostRecvError::NoReceiveQueue { .. } => None,
         }
     }
 }

@@ -58,7 +58,7 @@ impl Default for ConnectOptions {
     }
 }
 
-/// Moves a connected (RC or UC) QP from RESET to RTS towards `remote`; `local_psn` is the
+/// Moves a connected (RC, UC, XRC initiator or XRC target) QP from RESET to RTS towards `remote`; `local_psn` is the
 /// first PSN of this side's requester. The address vector is global (GRH) unless `remote.gid`
 /// is all zeros, in which case it routes by `remote.lid` only (native IB within a subnet).
 pub fn connect(
@@ -110,14 +110,22 @@ pub fn connect_from_init(
         min_rnr_timer: o.min_rnr_timer,
         ..QpAttr::default()
     };
-    // UC has no acknowledgements: no READ/ATOMIC resources, RNR timer or retry counts.
-    let reliable = hca.qp(qpn).is_some_and(|q| q.qp_type() != QpType::Uc);
+    // UC has no acknowledgements: no READ/ATOMIC resources, RNR timer or retry counts. An
+    // XRC initiator has no receive side (no responder resources or RNR timer), an XRC target
+    // no send side (no retry counts or READ/ATOMIC initiator depth), as Linux's table says.
+    let qp_type = hca.qp(qpn).map(|q| q.qp_type());
+    let (responds, requests) = match qp_type {
+        Some(QpType::Uc) => (false, false),
+        Some(QpType::XrcSend) => (false, true),
+        Some(QpType::XrcRecv) => (true, false),
+        _ => (true, true),
+    };
     let rtr_mask = QpAttrMask::STATE
         | QpAttrMask::AV
         | QpAttrMask::PATH_MTU
         | QpAttrMask::DEST_QPN
         | QpAttrMask::RQ_PSN;
-    let rtr_mask = if reliable {
+    let rtr_mask = if responds {
         rtr_mask | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER
     } else {
         rtr_mask
@@ -132,15 +140,17 @@ pub fn connect_from_init(
         max_rd_atomic: o.max_rd_atomic,
         ..QpAttr::default()
     };
-    let rts_mask = if reliable {
-        QpAttrMask::STATE
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC
-    } else {
-        QpAttrMask::STATE | QpAttrMask::SQ_PSN
+    let rts_mask = match (responds, requests) {
+        (_, true) => {
+            QpAttrMask::STATE
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC
+        }
+        (true, false) => QpAttrMask::STATE | QpAttrMask::SQ_PSN | QpAttrMask::TIMEOUT,
+        (false, false) => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
     };
     hca.modify_qp(qpn, &rts, rts_mask)
 }

@@ -11,6 +11,15 @@ pub(crate) struct Key {
     pub(crate) generation: u32,
 }
 
+impl Key {
+    /// A key no table ever hands out (slot indices stay far below `u32::MAX`): what an object
+    /// holds in place of a handle it has no object for, such as the CQs of an XRC target QP.
+    pub(crate) const NONE: Key = Key {
+        index: u32::MAX,
+        generation: u32::MAX,
+    };
+}
+
 #[derive(Debug, Clone)]
 struct Slot<T> {
     generation: u32,

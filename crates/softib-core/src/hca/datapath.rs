@@ -312,10 +312,14 @@ impl Hca {
             self.counters.malformed += 1;
             return;
         };
-        let service_ok = matches!(
-            (qp.qp_type, info.service),
-            (QpType::Rc, Service::Rc) | (QpType::Uc, Service::Uc)
-        );
+        // An XRC initiator takes only responses, an XRC target only requests.
+        let is_response = info.operation.is_response();
+        let service_ok =
+            matches!(
+                (qp.qp_type, info.service),
+                (QpType::Rc, Service::Rc) | (QpType::Uc, Service::Uc)
+            ) || (qp.qp_type == QpType::XrcSend && info.service == Service::Xrc && is_response)
+                || (qp.qp_type == QpType::XrcRecv && info.service == Service::Xrc && !is_response);
         if !service_ok {
             self.counters.wrong_service += 1;
             return;
@@ -340,7 +344,7 @@ impl Hca {
         match info.service {
             // UC has requests only (its opcodes are SEND and RDMA WRITE) and no timers.
             Service::Uc => self.uc_handle_request(qpn, t),
-            _ if info.operation.is_response() => self.rc_handle_response(now, qpn, t),
+            _ if is_response => self.rc_handle_response(now, qpn, t),
             _ => self.rc_handle_request(now, qpn, t),
         }
         self.rearm_timer(qpn);
@@ -376,7 +380,7 @@ impl Hca {
                     }
                     continue;
                 }
-                QpType::Rc => {
+                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
                     let sent = self.rc_next_packet(now, qpn, out);
                     // After a packet the QP stays on the list while anything is left to send
                     // (the next `rc_next_packet` checks windows and credits anyway); when it

@@ -30,6 +30,7 @@ mod requester;
 mod responder;
 mod uc;
 mod ud;
+mod xrc;
 
 pub(crate) use datapath::TxHeaders;
 pub use datapath::{
@@ -148,6 +149,11 @@ pub struct Hca {
     pub(crate) cqs: Table<Cq>,
     pub(crate) srqs: Table<Srq>,
     pub(crate) ahs: Table<Ah>,
+    pub(crate) xrcds: Table<xrc::Xrcd>,
+    /// SRQs by SRQ number (an XRCETH names an XRC SRQ so).
+    pub(crate) srqs_by_num: std::collections::BTreeMap<u32, SrqHandle>,
+    /// SRQ number the next SRQ is given (from 1 upward, wrapping below 2^24).
+    pub(crate) next_srqn: u32,
     /// QPs by QPN value.
     pub(crate) qps: QpMap,
     pub(crate) next_qpn: u32,
@@ -185,6 +191,9 @@ impl Hca {
             cqs: Table::default(),
             srqs: Table::default(),
             ahs: Table::default(),
+            xrcds: Table::default(),
+            srqs_by_num: Default::default(),
+            next_srqn: 1,
             qps: QpMap::default(),
             next_qpn: qp::MIN_QPN,
             async_events: VecDeque::new(),
@@ -577,6 +586,12 @@ impl Hca {
         pd: PdHandle,
         init: &SrqInitAttr,
     ) -> Result<SrqHandle, CreateSrqError> {
+        self.check_srq_init(pd, init)?;
+        Ok(self.insert_srq(Srq::new(pd, init.max_wr, init.max_sge)))
+    }
+
+    /// The checks of a new SRQ: PD, sizes, device limit.
+    fn check_srq_init(&self, pd: PdHandle, init: &SrqInitAttr) -> Result<(), CreateSrqError> {
         if self.pds.get(pd.0).is_none() {
             return Err(CreateSrqError::NoSuchPd(pd));
         }
@@ -596,9 +611,38 @@ impl Hca {
         if self.srqs.len() >= d.max_srq as usize {
             return Err(CreateSrqError::TooManySrqs { max: d.max_srq });
         }
-        let h = SrqHandle(self.srqs.insert(Srq::new(pd, init.max_wr, init.max_sge)));
+        Ok(())
+    }
+
+    /// Numbers and stores a new SRQ (its PD counts one more user).
+    fn insert_srq(&mut self, mut srq: Srq) -> SrqHandle {
+        // The next free number at or after the cursor, from 1 up to 2^24 - 1 and round again
+        // (`max_srq` is far below 2^24, so one is free).
+        srq.srqn = loop {
+            let n = self.next_srqn;
+            self.next_srqn = if n >= softib_wire::psn::MASK24 {
+                1
+            } else {
+                n + 1
+            };
+            if !self.srqs_by_num.contains_key(&n) {
+                break n;
+            }
+        };
+        let (pd, srqn) = (srq.pd, srq.srqn);
+        let h = SrqHandle(self.srqs.insert(srq));
+        self.srqs_by_num.insert(srqn, h);
         self.pd_use(pd, 1);
-        Ok(h)
+        h
+    }
+
+    /// The SRQ number (`ibv_get_srq_num`): what an XRC initiator puts in the XRCETH to reach
+    /// an XRC SRQ.
+    pub fn srq_num(&self, srq: SrqHandle) -> Result<u32, SrqError> {
+        self.srqs
+            .get(srq.0)
+            .map(|s| s.srqn)
+            .ok_or(SrqError::NoSuchSrq(srq))
     }
 
     /// Resizes the SRQ and/or arms its limit (`ibv_modify_srq`). A failed modify changes
@@ -663,9 +707,18 @@ impl Hca {
                 users: s.users,
             });
         }
-        let pd = s.pd;
+        let (pd, srqn, xrc) = (s.pd, s.srqn, s.xrc);
         self.srqs.remove(srq.0);
+        self.srqs_by_num.remove(&srqn);
         self.pd_use(pd, -1);
+        if let Some(x) = xrc {
+            if let Some(c) = self.cqs.get_mut(x.cq.0) {
+                c.users = c.users.saturating_sub(1);
+            }
+            if let Some(d) = self.xrcds.get_mut(x.xrcd.0) {
+                d.users = d.users.saturating_sub(1);
+            }
+        }
         Ok(())
     }
 

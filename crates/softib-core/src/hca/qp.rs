@@ -51,6 +51,9 @@ impl Hca {
         init: &QpInitAttr,
         fixed: Option<Qpn>,
     ) -> Result<Qpn, CreateQpError> {
+        if init.qp_type == QpType::XrcRecv {
+            return Err(CreateQpError::XrcTgtNeedsXrcd);
+        }
         if self.pds.get(pd.0).is_none() {
             return Err(CreateQpError::NoSuchPd(pd));
         }
@@ -60,7 +63,7 @@ impl Hca {
             }
         }
         if let Some(srq) = init.srq {
-            if init.qp_type.is_raw() {
+            if init.qp_type.is_raw() || init.qp_type.is_xrc() {
                 return Err(CreateQpError::SrqNotSupported {
                     qp_type: init.qp_type,
                 });
@@ -82,7 +85,7 @@ impl Hca {
         }
         let d = &self.device;
         let mut cap = init.cap;
-        if init.srq.is_some() {
+        if init.srq.is_some() || init.qp_type.is_xrc() {
             cap.max_recv_wr = 0;
             cap.max_recv_sge = 0;
         }
@@ -120,7 +123,7 @@ impl Hca {
     /// The next free QPN at or after the cursor, wrapping from 2^24 - 2 back to 0x11 (2^24 - 1
     /// is the multicast QPN). The caller has checked `max_qp`, which is far below 2^24, so a
     /// free number exists.
-    fn alloc_qpn(&mut self) -> Qpn {
+    pub(super) fn alloc_qpn(&mut self) -> Qpn {
         loop {
             let n = self.next_qpn;
             self.next_qpn = if n >= MASK24 - 1 { MIN_QPN } else { n + 1 };
@@ -132,9 +135,17 @@ impl Hca {
 
     /// Destroys a QP. Outstanding WRs are flushed to the CQs first (as if the QP entered
     /// ERR, without async events), so every posted `wr_id` comes back.
+    ///
+    /// An XRC target QP is shared by the users that created or opened it: each destroy
+    /// releases one of them, and the QP goes when the last one lets go.
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), QpError> {
-        if !self.qps.contains_key(&qpn.value()) {
-            return Err(QpError::NoSuchQp(qpn));
+        let qp = self
+            .qps
+            .get_mut(&qpn.value())
+            .ok_or(QpError::NoSuchQp(qpn))?;
+        if qp.opens > 1 {
+            qp.opens -= 1;
+            return Ok(());
         }
         self.flush_qp(qpn);
         self.mcast_detach_all(qpn.value());
@@ -150,6 +161,9 @@ impl Hca {
         }
         if let Some(s) = qp.srq.and_then(|srq| self.srqs.get_mut(srq.0)) {
             s.users = s.users.saturating_sub(1);
+        }
+        if let Some(x) = qp.xrcd.and_then(|x| self.xrcds.get_mut(x.0)) {
+            x.users = x.users.saturating_sub(1);
         }
         Ok(())
     }
@@ -426,7 +440,7 @@ impl Hca {
         if !matches!(qp.state(), QpState::Rts | QpState::Sqd) {
             return Ok(());
         }
-        if qp.qp_type == QpType::Rc {
+        if qp.qp_type.is_reliable_connected() {
             self.enter_error(qpn, None);
             return Ok(());
         }
@@ -457,10 +471,19 @@ impl Hca {
     /// queue or from its SRQ (reporting `SrqLimitReached` when the limit is crossed).
     #[cfg_attr(not(test), allow(dead_code))] // consumed by the responder
     pub(crate) fn take_recv_wqe(&mut self, qpn: Qpn) -> Option<RecvWqe> {
-        let qp = self.qps.get_mut(&qpn.value())?;
-        match qp.srq {
+        let srq = self.qps.get(&qpn.value())?.srq;
+        self.take_recv_wqe_from(qpn, srq)
+    }
+
+    /// Takes a receive WQE for QP `qpn` from `srq`, or from the QP's own receive queue.
+    pub(crate) fn take_recv_wqe_from(
+        &mut self,
+        qpn: Qpn,
+        srq: Option<crate::verbs::SrqHandle>,
+    ) -> Option<RecvWqe> {
+        match srq {
             Some(srq) => self.take_srq_wqe(srq),
-            None => qp.rq.pop_front(),
+            None => self.qps.get_mut(&qpn.value())?.rq.pop_front(),
         }
     }
 
@@ -488,13 +511,18 @@ impl Hca {
             return;
         };
         let mut rq = std::mem::take(&mut qp.rq);
-        // A SEND in progress holds the oldest receive WQE it took: flushed first.
+        // A SEND in progress holds the oldest receive WQE it took: flushed first (an XRC
+        // target's, taken from an XRC SRQ, to that SRQ's CQ).
+        let mut cq = qp.recv_cq;
         if let crate::transport::rc::InMessage::Send { wqe, .. } =
             std::mem::take(&mut qp.transport.resp.msg)
         {
             rq.push_front(wqe);
+            if let Some((_, xrc_cq)) = qp.transport.resp.xrc_msg {
+                cq = xrc_cq;
+            }
         }
-        let cq = qp.recv_cq;
+        qp.transport.resp.xrc_msg = None;
         for wqe in rq {
             // A CQ that overran has lost the completion; the CqError event reports it.
             let _ = self.push_completion(
@@ -608,7 +636,9 @@ impl Hca {
             return Err(PostSendError::InlineFlagWithoutData { index });
         }
         let allowed = match qp.qp_type {
-            QpType::Rc => true,
+            QpType::Rc | QpType::XrcSend => true,
+            // An XRC target has no send queue.
+            QpType::XrcRecv => false,
             QpType::Uc => matches!(
                 opcode,
                 WrOpcode::Send
@@ -671,7 +701,7 @@ impl Hca {
         if opcode.is_atomic() && len != 8 {
             return Err(PostSendError::AtomicLength { index, len });
         }
-        let ud = if qp.qp_type != QpType::Rc && qp.qp_type != QpType::Uc {
+        let ud = if !qp.qp_type.is_connected() {
             let dest = wr.ud.ok_or(PostSendError::MissingUdDest { index })?;
             if qp.qp_type.is_raw() {
                 self.validate_raw_send(qp, index, len, wr)?;
@@ -723,6 +753,7 @@ impl Hca {
             // len <= max_msg_sz, a u32.
             length: len as u32,
             ud,
+            xrc_srqn: wr.xrc_remote_srqn & MASK24,
             state: WqeState::Posted,
             tx: Default::default(),
         })
@@ -733,6 +764,12 @@ impl Hca {
     /// the SRQ).
     pub fn post_recv(&mut self, qpn: Qpn, wrs: &[RecvWr]) -> Result<(), PostRecvError> {
         let qp = self.qp(qpn).ok_or(PostRecvError::NoSuchQp(qpn))?;
+        if qp.qp_type.is_xrc() {
+            return Err(PostRecvError::NoReceiveQueue {
+                qpn,
+                qp_type: qp.qp_type,
+            });
+        }
         if qp.srq.is_some() {
             return Err(PostRecvError::UsesSrq(qpn));
         }

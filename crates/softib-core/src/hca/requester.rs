@@ -23,13 +23,14 @@ use softib_wire::opcode::Opcode;
 use softib_wire::psn::MASK24;
 use softib_wire::reth::Reth;
 use softib_wire::transport::{TransportHeaders, TransportPacket};
-use softib_wire::{Psn, Service};
+use softib_wire::xrceth::Xrceth;
+use softib_wire::{Psn, Service, XrcSrqn};
 
 use super::Hca;
 use crate::time::{transport_timer, Instant};
 use crate::verbs::cq::WorkCompletion;
 use crate::verbs::event::QpErrorCause;
-use crate::verbs::types::{AccessFlags, QpState, SendFlags, WcStatus};
+use crate::verbs::types::{AccessFlags, QpState, QpType, SendFlags, WcStatus};
 use crate::verbs::wr::{SendWqe, WqePayload, WqeState, WrOpcode};
 
 /// A request packet with AckReq set at least this often inside long messages.
@@ -222,7 +223,12 @@ impl Hca {
         }
         let psn = qp.transport.req.cur_psn;
         let idx = psn.distance(w.tx.first_psn).max(0) as u32;
-        let (mut headers, plan, last) = request_packet(w, idx, psn, mtu, Service::Rc);
+        let service = if qp.qp_type == QpType::XrcSend {
+            Service::Xrc
+        } else {
+            Service::Rc
+        };
+        let (mut headers, plan, last) = request_packet(w, idx, psn, mtu, service);
         headers.bth.dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
         headers.bth.pkey = DEFAULT_PKEY;
         headers.bth.mig_req = super::apm::mig_req(&qp.attr);
@@ -615,22 +621,22 @@ pub(super) fn rewind_point(w: &SendWqe) -> Psn {
     }
 }
 
-/// `op`, an RC SEND / RDMA WRITE opcode, in the opcode class of `service`: the low five bits of
-/// BTH:OpCode name the same operation and position for RC and UC (IBA Table 38), only bits
-/// 7:5 differ.
+/// `op`, an RC opcode, in the opcode class of `service`: the low five bits of BTH:OpCode name
+/// the same operation and position for RC, UC and XRC (IBA Table 38), only bits 7:5 differ.
 #[inline(always)]
-fn in_class(op: Opcode, service: Service) -> Opcode {
+pub(crate) fn in_class(op: Opcode, service: Service) -> Opcode {
     match service {
         Service::Uc => Opcode(op.0 | Opcode::UC_SEND_FIRST.0),
+        Service::Xrc => Opcode(op.0 | Opcode::XRC_SEND_FIRST.0),
         _ => op,
     }
 }
 
-/// The headers of request packet `idx` of `w` (PSN `psn`) for a connection of `service` (RC or
-/// UC: segmentation and headers are the same, only the opcode class differs), its payload plan
-/// and whether it is the last packet of the message. READ and ATOMIC WQEs (RC only) always get
-/// RC opcodes. (The headers are returned by value: they are built once, in the caller's
-/// frame, not initialised there and then overwritten.)
+/// The headers of request packet `idx` of `w` (PSN `psn`) for a connection of `service` (RC,
+/// UC or XRC: segmentation and headers are the same, only the opcode class differs, and XRC
+/// adds the XRCETH naming the destination SRQ to every packet), its payload plan and whether
+/// it is the last packet of the message. (The headers are returned by value: they are built
+/// once, in the caller's frame, not initialised there and then overwritten.)
 #[inline(always)]
 pub(crate) fn request_packet(
     w: &SendWqe,
@@ -643,18 +649,24 @@ pub(crate) fn request_packet(
         psn,
         ..Bth::default()
     });
-    let (plan, last) = request_headers(w, idx, mtu, &mut h, service);
+    let (plan, last) = request_headers(w, idx, mtu, &mut h);
+    h.bth.opcode = in_class(h.bth.opcode, service);
+    if service == Service::Xrc {
+        h.xrceth = Some(Xrceth {
+            resv8: 0,
+            xrcsrq: XrcSrqn::new(w.xrc_srqn),
+        });
+    }
     (h, plan, last)
 }
 
-/// [`request_packet`] on headers `h` that hold only the PSN.
+/// [`request_packet`] on headers `h` that hold only the PSN, with RC opcodes.
 #[inline(always)]
 fn request_headers(
     w: &SendWqe,
     idx: u32,
     mtu: u32,
     h: &mut TransportHeaders,
-    service: Service,
 ) -> (PayloadPlan, bool) {
     let n = w.tx.npsn;
     let first = idx == 0;
@@ -771,7 +783,7 @@ fn request_headers(
             return (PayloadPlan::None, true);
         }
     };
-    h.bth.opcode = in_class(opcode, service);
+    h.bth.opcode = opcode;
     h.bth.solicited = solicited && last;
     (plan, last)
 }

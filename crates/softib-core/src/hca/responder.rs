@@ -9,7 +9,12 @@
 //! the silent drops the IBA demands for them (C9-106, o9-68).
 //!
 //! NAKs of error classes that end the connection (invalid request, remote access error, remote
-//! operational error) are sent first and then move the QP to ERR, as Linux rxe does.
+//! operational error, and for XRC an XRCETH violation: invalid RD request) are sent first and
+//! then move the QP to ERR, as Linux rxe does.
+//!
+//! The same responder serves XRC targets: a request's receive WQE, completion CQ and
+//! protection domain come from the XRC SRQ its XRCETH names ([`RecvTarget`], `xrc.rs`), and
+//! the responses carry XRC opcodes.
 //!
 //! End-to-end credits (IBA 9.7.7.2): a receive queue not attached to an SRQ generates them
 //! (C9-150.2.1). Every AETH of a positive acknowledgement (ACK, READ response, ATOMIC ACK,
@@ -49,8 +54,20 @@ const NAK_PSN_SEQ: u8 = 0x60;
 const NAK_INVALID_REQUEST: u8 = 0x61;
 const NAK_REMOTE_ACCESS: u8 = 0x62;
 const NAK_REMOTE_OP: u8 = 0x63;
+const NAK_INVALID_RD_REQUEST: u8 = 0x64;
 /// Largest RDMA READ / WRITE length (C9-94).
 const MAX_DMA_LEN: u32 = 1 << 31;
+
+/// Where the receive side of a request lands: the receive queue that supplies its receive
+/// WQE (`srq`, or the QP's own when `None`), the CQ of that WQE's completion, and the
+/// protection domain its buffers and R_Keys are checked in. An RC QP gives its own; an XRC
+/// target takes them from the XRC SRQ the request's XRCETH names.
+#[derive(Debug, Clone, Copy)]
+struct RecvTarget {
+    pd: crate::verbs::PdHandle,
+    srq: Option<crate::verbs::SrqHandle>,
+    cq: crate::verbs::CqHandle,
+}
 
 /// Why a new request is refused.
 enum Refusal {
@@ -136,7 +153,15 @@ impl Hca {
             Err(Refusal::Fatal(syndrome, cause)) => {
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 let msn = qp.transport.resp.msn;
-                qp.transport.resp.msg = InMessage::None;
+                // A SEND in progress ends here: the receive WQE it took completes with flush
+                // error now (the QP enters ERR once the NAK is sent and flushes the rest).
+                let cq = qp.transport.resp.xrc_msg.map_or(qp.recv_cq, |(_, cq)| cq);
+                qp.transport.resp.xrc_msg = None;
+                if let InMessage::Send { wqe, .. } = std::mem::take(&mut qp.transport.resp.msg) {
+                    let wc = WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, qp.qpn);
+                    let _ = self.push_completion(cq, wc, false);
+                }
+                let qp = self.qps.get_mut(&qpn).expect("checked");
                 qp.transport.resp.responses.push_back(Response::Nak {
                     psn,
                     syndrome,
@@ -153,9 +178,16 @@ impl Hca {
     fn rc_execute(&mut self, qpn: u32, t: &TransportPacket<'_>) -> Result<(), Refusal> {
         let h = &t.headers;
         let info = t.info().map_err(|_| invalid())?;
+        let Some(target) = self.recv_target(qpn, t) else {
+            self.counters.xrc_bad_srq += 1;
+            return Err(Refusal::Fatal(
+                NAK_INVALID_RD_REQUEST,
+                QpErrorCause::InvalidRequest,
+            ));
+        };
         let qp = &self.qps[&qpn];
         let mtu = qp.attr.path_mtu.bytes() as usize;
-        let pd = qp.pd;
+        let pd = target.pd;
         let access = qp.attr.qp_access_flags;
         let len = t.payload.len();
         let (op, pos) = (info.operation, info.position);
@@ -179,6 +211,18 @@ impl Hca {
         if !seq_ok {
             return Err(invalid());
         }
+        // An XRC message arrives whole through one SRQ.
+        let xrc = qp.qp_type == QpType::XrcRecv;
+        if xrc && matches!(pos, Position::Middle | Position::Last) {
+            let msg_srq = qp.transport.resp.xrc_msg.map(|(srq, _)| srq);
+            if msg_srq != target.srq {
+                self.counters.xrc_bad_srq += 1;
+                return Err(Refusal::Fatal(
+                    NAK_INVALID_RD_REQUEST,
+                    QpErrorCause::InvalidRequest,
+                ));
+            }
+        }
         // Payload lengths by position (C9-92..94 family; tables.md §6a).
         let len_ok = match (op, pos) {
             (Operation::Send | Operation::RdmaWrite, Position::First | Position::Middle) => {
@@ -191,8 +235,14 @@ impl Hca {
         if !len_ok {
             return Err(invalid());
         }
+        if xrc && matches!(pos, Position::First) {
+            if let Some(srq) = target.srq {
+                let qp = self.qps.get_mut(&qpn).expect("checked");
+                qp.transport.resp.xrc_msg = Some((srq, target.cq));
+            }
+        }
         match op {
-            Operation::Send => self.rc_exec_send(qpn, t, pos),
+            Operation::Send => self.rc_exec_send(qpn, t, pos, target),
             Operation::RdmaWrite => {
                 if !access.contains(AccessFlags::REMOTE_WRITE) {
                     return Err(Refusal::Fatal(
@@ -200,7 +250,7 @@ impl Hca {
                         QpErrorCause::InvalidRequest,
                     ));
                 }
-                self.rc_exec_write(qpn, t, pos, pd)
+                self.rc_exec_write(qpn, t, pos, target)
             }
             Operation::RdmaReadRequest => {
                 if !access.contains(AccessFlags::REMOTE_READ) {
@@ -219,16 +269,36 @@ impl Hca {
         }
     }
 
+    /// The receive side of request `t` at QP `qpn` (see [`RecvTarget`]); `None` for an XRC
+    /// target when the XRCETH names no XRC SRQ of its domain.
+    fn recv_target(&self, qpn: u32, t: &TransportPacket<'_>) -> Option<RecvTarget> {
+        let qp = &self.qps[&qpn];
+        if qp.qp_type != QpType::XrcRecv {
+            return Some(RecvTarget {
+                pd: qp.pd,
+                srq: qp.srq,
+                cq: qp.recv_cq,
+            });
+        }
+        let x = self.xrc_target(qpn, t.headers.xrceth?.xrcsrq.value())?;
+        Some(RecvTarget {
+            pd: x.pd,
+            srq: Some(x.srq),
+            cq: x.cq,
+        })
+    }
+
     fn rc_exec_send(
         &mut self,
         qpn: u32,
         t: &TransportPacket<'_>,
         pos: Position,
+        target: RecvTarget,
     ) -> Result<(), Refusal> {
         let qpn_w = softib_wire::Qpn::new(qpn);
         let starts = matches!(pos, Position::First | Position::Only);
         let (mut wqe, offset) = if starts {
-            match self.take_recv_wqe(qpn_w) {
+            match self.take_recv_wqe_from(qpn_w, target.srq) {
                 Some(w) => (w, 0u64),
                 None => return Err(Refusal::Rnr),
             }
@@ -239,8 +309,7 @@ impl Hca {
                 _ => return Err(invalid()),
             }
         };
-        let qp = &self.qps[&qpn];
-        let (pd, recv_cq) = (qp.pd, qp.recv_cq);
+        let (pd, recv_cq) = (target.pd, target.cq);
         let end = offset + t.payload.len() as u64;
         if end > wqe.length {
             // Message longer than the receive buffer: the receive WQE completes with a local
@@ -267,6 +336,7 @@ impl Hca {
             let r = &mut qp.transport.resp;
             r.msn = r.msn.add(1);
             r.msg = InMessage::None;
+            r.xrc_msg = None;
             // The message is complete: its receive WQE is no longer a credit (C9-157.2.1).
             r.credits.consumed = r.credits.consumed.wrapping_add(1);
             let mut wc = WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, qpn_w)
@@ -292,8 +362,9 @@ impl Hca {
         qpn: u32,
         t: &TransportPacket<'_>,
         pos: Position,
-        pd: crate::verbs::PdHandle,
+        target: RecvTarget,
     ) -> Result<(), Refusal> {
+        let pd = target.pd;
         let qpn_w = softib_wire::Qpn::new(qpn);
         let h = &t.headers;
         let starts = matches!(pos, Position::First | Position::Only);
@@ -320,7 +391,7 @@ impl Hca {
         }
         // WRITE with immediate consumes a receive WQE: check for one before placing data.
         let wqe = if h.immdt.is_some() {
-            match self.take_recv_wqe(qpn_w) {
+            match self.take_recv_wqe_from(qpn_w, target.srq) {
                 Some(w) => Some(w),
                 None => {
                     // Keep the message state so the retried LAST packet finds it.
@@ -352,11 +423,12 @@ impl Hca {
         }
         let qp = self.qps.get_mut(&qpn).expect("checked");
         qp.transport.expected_psn = qp.transport.expected_psn.next();
-        let recv_cq = qp.recv_cq;
+        let recv_cq = target.cq;
         if ends {
             let r = &mut qp.transport.resp;
             r.msn = r.msn.add(1);
             r.msg = InMessage::None;
+            r.xrc_msg = None;
             if wqe.is_some() {
                 // WRITE with immediate consumed a receive WQE; plain WRITEs leave the credit
                 // count alone (C9-157.2.1).
@@ -442,7 +514,9 @@ impl Hca {
         let slice = self
             .check_remote(pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)
             .map_err(|_| Refusal::Fatal(NAK_REMOTE_ACCESS, QpErrorCause::AccessViolation))?;
-        let is_cas = t.headers.bth.opcode == Opcode::RC_COMPARE_SWAP;
+        let is_cas = t
+            .info()
+            .is_ok_and(|i| i.operation == Operation::CompareSwap);
         let Some(mem) = self.mr_slice_mut(&slice) else {
             return Err(Refusal::Fatal(
                 NAK_REMOTE_ACCESS,
@@ -560,8 +634,12 @@ impl Hca {
             return;
         };
         let psn = t.headers.bth.psn;
+        let Some(RecvTarget { pd, .. }) = self.recv_target(qpn, t) else {
+            // An XRCETH violation on a duplicate: dropped, never NAKed (C9-115).
+            self.counters.xrc_bad_srq += 1;
+            return;
+        };
         let qp = &self.qps[&qpn];
-        let pd = qp.pd;
         let answer = match info.operation {
             Operation::Send | Operation::RdmaWrite => {
                 let qp = self.qps.get_mut(&qpn).expect("checked");
@@ -711,7 +789,13 @@ impl Hca {
         let mtu = qp.attr.path_mtu.bytes();
         let dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
         let mig_req = super::apm::mig_req(&qp.attr);
-        let generates_credits = qp.srq.is_none();
+        // A receive queue of its own generates credits; an SRQ (an XRC target's too) does not.
+        let generates_credits = qp.qp_type == QpType::Rc && qp.srq.is_none();
+        let service = if qp.qp_type == QpType::XrcRecv {
+            softib_wire::Service::Xrc
+        } else {
+            softib_wire::Service::Rc
+        };
         let resp = &mut qp.transport.resp;
         let credits = resp.credits;
         // The receive WQEs the packet's credit field advertises in all (see `rc_advertise`).
@@ -875,6 +959,7 @@ impl Hca {
         }
         let psn = h.bth.psn;
         h.bth.mig_req = mig_req;
+        h.bth.opcode = super::requester::in_class(h.bth.opcode, service);
         let t = TransportPacket::new(h, &scratch);
         let built = self.build_frame(qpn, &t, out);
         self.scratch = scratch;

@@ -121,11 +121,16 @@ pub struct Counters {
     pub raw_no_wqe: u64,
     /// Raw datagrams placed into a raw QP's receive WQE (one count per QP that took a copy).
     pub raw_delivered: u64,
+    /// XRC target: requests whose XRCETH names no XRC SRQ of the target's XRC domain (an
+    /// unknown SRQ number, an SRQ that is not an XRC SRQ, one of another domain, or within a
+    /// message one other than the message's). New requests are answered with NAK-Invalid RD
+    /// Request; duplicates are dropped silently.
+    pub xrc_bad_srq: u64,
 }
 
 impl Counters {
     /// Every counter by name, in declaration order.
-    pub fn named(&self) -> [(&'static str, u64); 46] {
+    pub fn named(&self) -> [(&'static str, u64); 47] {
         [
             ("sent_pkts", self.sent_pkts),
             ("rcvd_pkts", self.rcvd_pkts),
@@ -173,6 +178,7 @@ impl Counters {
             ("raw_no_qp", self.raw_no_qp),
             ("raw_no_wqe", self.raw_no_wqe),
             ("raw_delivered", self.raw_delivered),
+            ("xrc_bad_srq", self.xrc_bad_srq),
         ]
     }
 }

@@ -211,6 +211,10 @@ pub struct Responder {
     pub credits: RecvCredits,
     /// One-shot faults armed with `Hca::inject_responder_fault`.
     pub faults: ArmedFaults,
+    /// XRC target: the SRQ the message in progress (`msg`) is being received through and its
+    /// CQ. Every packet of a message names the same SRQ; a SEND in progress that is flushed
+    /// completes there.
+    pub xrc_msg: Option<(crate::verbs::SrqHandle, crate::verbs::CqHandle)>,
 }
 
 /// A local error the RC responder can be told to meet, so that the behaviour the IBA demands

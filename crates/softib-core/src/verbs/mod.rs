@@ -64,3 +64,8 @@ handle!(
     AhHandle,
     "ah"
 );
+handle!(
+    /// An XRC domain.
+    XrcdHandle,
+    "xrcd"
+);

@@ -3,9 +3,14 @@
 //! An SRQ holds receive WQEs that any QP attached to it consumes. Its limit (`srq_limit`) is
 //! armed by `modify_srq` with a non-zero value; when taking a WQE leaves fewer WQEs than the
 //! limit, the HCA queues `IBV_EVENT_SRQ_LIMIT_REACHED` and disarms the limit (it reads back 0).
+//!
+//! An XRC SRQ (`IBV_SRQT_XRC`) belongs to an XRC domain and has its own CQ: no QP is attached
+//! to it. Requests reach it through any XRC target QP of the same domain, whose packets name
+//! it by its SRQ number in the XRCETH; its receive completions go to its CQ, and memory of
+//! RDMA and atomic requests through it is checked in its protection domain.
 
 use super::wr::RecvWqe;
-use super::PdHandle;
+use super::{CqHandle, PdHandle, XrcdHandle};
 use bitflags::bitflags;
 use std::collections::VecDeque;
 
@@ -43,9 +48,22 @@ bitflags! {
     }
 }
 
+/// What makes an SRQ an XRC SRQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct XrcSrq {
+    /// The XRC domain whose target QPs may deliver into it.
+    pub(crate) xrcd: XrcdHandle,
+    /// The CQ of its receive completions.
+    pub(crate) cq: CqHandle,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Srq {
     pub(crate) pd: PdHandle,
+    /// SRQ number (`ibv_get_srq_num`), unique among the HCA's live SRQs.
+    pub(crate) srqn: u32,
+    /// Set for an XRC SRQ.
+    pub(crate) xrc: Option<XrcSrq>,
     pub(crate) max_wr: u32,
     pub(crate) max_sge: u32,
     /// Armed limit, 0 when disarmed.
@@ -59,6 +77,8 @@ impl Srq {
     pub(crate) fn new(pd: PdHandle, max_wr: u32, max_sge: u32) -> Srq {
         Srq {
             pd,
+            srqn: 0,
+            xrc: None,
             max_wr,
             max_sge,
             limit: 0,

@@ -145,8 +145,8 @@ bitflags! {
 
 /// Transport service of a QP (`enum ib_qp_type` / `enum ibv_qp_type` values).
 ///
-/// softib implements RC, UC, UD and the two raw datagram services; reliable datagram and XRC
-/// will be added as further variants.
+/// softib implements RC, UC, UD, the two raw datagram services and both halves of XRC;
+/// reliable datagram will be added as a further variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum QpType {
@@ -160,16 +160,26 @@ pub enum QpType {
     RawIpv6,
     /// Raw EtherType datagram (`IB_QPT_RAW_ETHERTYPE` = 6 in the kernel).
     RawEthertype,
+    /// XRC initiator: the send half of an XRC connection (`IBV_QPT_XRC_SEND` = 9). It has a
+    /// send queue and no receive queue; each send WR names the XRC SRQ of the target node
+    /// that receives it.
+    XrcSend,
+    /// XRC target: the receive half of an XRC connection (`IBV_QPT_XRC_RECV` = 10). It
+    /// belongs to an XRC domain, has neither queue nor CQ, and places each request into the
+    /// XRC SRQ its XRCETH names.
+    XrcRecv,
 }
 
 impl QpType {
     /// Every QP type softib implements.
-    pub const ALL: [QpType; 5] = [
+    pub const ALL: [QpType; 7] = [
         QpType::Rc,
         QpType::Uc,
         QpType::Ud,
         QpType::RawIpv6,
         QpType::RawEthertype,
+        QpType::XrcSend,
+        QpType::XrcRecv,
     ];
 
     /// Kernel `enum ib_qp_type` value (equal to libibverbs' for RC, UC and UD).
@@ -180,6 +190,8 @@ impl QpType {
             QpType::Ud => 4,
             QpType::RawIpv6 => 5,
             QpType::RawEthertype => 6,
+            QpType::XrcSend => 9,
+            QpType::XrcRecv => 10,
         }
     }
 
@@ -191,13 +203,29 @@ impl QpType {
             4 => Some(QpType::Ud),
             5 => Some(QpType::RawIpv6),
             6 => Some(QpType::RawEthertype),
+            9 => Some(QpType::XrcSend),
+            10 => Some(QpType::XrcRecv),
             _ => None,
         }
     }
 
     /// Connected services (a QP talks to exactly one remote QP).
     pub const fn is_connected(self) -> bool {
-        matches!(self, QpType::Rc | QpType::Uc)
+        matches!(
+            self,
+            QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv
+        )
+    }
+
+    /// The reliable connected services, RC and the two halves of XRC: one requester /
+    /// completer / responder engine (IBA 9.7) serves them all.
+    pub const fn is_reliable_connected(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
+    }
+
+    /// The halves of XRC.
+    pub const fn is_xrc(self) -> bool {
+        matches!(self, QpType::XrcSend | QpType::XrcRecv)
     }
 
     /// Raw datagram services.
@@ -205,7 +233,7 @@ impl QpType {
         matches!(self, QpType::RawIpv6 | QpType::RawEthertype)
     }
 
-    /// Short name: "RC", "UC", "UD", "RAW_IPV6", "RAW_ETHERTYPE".
+    /// Short name: "RC", "UC", "UD", "RAW_IPV6", "RAW_ETHERTYPE", "XRC_SEND", "XRC_RECV".
     pub const fn name(self) -> &'static str {
         match self {
             QpType::Rc => "RC",
@@ -213,6 +241,8 @@ impl QpType {
             QpType::Ud => "UD",
             QpType::RawIpv6 => "RAW_IPV6",
             QpType::RawEthertype => "RAW_ETHERTYPE",
+            QpType::XrcSend => "XRC_SEND",
+            QpType::XrcRecv => "XRC_RECV",
         }
     }
 }

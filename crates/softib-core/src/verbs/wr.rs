@@ -203,6 +203,10 @@ pub struct SendWr {
     pub flags: SendFlags,
     /// Destination of a UD send.
     pub ud: Option<UdDest>,
+    /// XRC SRQ number of the remote node that receives the message (`qp_type.xrc.remote_srqn`
+    /// of `struct ibv_send_wr`); used by XRC initiator QPs only, which carry it in the XRCETH
+    /// of every request packet (24 bits).
+    pub xrc_remote_srqn: u32,
 }
 
 impl SendWr {
@@ -215,6 +219,7 @@ impl SendWr {
             inline_data: None,
             flags: SendFlags::empty(),
             ud: None,
+            xrc_remote_srqn: 0,
         }
     }
 
@@ -255,6 +260,12 @@ impl SendWr {
             remote_qpn,
             remote_qkey,
         });
+        self
+    }
+
+    /// Sets the XRC SRQ number the message is for (XRC initiator QPs).
+    pub fn with_xrc_srqn(mut self, srqn: u32) -> SendWr {
+        self.xrc_remote_srqn = srqn;
         self
     }
 
@@ -349,6 +360,8 @@ pub struct SendWqe {
     pub length: u32,
     /// UD destination.
     pub ud: Option<UdWqeDest>,
+    /// XRC SRQ number of the destination (XRC initiator QPs), 24 bits.
+    pub xrc_srqn: u32,
     /// Data path progress.
     pub state: WqeState,
     /// Send-side progress kept by the RC requester.

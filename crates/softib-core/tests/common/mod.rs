@@ -1,5 +1,12 @@
 //! A two-HCA harness: frames move directly between the HCAs (zero latency) through a filter
 //! that can drop, and virtual time jumps to the next timer when nothing moves.
+//!
+//! The pair is an RC connection (A's QP ↔ B's QP) or an XRC one ([`Svc::Xrc`]): A's QP an XRC
+//! initiator, B's an XRC target whose requests land in B's XRC SRQ (CQ `b.cq`, PD `b.pd`).
+//! The harness hides the difference from tests written for RC: A's send WRs name B's SRQ,
+//! receives "posted on B" go to the SRQ, frames built with RC opcodes are sent with the XRC
+//! opcode of the same operation (requests with an XRCETH naming B's SRQ), and
+//! [`Seen::opcode`] reports the RC opcode of an XRC packet ([`Seen::raw_opcode`] the real one).
 
 #![allow(dead_code)]
 
@@ -30,6 +37,13 @@ pub mod uc;
 mod shuttle;
 pub use shuttle::{Dir, Filter};
 
+/// The service of a [`Pair`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Svc {
+    Rc,
+    Xrc,
+}
+
 /// One side of the pair.
 pub struct Side {
     pub hca: Hca,
@@ -37,6 +51,8 @@ pub struct Side {
     pub cq: CqHandle,
     pub qpn: Qpn,
     pub mr: MrInfo,
+    /// XRC: B's XRC SRQ, which receives everything B's target QP takes.
+    pub srq: Option<SrqHandle>,
 }
 
 pub struct Pair {
@@ -50,6 +66,8 @@ pub struct Pair {
     /// First request PSN of A's and of B's send queue.
     pub psn_a: u32,
     pub psn_b: u32,
+    /// The service of the connection.
+    pub svc: Svc,
 }
 
 pub const MR_LEN: usize = 1 << 20;
@@ -60,7 +78,9 @@ pub fn alt_gid(ip: [u8; 4]) -> softib_core::verbs::types::Gid {
     gid_of_ipv4([ip[0], ip[1], ip[2] + 1, ip[3]])
 }
 
-fn side(node: u32, ip: [u8; 4], mtu: Mtu) -> Side {
+/// A side whose QP is of `qp_type`: RC, an XRC initiator, or (`XrcRecv`) an XRC target with
+/// an XRC SRQ in a new XRC domain.
+fn side(node: u32, ip: [u8; 4], mtu: Mtu, qp_type: QpType) -> Side {
     let mut cfg = HcaConfig::new(node);
     cfg.ports[0].gids.push(GidEntry {
         gid: gid_of_ipv4(ip),
@@ -83,9 +103,21 @@ fn side(node: u32, ip: [u8; 4], mtu: Mtu) -> Side {
         max_recv_sge: 4,
         max_inline_data: 64,
     };
-    let qpn = hca
-        .create_qp(pd, &QpInitAttr::new(QpType::Rc, cq, cap))
-        .unwrap();
+    let (qpn, srq) = if qp_type == QpType::XrcRecv {
+        let xrcd = hca.alloc_xrcd().unwrap();
+        let attr = SrqInitAttr {
+            max_wr: 1024,
+            max_sge: 4,
+            srq_limit: 0,
+        };
+        let srq = hca.create_xrc_srq(pd, xrcd, cq, &attr).unwrap();
+        (hca.create_xrc_tgt_qp(xrcd).unwrap(), Some(srq))
+    } else {
+        let qpn = hca
+            .create_qp(pd, &QpInitAttr::new(qp_type, cq, cap))
+            .unwrap();
+        (qpn, None)
+    };
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
@@ -97,6 +129,7 @@ fn side(node: u32, ip: [u8; 4], mtu: Mtu) -> Side {
         cq,
         qpn,
         mr,
+        srq,
     }
 }
 
@@ -104,6 +137,12 @@ impl Pair {
     /// Two connected RC QPs; A's requester starts at `psn_a`, B's at `psn_b`.
     pub fn new(psn_a: u32, psn_b: u32, opts: ConnectOptions) -> Pair {
         Pair::new_with_init(psn_a, psn_b, opts, |_, _| {})
+    }
+
+    /// [`Pair::new`] for `svc`: with [`Svc::Xrc`], A's QP is an XRC initiator and B's an XRC
+    /// target delivering into B's XRC SRQ.
+    pub fn new_svc(svc: Svc, psn_a: u32, psn_b: u32, opts: ConnectOptions) -> Pair {
+        Pair::new_svc_with_init(svc, psn_a, psn_b, opts, |_, _| {})
     }
 
     /// [`Pair::new`], running `init(a, b)` while both QPs are in INIT (receives posted there
@@ -114,8 +153,24 @@ impl Pair {
         opts: ConnectOptions,
         init: impl FnOnce(&mut Side, &mut Side),
     ) -> Pair {
-        let mut a = side(1, [10, 0, 0, 1], opts.path_mtu.max(Mtu::Mtu1024));
-        let mut b = side(2, [10, 0, 0, 2], opts.path_mtu.max(Mtu::Mtu1024));
+        Pair::new_svc_with_init(Svc::Rc, psn_a, psn_b, opts, init)
+    }
+
+    /// [`Pair::new_with_init`] for `svc` (see [`Pair::new_svc`]).
+    pub fn new_svc_with_init(
+        svc: Svc,
+        psn_a: u32,
+        psn_b: u32,
+        opts: ConnectOptions,
+        init: impl FnOnce(&mut Side, &mut Side),
+    ) -> Pair {
+        let (type_a, type_b) = match svc {
+            Svc::Rc => (QpType::Rc, QpType::Rc),
+            Svc::Xrc => (QpType::XrcSend, QpType::XrcRecv),
+        };
+        let mtu = opts.path_mtu.max(Mtu::Mtu1024);
+        let mut a = side(1, [10, 0, 0, 1], mtu, type_a);
+        let mut b = side(2, [10, 0, 0, 2], mtu, type_b);
         let o = ConnectOptions {
             sgid_index: 1,
             ..opts
@@ -156,7 +211,13 @@ impl Pair {
             filter: Box::new(|_, _| true),
             psn_a,
             psn_b,
+            svc,
         }
+    }
+
+    /// B's XRC SRQ number (XRC pairs).
+    pub fn b_srqn(&self) -> Option<u32> {
+        self.b.srq.map(|s| self.b.hca.srq_num(s).unwrap())
     }
 
     /// Moves frames until both sides are idle and no timer is pending before `limit_ns`.
@@ -209,7 +270,18 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// The opcode, an XRC one reported as the RC opcode of the same operation (see the module
+    /// documentation).
     pub fn opcode(&self) -> Opcode {
+        let op = self.headers.bth.opcode;
+        if op.0 & 0xe0 == Opcode::XRC_SEND_FIRST.0 {
+            Opcode(op.0 & 0x1f)
+        } else {
+            op
+        }
+    }
+    /// The opcode as sent.
+    pub fn raw_opcode(&self) -> Opcode {
         self.headers.bth.opcode
     }
     pub fn psn(&self) -> u32 {
@@ -300,6 +372,16 @@ impl Pair {
     ) -> Vec<u8> {
         headers.bth.dest_qp = self.receiver(dir).qpn;
         headers.bth.pkey = 0xffff;
+        if self.svc == Svc::Xrc && headers.bth.opcode.0 < 0x20 {
+            // The XRC opcode of the operation; requests to B name B's SRQ.
+            headers.bth.opcode = Opcode(headers.bth.opcode.0 | Opcode::XRC_SEND_FIRST.0);
+            if dir == Dir::AtoB && headers.xrceth.is_none() {
+                headers.xrceth = Some(softib_wire::xrceth::Xrceth {
+                    resv8: 0,
+                    xrcsrq: softib_wire::XrcSrqn::new(self.b_srqn().unwrap()),
+                });
+            }
+        }
         let (src, dst) = dir.ips();
         let eth = Ethernet {
             dst: mac_for_gid(&gid_of_ipv4(dst)),
@@ -464,9 +546,21 @@ impl Pair {
         }
     }
 
-    /// Posts send WRs on A.
+    /// Posts send WRs on A (on an XRC pair, for B's SRQ).
     pub fn post_a(&mut self, wrs: &[SendWr]) {
-        self.a.hca.post_send(self.a.qpn, wrs).unwrap();
+        let wrs = self.for_b(wrs);
+        self.a.hca.post_send(self.a.qpn, &wrs).unwrap();
+    }
+
+    /// `wrs` as A posts them: on an XRC pair, each names B's SRQ.
+    pub fn for_b(&self, wrs: &[SendWr]) -> Vec<SendWr> {
+        let srqn = self.b_srqn();
+        wrs.iter()
+            .map(|w| match srqn {
+                Some(n) => w.clone().with_xrc_srqn(n),
+                None => w.clone(),
+            })
+            .collect()
     }
 
     /// A's requester next PSN and B's expected PSN.
@@ -486,9 +580,15 @@ impl Side {
             length: len,
             lkey: self.mr.lkey,
         };
-        self.hca
-            .post_recv(self.qpn, &[RecvWr::new(wr_id, vec![sge])])
-            .unwrap();
+        self.post_recv_wrs(&[RecvWr::new(wr_id, vec![sge])]);
+    }
+
+    /// Posts receive WRs on the side's QP, or on its XRC SRQ.
+    pub fn post_recv_wrs(&mut self, wrs: &[RecvWr]) {
+        match self.srq {
+            Some(srq) => self.hca.post_srq_recv(srq, wrs).unwrap(),
+            None => self.hca.post_recv(self.qpn, wrs).unwrap(),
+        }
     }
 
     /// Every completion queued on the side's CQ (taken).

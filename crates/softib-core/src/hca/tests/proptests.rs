@@ -133,7 +133,7 @@ proptest! {
 
     #[test]
     fn random_modify_sequences_respect_the_table(
-        t in prop::sample::select(QpType::ALL.to_vec()),
+        t in prop::sample::select(super::TYPES.to_vec()),
         ops in prop::collection::vec(op(), 1..40),
     ) {
         let mut f = Fixture::for_type(t);

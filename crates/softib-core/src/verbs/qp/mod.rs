@@ -8,7 +8,7 @@ pub use state::{check_transition, transition_rule, AttrRule, Transition, TRANSIT
 
 use super::types::{QpState, QpType};
 use super::wr::{RecvWqe, SendWqe, WqeState};
-use super::{CqHandle, PdHandle, SrqHandle};
+use super::{CqHandle, PdHandle, SrqHandle, XrcdHandle};
 use softib_wire::{Psn, Qpn};
 use std::collections::VecDeque;
 
@@ -45,6 +45,11 @@ pub struct Qp {
     pub(crate) send_cq: CqHandle,
     pub(crate) recv_cq: CqHandle,
     pub(crate) srq: Option<SrqHandle>,
+    /// The XRC domain of an XRC target QP.
+    pub(crate) xrcd: Option<XrcdHandle>,
+    /// XRC target QP: the users that hold it (its creator and every `open_xrc_tgt_qp`); the
+    /// QP is destroyed when the last of them destroys it. 1 for every other QP.
+    pub(crate) opens: u32,
     pub(crate) sq_sig_all: bool,
     /// Current attributes; `attr.qp_state` is the state.
     pub(crate) attr: QpAttr,
@@ -73,6 +78,8 @@ impl Qp {
             send_cq: init.send_cq,
             recv_cq: init.recv_cq,
             srq: init.srq,
+            xrcd: None,
+            opens: 1,
             sq_sig_all: init.sq_sig_all,
             attr,
             sq: VecDeque::new(),
@@ -106,6 +113,16 @@ impl Qp {
     /// Shared receive queue, if any.
     pub fn srq(&self) -> Option<SrqHandle> {
         self.srq
+    }
+
+    /// XRC domain of an XRC target QP.
+    pub fn xrcd(&self) -> Option<XrcdHandle> {
+        self.xrcd
+    }
+
+    /// Users holding an XRC target QP (its creator and each opener); 1 for other QPs.
+    pub fn opens(&self) -> u32 {
+        self.opens
     }
 
     /// The queued send WQEs, oldest first.

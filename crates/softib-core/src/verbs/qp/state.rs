@@ -6,6 +6,7 @@
 //!
 //! * RC has no SQE → RTS row: an RC QP never enters SQE (send errors take it to ERR); Linux
 //!   lists the transition as valid with no attributes.
+//! * XRC_SEND and XRC_RECV use Linux's `IB_QPT_XRC_INI` and `IB_QPT_XRC_TGT` columns.
 //! * The raw datagram types use Linux's `IB_QPT_RAW_PACKET` column (port required at
 //!   RESET → INIT, `RATE_LIMIT` optional in RTR → RTS and RTS → RTS).
 //!
@@ -49,6 +50,10 @@ pub struct Transition {
     pub ud: Option<AttrRule>,
     /// Rule for the raw datagram types.
     pub raw: Option<AttrRule>,
+    /// Rule for XRC initiators (XRC_SEND).
+    pub xrc_ini: Option<AttrRule>,
+    /// Rule for XRC targets (XRC_RECV).
+    pub xrc_tgt: Option<AttrRule>,
 }
 
 impl Transition {
@@ -59,6 +64,8 @@ impl Transition {
             QpType::Uc => self.uc,
             QpType::Ud => self.ud,
             QpType::RawIpv6 | QpType::RawEthertype => self.raw,
+            QpType::XrcSend => self.xrc_ini,
+            QpType::XrcRecv => self.xrc_tgt,
         }
     }
 }
@@ -80,6 +87,8 @@ const fn plain(from: QpState, to: QpState) -> Transition {
         uc: EMPTY,
         ud: EMPTY,
         raw: EMPTY,
+        xrc_ini: EMPTY,
+        xrc_tgt: EMPTY,
     }
 }
 
@@ -97,6 +106,19 @@ const CONN_RTR_OPT: M = m(M::ALT_PATH, m(M::ACCESS_FLAGS, M::PKEY_INDEX));
 const RC_RTS: M = m(
     m(M::TIMEOUT, M::RETRY_CNT),
     m(M::RNR_RETRY, m(M::SQ_PSN, M::MAX_QP_RD_ATOMIC)),
+);
+/// XRC target RTR → RTS: a target sends only responses, so no retry counts, SQ PSN aside.
+const XRC_TGT_RTS: M = m(M::TIMEOUT, M::SQ_PSN);
+const XRC_INI_SQD_OPT: M = m(
+    m(UC_SQD_OPT, M::PORT),
+    m(
+        m(M::TIMEOUT, M::RETRY_CNT),
+        m(M::RNR_RETRY, M::MAX_QP_RD_ATOMIC),
+    ),
+);
+const XRC_TGT_SQD_OPT: M = m(
+    m(UC_SQD_OPT, M::PORT),
+    m(M::TIMEOUT, m(M::MAX_DEST_RD_ATOMIC, M::MIN_RNR_TIMER)),
 );
 const UD_TO_RTS_OPT: M = m(M::CUR_STATE, M::QKEY);
 const UC_TO_RTS_OPT: M = m(
@@ -133,6 +155,8 @@ pub const TRANSITIONS: &[Transition] = &[
         uc: rule(CONN_INIT, M::empty()),
         ud: rule(UD_INIT, M::empty()),
         raw: rule(M::PORT, M::empty()),
+        xrc_ini: rule(CONN_INIT, M::empty()),
+        xrc_tgt: rule(CONN_INIT, M::empty()),
     },
     plain(INIT, RESET),
     plain(INIT, ERR),
@@ -143,6 +167,8 @@ pub const TRANSITIONS: &[Transition] = &[
         uc: rule(M::empty(), CONN_INIT),
         ud: rule(M::empty(), UD_INIT),
         raw: EMPTY,
+        xrc_ini: rule(M::empty(), CONN_INIT),
+        xrc_tgt: rule(M::empty(), CONN_INIT),
     },
     Transition {
         from: INIT,
@@ -151,6 +177,8 @@ pub const TRANSITIONS: &[Transition] = &[
         uc: rule(UC_RTR, CONN_RTR_OPT),
         ud: rule(M::empty(), m(M::PKEY_INDEX, M::QKEY)),
         raw: EMPTY,
+        xrc_ini: rule(UC_RTR, CONN_RTR_OPT),
+        xrc_tgt: rule(RC_RTR, CONN_RTR_OPT),
     },
     plain(RTR, RESET),
     plain(RTR, ERR),
@@ -161,6 +189,8 @@ pub const TRANSITIONS: &[Transition] = &[
         uc: rule(M::SQ_PSN, UC_TO_RTS_OPT),
         ud: rule(M::SQ_PSN, UD_TO_RTS_OPT),
         raw: rule(M::empty(), M::RATE_LIMIT),
+        xrc_ini: rule(RC_RTS, UC_TO_RTS_OPT),
+        xrc_tgt: rule(XRC_TGT_RTS, RC_TO_RTS_OPT),
     },
     plain(RTS, RESET),
     plain(RTS, ERR),
@@ -171,6 +201,8 @@ pub const TRANSITIONS: &[Transition] = &[
         uc: rule(M::empty(), UC_TO_RTS_OPT),
         ud: rule(M::empty(), UD_TO_RTS_OPT),
         raw: rule(M::empty(), M::RATE_LIMIT),
+        xrc_ini: rule(M::empty(), UC_TO_RTS_OPT),
+        xrc_tgt: rule(M::empty(), RC_TO_RTS_OPT),
     },
     Transition {
         from: RTS,
@@ -179,6 +211,8 @@ pub const TRANSITIONS: &[Transition] = &[
         uc: rule(M::empty(), M::EN_SQD_ASYNC_NOTIFY),
         ud: rule(M::empty(), M::EN_SQD_ASYNC_NOTIFY),
         raw: EMPTY,
+        xrc_ini: rule(M::empty(), M::EN_SQD_ASYNC_NOTIFY),
+        xrc_tgt: rule(M::empty(), M::EN_SQD_ASYNC_NOTIFY),
     },
     plain(SQD, RESET),
     plain(SQD, ERR),
@@ -189,6 +223,8 @@ pub const TRANSITIONS: &[Transition] = &[
         uc: rule(M::empty(), UC_TO_RTS_OPT),
         ud: rule(M::empty(), UD_TO_RTS_OPT),
         raw: EMPTY,
+        xrc_ini: rule(M::empty(), UC_TO_RTS_OPT),
+        xrc_tgt: rule(M::empty(), RC_TO_RTS_OPT),
     },
     Transition {
         from: SQD,
@@ -197,6 +233,8 @@ pub const TRANSITIONS: &[Transition] = &[
         uc: rule(M::empty(), UC_SQD_OPT),
         ud: rule(M::empty(), m(M::PKEY_INDEX, M::QKEY)),
         raw: EMPTY,
+        xrc_ini: rule(M::empty(), XRC_INI_SQD_OPT),
+        xrc_tgt: rule(M::empty(), XRC_TGT_SQD_OPT),
     },
     plain(SQE, RESET),
     plain(SQE, ERR),
@@ -207,6 +245,8 @@ pub const TRANSITIONS: &[Transition] = &[
         uc: rule(M::empty(), m(M::CUR_STATE, M::ACCESS_FLAGS)),
         ud: rule(M::empty(), m(M::CUR_STATE, M::QKEY)),
         raw: EMPTY,
+        xrc_ini: None,
+        xrc_tgt: None,
     },
     plain(ERR, RESET),
     plain(ERR, ERR),
