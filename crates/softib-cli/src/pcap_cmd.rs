@@ -221,6 +221,7 @@ fn record(frame: usize, t: &TransportPacket<'_>, crc_ok: bool) -> Value {
         "reth_va": reth.map(|r| r.va),
         "reth_rkey": reth.map(|r| r.rkey),
         "reth_len": reth.map(|r| r.dma_len),
+        "xrcsrq": h.xrceth.map(|x| x.xrcsrq.value()),
         "icrc_ok": crc_ok,
     })
 }
@@ -247,6 +248,9 @@ fn text_line(frame: usize, t: &TransportPacket<'_>, crc_ok: bool) -> String {
             a.decoded(),
             hex(a.msn.value().into(), 6)
         );
+    }
+    if let Some(x) = &h.xrceth {
+        line += &format!(" xrcsrq={}", hex(x.xrcsrq.value().into(), 6));
     }
     if let Some(r) = &h.reth {
         line += &format!(

@@ -2,6 +2,11 @@
 //! UDP runtime, with the same out-of-band exchange (TCP port 18515, one 52-byte
 //! `LID:QPN:PSN:GID` message each way, then `done` from the client), the same work request
 //! pattern and the same result lines, so either side can be softib or the rdma-core tool.
+//!
+//! `--service xrc` runs the same ping-pong over XRC, as one connection of
+//! `ibv_xsrq_pingpong`: each side has an XRC initiator that sends, and an XRC target in an
+//! XRC domain that receives into an XRC SRQ; the exchange message is `ibv_xsrq_pingpong`'s
+//! (`LID:QPN RECV:QPN SEND:PSN:SRQN:GID`), and every send names the peer's SRQ.
 
 use std::net::TcpListener;
 use std::process::ExitCode;
@@ -10,10 +15,12 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use softib_core::setup::{ConnectOptions, EndpointInfo};
 use softib_core::verbs::ah::AhAttr;
+use softib_core::verbs::srq::SrqInitAttr;
 use softib_core::verbs::types::{Mtu, QpType, WcStatus};
 use softib_core::verbs::wr::{RecvWr, SendWr, Sge, WrOpcode};
-use softib_core::verbs::AhHandle;
+use softib_core::verbs::{AhHandle, SrqHandle};
 use softib_udp::endpoint::{Endpoint, EndpointConfig, UD_QKEY};
+use softib_wire::{Psn, Qpn};
 
 use crate::net_common::{self as nc, DeviceArgs, Error};
 
@@ -27,12 +34,75 @@ pub enum Service {
     Rc,
     Uc,
     Ud,
+    /// XRC: an initiator sends to the peer's XRC SRQ through the peer's target QP.
+    Xrc,
+}
+
+/// The receive half of an XRC side: its target QP and the XRC SRQ it delivers into.
+struct XrcRecv {
+    tgt: Qpn,
+    srq: SrqHandle,
+}
+
+/// `ibv_xsrq_pingpong`'s exchange message: `LID:QPN RECV:QPN SEND:PSN:SRQN:GID` in hex, the GID
+/// as 32 hex digits, NUL-terminated.
+const XRC_MSG_LEN: usize = 66;
+
+/// What an XRC side tells its peer: LID, target (receive) QPN, initiator (send) QPN, the
+/// initiator's first PSN, SRQ number, GID.
+struct XrcDest {
+    lid: u16,
+    recv_qpn: u32,
+    send_qpn: u32,
+    psn: u32,
+    srqn: u32,
+    gid: softib_core::verbs::types::Gid,
+}
+
+impl XrcDest {
+    fn message(&self) -> [u8; XRC_MSG_LEN] {
+        let gid: String = self.gid.0.iter().map(|b| format!("{b:02x}")).collect();
+        let s = format!(
+            "{:04x}:{:06x}:{:06x}:{:06x}:{:06x}:{gid}",
+            self.lid, self.recv_qpn, self.send_qpn, self.psn, self.srqn
+        );
+        let mut m = [0u8; XRC_MSG_LEN];
+        let n = s.len().min(XRC_MSG_LEN - 1);
+        m[..n].copy_from_slice(&s.as_bytes()[..n]);
+        m
+    }
+
+    fn parse(m: &[u8]) -> Result<XrcDest, Error> {
+        let end = m.iter().position(|&b| b == 0).unwrap_or(m.len());
+        let s = std::str::from_utf8(&m[..end]).map_err(|_| "exchange message is not text")?;
+        let f: Vec<&str> = s.split(':').collect();
+        let bad = || -> Error { format!("bad XRC exchange message {s:?}").into() };
+        let [lid, recv_qpn, send_qpn, psn, srqn, gid] = f[..] else {
+            return Err(bad());
+        };
+        let hex = |x: &str| u32::from_str_radix(x, 16).map_err(|_| bad());
+        let mut g = [0u8; 16];
+        if gid.len() != 32 {
+            return Err(bad());
+        }
+        for (i, b) in g.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&gid[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(XrcDest {
+            lid: hex(lid)? as u16,
+            recv_qpn: hex(recv_qpn)?,
+            send_qpn: hex(send_qpn)?,
+            psn: hex(psn)?,
+            srqn: hex(srqn)?,
+            gid: softib_core::verbs::types::Gid(g),
+        })
+    }
 }
 
 #[derive(Args, Debug)]
 pub struct PingpongArgs {
     /// Transport service: rc, uc or ud, as `ibv_rc_pingpong` / `ibv_uc_pingpong` /
-    /// `ibv_ud_pingpong`.
+    /// `ibv_ud_pingpong`; xrc as one connection of `ibv_xsrq_pingpong`.
     #[arg(long, value_enum, default_value = "rc")]
     service: Service,
     /// Server to connect to; without it, wait for a client.
@@ -87,7 +157,9 @@ fn pingpong(args: &PingpongArgs) -> Result<(), Error> {
         Service::Rc => QpType::Rc,
         Service::Uc => QpType::Uc,
         Service::Ud => QpType::Ud,
+        Service::Xrc => QpType::XrcSend,
     };
+    let xrc = args.service == Service::Xrc;
     if args.ib_dev != "softib0" {
         return Err(format!("IB device {} not found", args.ib_dev).into());
     }
@@ -111,6 +183,11 @@ fn pingpong(args: &PingpongArgs) -> Result<(), Error> {
         max_inline: 0,
     };
     let mut ep = Endpoint::new(dev, &ecfg, nc::random_psn())?;
+    let xrc_recv = if xrc {
+        Some(xrc_receive_side(&mut ep, args.rx_depth)?)
+    } else {
+        None
+    };
     let mr = ep.mr;
     let fill = vec![0x7b; buf_len];
     ep.dev.hca_mut().mr_write(mr.handle, 0, &fill)?;
@@ -121,14 +198,14 @@ fn pingpong(args: &PingpongArgs) -> Result<(), Error> {
         mr.addr
     };
     let recv_wr = RecvWr::new(RECV_WRID, vec![Sge::new(recv_addr, recv_len, mr.lkey)]);
+    let srq = xrc_recv.as_ref().map(|x| x.srq);
     let post_recvs = |ep: &mut Endpoint, n: u32| -> u32 {
         let qpn = ep.qpn;
+        let one = std::slice::from_ref(&recv_wr);
         (0..n)
-            .take_while(|_| {
-                ep.dev
-                    .hca_mut()
-                    .post_recv(qpn, std::slice::from_ref(&recv_wr))
-                    .is_ok()
+            .take_while(|_| match srq {
+                Some(srq) => ep.dev.hca_mut().post_srq_recv(srq, one).is_ok(),
+                None => ep.dev.hca_mut().post_recv(qpn, one).is_ok(),
             })
             .count() as u32
     };
@@ -136,65 +213,19 @@ fn pingpong(args: &PingpongArgs) -> Result<(), Error> {
     if routs < args.rx_depth {
         return Err(format!("Couldn't post receive ({routs})").into());
     }
-    let me = ep.info();
     if usize::from(args.gid_idx) != 0 {
         return Err(format!("can't read sgid of index {}", args.gid_idx).into());
     }
-    println!(
-        "  local address:  LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
-        me.lid,
-        me.qpn.value(),
-        me.psn.value(),
-        nc::gid_text(&me.gid)
-    );
     let opts = ConnectOptions {
         path_mtu: args.mtu,
         sgid_index: args.gid_idx,
         ..ConnectOptions::default()
     };
-    let mut ah: Option<AhHandle> = None;
-    let remote = match &args.server {
-        Some(server) => {
-            let mut s = nc::connect_exchange(server, args.port)
-                .map_err(|e| format!("Couldn't connect to {server}:{}: {e}", args.port))?;
-            nc::write_all(&mut s, &nc::pp_message(&me))?;
-            let mut m = [0u8; nc::PP_MSG_LEN];
-            nc::read_full(&mut s, &mut m)?;
-            nc::write_all(&mut s, b"done\0")?;
-            let remote = nc::parse_pp_message(&m)?;
-            args.dev.route_peer(&mut ep.dev, &remote.gid);
-            connect(&mut ep, &remote, &opts, args, &mut ah)?;
-            remote
-        }
-        None => {
-            let l = TcpListener::bind(("0.0.0.0", args.port))
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", args.port))?;
-            let (mut s, _) = l.accept()?;
-            let mut m = [0u8; nc::PP_MSG_LEN];
-            nc::read_full(&mut s, &mut m)?;
-            let remote = nc::parse_pp_message(&m)?;
-            args.dev.route_peer(&mut ep.dev, &remote.gid);
-            connect(&mut ep, &remote, &opts, args, &mut ah)?;
-            nc::write_all(&mut s, &nc::pp_message(&me))?;
-            // The client's "done" (5 bytes with the NUL).
-            let mut done = [0u8; 5];
-            nc::read_full(&mut s, &mut done)?;
-            remote
-        }
+    let send_sge = Sge::new(send_addr, size as u32, mr.lkey);
+    let send_wr = match &xrc_recv {
+        Some(x) => xrc_connect(args, &mut ep, x, &opts, send_sge)?,
+        None => exchange_and_connect(args, &mut ep, &opts, send_sge)?,
     };
-    println!(
-        "  remote address: LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
-        remote.lid,
-        remote.qpn.value(),
-        remote.psn.value(),
-        nc::gid_text(&remote.gid)
-    );
-    let mut send_wr = SendWr::new(SEND_WRID, WrOpcode::Send)
-        .with_sge(Sge::new(send_addr, size as u32, mr.lkey))
-        .signaled();
-    if let Some(ah) = ah {
-        send_wr = send_wr.with_ud(ah, remote.qpn, UD_QKEY);
-    }
     let qpn = ep.qpn;
     let mut pending = RECV_WRID;
     if args.server.is_some() {
@@ -270,6 +301,168 @@ fn pingpong(args: &PingpongArgs) -> Result<(), Error> {
     ep.dev.flush_pcap()?;
     args.dev.report(&ep.dev);
     Ok(())
+}
+
+/// The exchange of `ibv_rc/uc/ud_pingpong` (client: send, receive, `done`; server: receive,
+/// connect, send, wait for `done`), then the QP is connected; returns the WR every send posts.
+fn exchange_and_connect(
+    args: &PingpongArgs,
+    ep: &mut Endpoint,
+    opts: &ConnectOptions,
+    send_sge: Sge,
+) -> Result<SendWr, Error> {
+    let me = ep.info();
+    println!(
+        "  local address:  LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
+        me.lid,
+        me.qpn.value(),
+        me.psn.value(),
+        nc::gid_text(&me.gid)
+    );
+    let mut ah: Option<AhHandle> = None;
+    let remote = match &args.server {
+        Some(server) => {
+            let mut s = nc::connect_exchange(server, args.port)
+                .map_err(|e| format!("Couldn't connect to {server}:{}: {e}", args.port))?;
+            nc::write_all(&mut s, &nc::pp_message(&me))?;
+            let mut m = [0u8; nc::PP_MSG_LEN];
+            nc::read_full(&mut s, &mut m)?;
+            nc::write_all(&mut s, b"done\0")?;
+            let remote = nc::parse_pp_message(&m)?;
+            args.dev.route_peer(&mut ep.dev, &remote.gid);
+            connect(ep, &remote, opts, args, &mut ah)?;
+            remote
+        }
+        None => {
+            let l = TcpListener::bind(("0.0.0.0", args.port))
+                .map_err(|e| format!("Couldn't listen to port {}: {e}", args.port))?;
+            let (mut s, _) = l.accept()?;
+            let mut m = [0u8; nc::PP_MSG_LEN];
+            nc::read_full(&mut s, &mut m)?;
+            let remote = nc::parse_pp_message(&m)?;
+            args.dev.route_peer(&mut ep.dev, &remote.gid);
+            connect(ep, &remote, opts, args, &mut ah)?;
+            nc::write_all(&mut s, &nc::pp_message(&me))?;
+            // The client's "done" (5 bytes with the NUL).
+            let mut done = [0u8; 5];
+            nc::read_full(&mut s, &mut done)?;
+            remote
+        }
+    };
+    println!(
+        "  remote address: LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
+        remote.lid,
+        remote.qpn.value(),
+        remote.psn.value(),
+        nc::gid_text(&remote.gid)
+    );
+    let mut send_wr = SendWr::new(SEND_WRID, WrOpcode::Send)
+        .with_sge(send_sge)
+        .signaled();
+    if let Some(ah) = ah {
+        send_wr = send_wr.with_ud(ah, remote.qpn, UD_QKEY);
+    }
+    Ok(send_wr)
+}
+
+/// Makes the receive half of an XRC side: an XRC domain, an XRC SRQ of `rx_depth` WQEs on the
+/// endpoint's PD and CQ, and a target QP in the domain, moved to INIT.
+fn xrc_receive_side(ep: &mut Endpoint, rx_depth: u32) -> Result<XrcRecv, Error> {
+    let (pd, cq) = (ep.pd, ep.cq);
+    let hca = ep.dev.hca_mut();
+    let xrcd = hca.alloc_xrcd()?;
+    let attr = SrqInitAttr {
+        max_wr: rx_depth,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let srq = hca.create_xrc_srq(pd, xrcd, cq, &attr)?;
+    let tgt = hca.create_xrc_tgt_qp(xrcd)?;
+    let init = softib_core::verbs::qp::QpAttr {
+        qp_state: softib_core::verbs::types::QpState::Init,
+        port_num: 1,
+        qp_access_flags: ConnectOptions::default().access,
+        ..Default::default()
+    };
+    use softib_core::verbs::qp::QpAttrMask as M;
+    hca.modify_qp(
+        tgt,
+        &init,
+        M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS,
+    )?;
+    Ok(XrcRecv { tgt, srq })
+}
+
+/// The XRC exchange (`ibv_xsrq_pingpong`'s message, in the order of the other services), then
+/// the initiator is connected to the peer's target and the target to the peer's initiator;
+/// returns the WR every send posts, addressed to the peer's SRQ.
+fn xrc_connect(
+    args: &PingpongArgs,
+    ep: &mut Endpoint,
+    x: &XrcRecv,
+    opts: &ConnectOptions,
+    send_sge: Sge,
+) -> Result<SendWr, Error> {
+    let srqn = ep.dev.hca().srq_num(x.srq)?;
+    let me = XrcDest {
+        lid: 0,
+        recv_qpn: x.tgt.value(),
+        send_qpn: ep.qpn.value(),
+        psn: ep.psn.value(),
+        srqn,
+        gid: ep.dev.gid(),
+    };
+    let print = |what: &str, d: &XrcDest| {
+        println!(
+            "{what:>8}: LID {:04x}, QPN RECV {:06x} SEND {:06x}, PSN {:06x}, SRQN {:06x}, GID {}",
+            d.lid,
+            d.recv_qpn,
+            d.send_qpn,
+            d.psn,
+            d.srqn,
+            nc::gid_text(&d.gid)
+        )
+    };
+    print("local", &me);
+    let mut m = [0u8; XRC_MSG_LEN];
+    let mut s = match &args.server {
+        Some(server) => {
+            let mut s = nc::connect_exchange(server, args.port)
+                .map_err(|e| format!("Couldn't connect to {server}:{}: {e}", args.port))?;
+            nc::write_all(&mut s, &me.message())?;
+            nc::read_full(&mut s, &mut m)?;
+            s
+        }
+        None => {
+            let l = TcpListener::bind(("0.0.0.0", args.port))
+                .map_err(|e| format!("Couldn't listen to port {}: {e}", args.port))?;
+            let (mut s, _) = l.accept()?;
+            nc::read_full(&mut s, &mut m)?;
+            nc::write_all(&mut s, &me.message())?;
+            s
+        }
+    };
+    let remote = XrcDest::parse(&m)?;
+    print("remote", &remote);
+    args.dev.route_peer(&mut ep.dev, &remote.gid);
+    let to = |qpn: u32| EndpointInfo {
+        qpn: Qpn::new(qpn),
+        psn: Psn::new(remote.psn),
+        gid: remote.gid,
+        lid: remote.lid,
+    };
+    ep.connect(&to(remote.recv_qpn), opts)
+        .map_err(|e| format!("Couldn't connect the send QP: {e}"))?;
+    let psn = ep.psn;
+    softib_core::setup::connect_from_init(ep.dev.hca_mut(), x.tgt, psn, &to(remote.send_qpn), opts)
+        .map_err(|e| format!("Couldn't connect the receive QP: {e}"))?;
+    // Both sides are ready once each has connected: a one-byte handshake each way.
+    nc::write_all(&mut s, b"R")?;
+    nc::read_full(&mut s, &mut [0u8; 1])?;
+    Ok(SendWr::new(SEND_WRID, WrOpcode::Send)
+        .with_sge(send_sge)
+        .signaled()
+        .with_xrc_srqn(remote.srqn))
 }
 
 fn connect(

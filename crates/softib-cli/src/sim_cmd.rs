@@ -23,6 +23,10 @@ pub enum ServiceArg {
     RawIpv6,
     /// Raw EtherType datagrams (implies --link ib).
     RawEthertype,
+    /// Extended reliable connected: each QP of node A is an XRC initiator connected to an XRC
+    /// target on node B; the targets share one XRC domain with --srqs XRC SRQs, and each
+    /// QP's operation k goes to SRQ k mod --srqs.
+    Xrc,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -65,6 +69,9 @@ pub struct Common {
     /// QP pairs (operations are spread evenly).
     #[arg(long, default_value_t = 1)]
     qps: u32,
+    /// XRC SRQs of node B (--service xrc).
+    #[arg(long, default_value_t = 3)]
+    srqs: u32,
     /// Outstanding work requests per QP.
     #[arg(long, default_value_t = 16)]
     depth: u32,
@@ -165,6 +172,7 @@ fn config(c: &Common, loss: f64) -> Result<SimConfig, String> {
             ServiceArg::Ud => Service::Ud,
             ServiceArg::RawIpv6 => Service::RawIpv6,
             ServiceArg::RawEthertype => Service::RawEthertype,
+            ServiceArg::Xrc => Service::Xrc,
         },
         link: match (c.link, c.service) {
             (Some(LinkArg::Ib), _) | (None, ServiceArg::RawIpv6 | ServiceArg::RawEthertype) => {
@@ -185,6 +193,7 @@ fn config(c: &Common, loss: f64) -> Result<SimConfig, String> {
         size: c.size.unwrap_or(if datagrams { 1024 } else { 65536 }),
         ops: c.ops,
         qps: c.qps,
+        srqs: c.srqs,
         depth: c.depth,
         mtu,
         loss,

@@ -1,4 +1,4 @@
-//! `softib pingpong --service uc` and `--service ud` between two softib processes on loopback
+//! `softib pingpong --service uc`, `--service ud` and `--service xrc` between two softib processes on loopback
 //! (127.0.0.1 and 127.0.0.2 style addresses, each test its own /24 and TCP port): both roles
 //! print the lines of `ibv_uc_pingpong` / `ibv_ud_pingpong`, and the captured frames carry the
 //! service's opcodes (UC SEND, UD SEND Only with a DETH of the pingpong Q_Key).
@@ -109,6 +109,62 @@ fn ud_pingpong_between_two_processes() {
         // SEND Only, 2048 bytes, the Q_Key of ibv_ud_pingpong.
         assert_eq!(*f, (Service::Ud, 0x64, 2048, Some(0x1111_1111)));
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// XRC: each side's initiator sends to the peer's XRC SRQ through the peer's target QP; the
+/// lines are `ibv_xsrq_pingpong`'s, and every captured request is an XRC SEND whose XRCETH
+/// names the receiving side's SRQ, every response an XRC Acknowledge.
+#[test]
+fn xrc_pingpong_between_two_processes() {
+    let (dir, pcap) = temp_pcap("xrc");
+    let common = ["--service", "xrc", "-p", "18853", "-n", "150", "-s", "2500"];
+    let (s, c) = pingpong(&common, "127.0.13", pcap.to_str().unwrap());
+    for (out, own, peer) in [
+        (&s, "127.0.13.1", "127.0.13.2"),
+        (&c, "127.0.13.2", "127.0.13.1"),
+    ] {
+        assert!(
+            out.contains("   local: LID 0000, QPN RECV 000012 SEND 000011, PSN "),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("SRQN 000001, GID ::ffff:{own}\n")),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("SRQN 000001, GID ::ffff:{peer}\n")),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("\n{} bytes in ", 2500 * 150 * 2)),
+            "{out}"
+        );
+        assert!(out.contains("\n150 iters in "), "{out}");
+    }
+    let bytes = std::fs::read(&pcap).unwrap();
+    let r = PcapReader::new(&bytes).unwrap();
+    let (mut sends, mut acks, mut payload) = (0, 0, 0);
+    for rec in r.records() {
+        let rec = rec.unwrap();
+        let p = RocePacket::parse(rec.data).unwrap();
+        assert!(p.icrc_ok());
+        let t = &p.transport;
+        assert_eq!(t.info().unwrap().service, Service::Xrc);
+        match t.headers.bth.opcode.0 {
+            0xa0..=0xa2 => {
+                assert_eq!(t.headers.xrceth.map(|x| x.xrcsrq.value()), Some(1));
+                sends += 1;
+                payload += t.payload.len();
+            }
+            0xb1 => acks += 1,
+            op => panic!("unexpected opcode {op:#x}"),
+        }
+    }
+    // 2500 bytes at MTU 1024: First, Middle, Last, each way; acknowledgements coalesce.
+    assert_eq!(sends, 150 * 3 * 2);
+    assert_eq!(payload, 2500 * 150 * 2);
+    assert!(acks >= 150, "{acks} acknowledgements");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -18,6 +18,12 @@ pub enum Service {
     RawIpv6,
     /// Raw EtherType datagrams (LRH:LNH 00; native IB only).
     RawEthertype,
+    /// XRC: each QP of node A is an XRC initiator connected to its own XRC target QP on node
+    /// B; the targets share one XRC domain holding `srqs` XRC SRQs, each with its own CQ. A
+    /// QP's operation k goes to SRQ k mod `srqs`, so every connection reaches every SRQ and
+    /// every SRQ takes messages of every connection; node B checks each message in the SRQ
+    /// it landed in.
+    Xrc,
 }
 
 impl Service {
@@ -28,6 +34,7 @@ impl Service {
             Service::Ud => "ud",
             Service::RawIpv6 => "raw-ipv6",
             Service::RawEthertype => "raw-ethertype",
+            Service::Xrc => "xrc",
         }
     }
 
@@ -48,7 +55,7 @@ impl Service {
     /// UC, UD and raw datagrams: nothing is retried; the report counts messages delivered,
     /// lost and delivered again.
     pub fn is_unreliable(self) -> bool {
-        !matches!(self, Service::Rc)
+        !matches!(self, Service::Rc | Service::Xrc)
     }
 }
 
@@ -91,6 +98,8 @@ pub struct SimConfig {
     /// Operations in total, spread evenly over the QPs.
     pub ops: u64,
     pub qps: u32,
+    /// XRC: the XRC SRQs of node B (ignored by the other services).
+    pub srqs: u32,
     /// Outstanding work requests per QP.
     pub depth: u32,
     pub mtu: Mtu,
@@ -125,6 +134,7 @@ impl Default for SimConfig {
             size: 65536,
             ops: 2000,
             qps: 1,
+            srqs: 3,
             depth: 16,
             mtu: Mtu::Mtu4096,
             loss: 0.0,
@@ -176,6 +186,12 @@ impl SimConfig {
         }
         if self.qps == 0 || self.depth == 0 {
             return Err("--qps and --depth must be at least 1".into());
+        }
+        if self.service == Service::Xrc && !(1..=1024).contains(&self.srqs) {
+            return Err(format!(
+                "--srqs must be 1..=1024 for --service xrc, got {}",
+                self.srqs
+            ));
         }
         if self.size > 1 << 30 {
             return Err(format!(

@@ -7,7 +7,7 @@ use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::mr::MrInfo;
 use softib_core::verbs::types::{QpState, WcStatus};
 use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, UdDest, WrOpcode};
-use softib_core::verbs::{AhHandle, CqHandle};
+use softib_core::verbs::{AhHandle, CqHandle, SrqHandle};
 use softib_core::Hca;
 use softib_fabric::Endpoint;
 use softib_wire::Qpn;
@@ -81,6 +81,43 @@ pub(crate) struct RawRx {
     pub(crate) duplicates: u64,
 }
 
+/// What the responder of XRC receives through, and what arrived where.
+#[derive(Debug, Clone)]
+pub(crate) struct XrcRx {
+    /// The XRC SRQs of the domain, each with its own CQ.
+    pub(crate) srqs: Vec<(SrqHandle, CqHandle)>,
+    /// Receive buffers: one lane of slots per SRQ (its k-th receive WQE uses slot k mod
+    /// slots of lane s).
+    pub(crate) layout: Layout,
+    /// Per target QP (as `RespApp::qpns`), per SRQ: messages received.
+    pub(crate) received: Vec<Vec<u64>>,
+}
+
+impl XrcRx {
+    /// Posts receive `k` of SRQ `s` (its wr_id names both) through the reused WR `rwr`, into
+    /// `local`, `size` bytes.
+    fn post_recv(
+        &self,
+        hca: &mut Hca,
+        rwr: &mut [RecvWr; 1],
+        local: &MrInfo,
+        size: u32,
+        s: usize,
+        k: u64,
+    ) {
+        let slot = (k % self.layout.slots as u64) as usize;
+        let wr = &mut rwr[0];
+        wr.wr_id = wr_id(s, k);
+        wr.sg_list.clear();
+        wr.sg_list.push(Sge {
+            addr: local.addr + self.layout.offset(s, slot),
+            length: size.max(1),
+            lkey: local.lkey,
+        });
+        let _ = hca.post_srq_recv(self.srqs[s].0, rwr);
+    }
+}
+
 /// The first 8 payload bytes of raw datagram `op`: its operation index; the pattern follows.
 pub(crate) const RAW_OP_BYTES: usize = 8;
 
@@ -114,6 +151,8 @@ pub(crate) struct ReqApp {
     wr: SendWr,
     /// Raw services: the datagram header and destination.
     pub(crate) raw: Option<RawTx>,
+    /// XRC: the SRQ numbers of node B; operation k goes to SRQ k mod their count.
+    pub(crate) xrc_srqns: Vec<u32>,
 }
 
 /// The application of the responding node (posts and checks receive buffers for SEND).
@@ -146,6 +185,8 @@ pub(crate) struct RespApp {
     rwr: [RecvWr; 1],
     /// Raw services: what arrived.
     pub(crate) raw: Option<RawRx>,
+    /// XRC: the SRQs and what arrived in each.
+    pub(crate) xrc: Option<XrcRx>,
 }
 
 pub(crate) enum App {
@@ -304,6 +345,7 @@ impl ReqApp {
                 })
                 .signaled(),
             raw: None,
+            xrc_srqns: Vec::new(),
         }
     }
 
@@ -493,6 +535,9 @@ impl ReqApp {
             wr.sg_list.clear();
             wr.sg_list.push(local);
             wr.ud = self.ud_dests.get(q).copied();
+            if !self.xrc_srqns.is_empty() {
+                wr.xrc_remote_srqn = self.xrc_srqns[(op % self.xrc_srqns.len() as u64) as usize];
+            }
             if hca.post_send(qpn, std::slice::from_ref(wr)).is_err() {
                 let qp = &mut self.qps[q];
                 qp.stopped = true;
@@ -602,6 +647,7 @@ impl RespApp {
             wcs: Vec::with_capacity(64),
             rwr: [RecvWr::new(0, Vec::with_capacity(1))],
             raw: None,
+            xrc: None,
         }
     }
 
@@ -609,6 +655,14 @@ impl RespApp {
     /// immediate, so each consumes one).
     pub(crate) fn post_initial(&mut self, hca: &mut Hca) {
         if self.op != OpKind::Send && !self.uc {
+            return;
+        }
+        if let Some(x) = &self.xrc {
+            for s in 0..x.srqs.len() {
+                for k in 0..x.layout.slots as u64 {
+                    x.post_recv(hca, &mut self.rwr, &self.local, self.size, s, k);
+                }
+            }
             return;
         }
         for q in 0..self.qpns.len() {
@@ -641,7 +695,60 @@ impl RespApp {
         let _ = hca.post_recv(self.qpns[q], &self.rwr);
     }
 
+    /// XRC: takes the completions of every SRQ's CQ. A message that arrived in SRQ `s` through
+    /// target QP `q` is the next of that connection's messages for `s`: operation
+    /// `s + srqs × (messages of q already in s)`; its bytes are checked in the buffer of the
+    /// receive WQE it used, which is then posted again.
+    fn xrc_progress(&mut self, hca: &mut Hca) {
+        let Some(x) = self.xrc.as_mut() else {
+            return;
+        };
+        let nsrq = x.srqs.len() as u64;
+        let slots = x.layout.slots as u64;
+        let size = self.size as usize;
+        for i in 0..x.srqs.len() {
+            let cq = x.srqs[i].1;
+            loop {
+                self.wcs.resize(64, WorkCompletion::default());
+                let n = hca.poll_cq_into(cq, &mut self.wcs).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                for wc in &self.wcs[..n] {
+                    let (s, k) = split(wc.wr_id);
+                    let q = self.qpns.iter().position(|&t| t == wc.qp_num);
+                    let (Some(q), true, true) =
+                        (q, s < x.srqs.len(), wc.status == WcStatus::Success)
+                    else {
+                        self.recv_errors += 1;
+                        continue;
+                    };
+                    let op = s as u64 + nsrq * x.received[q][s];
+                    x.received[q][s] += 1;
+                    self.received[q] += 1;
+                    let off = x.layout.offset(s, (k % slots) as usize) as usize;
+                    let ok = wc.byte_len == self.size
+                        && hca
+                            .mr_bytes(self.local.handle)
+                            .ok()
+                            .and_then(|m| m.get(off..off + size))
+                            .is_some_and(|got| {
+                                pattern::check(got, pattern::op_data(self.seed, q, op))
+                            });
+                    if !ok {
+                        self.verify_failures += 1;
+                    }
+                    x.post_recv(hca, &mut self.rwr, &self.local, self.size, s, k + slots);
+                }
+            }
+        }
+    }
+
     pub(crate) fn progress(&mut self, hca: &mut Hca, now_ns: u64) {
+        if self.xrc.is_some() {
+            self.xrc_progress(hca);
+            return;
+        }
         let mut wcs = std::mem::take(&mut self.wcs);
         loop {
             wcs.resize(64, WorkCompletion::default());

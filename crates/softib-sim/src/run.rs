@@ -9,6 +9,7 @@ use softib_core::transport::Counters;
 use softib_core::verbs::ah::AhAttr;
 use softib_core::verbs::device::GidEntry;
 use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
+use softib_core::verbs::srq::SrqInitAttr;
 use softib_core::verbs::types::{AccessFlags, Gid, GidType, Mtu, QpState, QpType};
 use softib_core::verbs::wr::{RemoteAddr, UdDest};
 use softib_core::{gid_of_ipv4, mac_for_gid, Hca, HcaConfig};
@@ -16,7 +17,7 @@ use softib_fabric::{Capture, Fabric, Faults, LinkConfig, LinkLayer, RunOutcome, 
 use softib_wire::Psn;
 
 use crate::config::{OpKind, Service, SimConfig};
-use crate::node::{App, Layout, RawRx, RawTx, ReqApp, RespApp, SimNode, Slot};
+use crate::node::{App, Layout, RawRx, RawTx, ReqApp, RespApp, SimNode, Slot, XrcRx};
 use crate::pattern;
 
 /// Largest memory the simulator registers per node.
@@ -73,6 +74,8 @@ pub struct SimReport {
     pub duplicates: u64,
     /// UC / UD / raw: messages sent that never arrived whole.
     pub lost: u64,
+    /// XRC SEND: messages received (and checked) per XRC SRQ of node B, in SRQ order.
+    pub per_srq: Vec<u64>,
 }
 
 /// Q_Key of the simulator's UD QPs.
@@ -122,7 +125,18 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     };
     let header = u64::from(cfg.service.raw_header_len());
     let slot_len = (u64::from(cfg.size).max(8) + grh + header).next_multiple_of(64);
-    let region = slot_len * slots as u64 * u64::from(cfg.qps);
+    let xrc = cfg.service == Service::Xrc;
+    // XRC receive buffers: a lane per SRQ, with room for every connection's messages.
+    let xrc_layout = Layout {
+        slots: slots * cfg.qps as usize,
+        slot_len,
+    };
+    let xrc_region = if xrc && cfg.op == OpKind::Send {
+        slot_len * xrc_layout.slots as u64 * u64::from(cfg.srqs)
+    } else {
+        0
+    };
+    let region = (slot_len * slots as u64 * u64::from(cfg.qps)).max(xrc_region);
     if region > MAX_REGION {
         return Err(format!(
             "{} QPs x {slots} slots x {slot_len} bytes = {region} bytes per node exceeds the simulator's 4 GiB; lower --size, --depth or --qps",
@@ -191,8 +205,29 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         Service::Ud => QpType::Ud,
         Service::RawIpv6 => QpType::RawIpv6,
         Service::RawEthertype => QpType::RawEthertype,
+        Service::Xrc => QpType::XrcSend,
     };
     let uc = cfg.service == Service::Uc;
+    // XRC: node B's domain, its SRQs (each with its own CQ) and their numbers.
+    let mut xrc_srqs = Vec::new();
+    let xrcd = if xrc {
+        let xrcd = b.alloc_xrcd().map_err(|e| err(&e))?;
+        let attr = SrqInitAttr {
+            max_wr: xrc_layout.slots as u32,
+            max_sge: 1,
+            srq_limit: 0,
+        };
+        for _ in 0..cfg.srqs {
+            let cq = b
+                .create_cq((xrc_layout.slots as u32 * 2).min(1 << 15))
+                .map_err(|e| err(&e))?;
+            let srq = b.create_xrc_srq(pb, xrcd, cq, &attr).map_err(|e| err(&e))?;
+            xrc_srqs.push((srq, cq));
+        }
+        Some(xrcd)
+    } else {
+        None
+    };
     let mut pairs = Vec::new();
     let per_qp = cfg.ops / u64::from(cfg.qps);
     let extra = cfg.ops % u64::from(cfg.qps);
@@ -249,9 +284,11 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         let qa = a
             .create_qp(pa, &QpInitAttr::new(qp_type, ca, cap))
             .map_err(|e| err(&e))?;
-        let qb = b
-            .create_qp(pb, &QpInitAttr::new(qp_type, cb, cap))
-            .map_err(|e| err(&e))?;
+        let qb = match xrcd {
+            Some(xrcd) => b.create_xrc_tgt_qp(xrcd),
+            None => b.create_qp(pb, &QpInitAttr::new(qp_type, cb, cap)),
+        }
+        .map_err(|e| err(&e))?;
         let psn_a = Psn::new((cfg.seed as u32).wrapping_mul(2654435761).wrapping_add(i));
         let psn_b = Psn::new((cfg.seed as u32).wrapping_mul(40503).wrapping_add(i * 7));
         // Native IB: LID-routed (no GID, so no GRH); RoCE: by IPv4-mapped GID.
@@ -295,6 +332,9 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         pairs.iter().map(|&(qa, _, n)| (qa, n)).collect(),
     );
     req.ud_dests = ud_dests;
+    for &(srq, _) in &xrc_srqs {
+        req.xrc_srqns.push(b.srq_num(srq).map_err(|e| err(&e))?);
+    }
     let mut resp = RespApp::new(
         cfg.op,
         uc,
@@ -315,6 +355,13 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
     }
     if cfg.service == Service::Ud {
         resp.ud_seen = Some(pairs.iter().map(|p| vec![0u8; p.2 as usize]).collect());
+    }
+    if xrc {
+        resp.xrc = Some(XrcRx {
+            received: vec![vec![0; xrc_srqs.len()]; pairs.len()],
+            srqs: xrc_srqs,
+            layout: xrc_layout,
+        });
     }
     resp.post_initial(&mut b);
     let faults = Faults {
@@ -640,6 +687,11 @@ fn report(
         delivered,
         duplicates,
         lost,
+        per_srq: resp.xrc.as_ref().map_or_else(Vec::new, |x| {
+            (0..x.srqs.len())
+                .map(|s| x.received.iter().map(|q| q[s]).sum())
+                .collect()
+        }),
     }
 }
 
@@ -743,6 +795,7 @@ impl SimReport {
             "wall_time_s": self.wall_time_s,
             "events": self.events,
             "per_qp": self.per_qp.iter().map(|q| json!({"qpn": q.qpn, "posted": q.posted, "completed": q.completed, "errors": q.errors})).collect::<Vec<_>>(),
+            "per_srq": self.per_srq,
             "per_status": self.per_status,
             "fabric": {
                 "frames_sent": self.fabric.transmitted_frames,
@@ -892,6 +945,15 @@ impl SimReport {
                 s,
                 "  QP {:#08x}:  {} posted, {} completed, {} errors",
                 q.qpn, q.posted, q.completed, q.errors
+            );
+        }
+        if !self.per_srq.is_empty() {
+            let counts: Vec<String> = self.per_srq.iter().map(u64::to_string).collect();
+            let _ = writeln!(
+                s,
+                "  XRC SRQs:    {} messages received and checked, per SRQ: {}",
+                self.per_srq.iter().sum::<u64>(),
+                counts.join(" ")
             );
         }
         let _ = writeln!(

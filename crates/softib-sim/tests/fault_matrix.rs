@@ -1,11 +1,12 @@
 //! Seeded fault-matrix runs through the simulated fabric: for every operation and mixes of
-//! loss, duplication, reordering and corruption, every posted RC operation completes exactly
-//! once, in order, with intact data — or the QP reports an error completion; never a silent
-//! loss or a duplicate delivery. Also: the same seed gives the same report.
+//! loss, duplication, reordering and corruption, every posted RC (and XRC) operation completes
+//! exactly once, in order, with intact data — or the QP reports an error completion; never a
+//! silent loss or a duplicate delivery. XRC messages are checked in the SRQ they landed in.
+//! Also: the same seed gives the same report.
 
 use proptest::prelude::*;
 use softib_core::verbs::types::Mtu;
-use softib_sim::{run, OpKind, SimConfig};
+use softib_sim::{run, OpKind, Service, SimConfig};
 
 fn cfg(op: OpKind, size: u32, ops: u64, seed: u64) -> SimConfig {
     SimConfig {
@@ -73,6 +74,36 @@ fn c9_146_rc_every_op_under_every_fault() {
             };
             let r = run(&c, None, &mut |_, _| {}).unwrap();
             assert!(r.verified, "{c:?}\n{}", r.to_text());
+        }
+    }
+}
+
+/// o9-91.a1 (an XRC CA meets the XRC equivalents of C9-146..C9-149): the XRC run of the
+/// matrix above — several initiators, each reaching every SRQ of the target's domain.
+#[test]
+fn o9_91_a1_xrc_every_op_under_every_fault() {
+    let ops = [
+        OpKind::Send,
+        OpKind::Write,
+        OpKind::Read,
+        OpKind::Cas,
+        OpKind::Faa,
+    ];
+    for (i, op) in ops.into_iter().enumerate() {
+        let c = SimConfig {
+            service: Service::Xrc,
+            qps: 2,
+            srqs: 3,
+            loss: 0.01,
+            dup: 0.01,
+            reorder: 0.01,
+            corrupt: 0.01,
+            ..cfg(op, 2500, 300, 100 + i as u64)
+        };
+        let r = run(&c, None, &mut |_, _| {}).unwrap();
+        assert!(r.verified, "{c:?}\n{}", r.to_text());
+        if op == OpKind::Send {
+            assert_eq!(r.per_srq, vec![100, 100, 100]);
         }
     }
 }
@@ -157,6 +188,25 @@ proptest! {
         mtu in prop_oneof![Just(Mtu::Mtu256), Just(Mtu::Mtu1024), Just(Mtu::Mtu4096)],
     ) {
         let c = SimConfig { op, size, ops, depth, qps, loss, dup, reorder, corrupt, seed, mtu, timeout: 6, ..SimConfig::default() };
+        check(&c);
+    }
+
+    #[test]
+    fn xrc_exactly_once_in_order_intact_or_error(
+        op in op_strategy(),
+        size in 0u32..6000,
+        ops in 1u64..120,
+        depth in 1u32..12,
+        qps in 1u32..4,
+        srqs in 1u32..5,
+        loss in 0.0f64..0.15,
+        dup in 0.0f64..0.1,
+        reorder in 0.0f64..0.1,
+        corrupt in 0.0f64..0.05,
+        seed in any::<u64>(),
+        mtu in prop_oneof![Just(Mtu::Mtu256), Just(Mtu::Mtu1024), Just(Mtu::Mtu4096)],
+    ) {
+        let c = SimConfig { service: Service::Xrc, op, size, ops, depth, qps, srqs, loss, dup, reorder, corrupt, seed, mtu, timeout: 6, ..SimConfig::default() };
         check(&c);
     }
 }

@@ -138,7 +138,7 @@ impl Endpoint {
         let (qpn, psn) = (self.qpn, self.psn);
         let hca = self.dev.hca_mut();
         match self.qp_type {
-            QpType::Rc | QpType::Uc => {
+            QpType::Rc | QpType::Uc | QpType::XrcSend => {
                 softib_core::setup::connect_from_init(hca, qpn, psn, remote, o)?;
             }
             QpType::Ud => {
