@@ -1,10 +1,11 @@
 //! Automatic path migration of RC QPs (IBA 9.7.6.1.3 o9-82, 9.7.6.1.4 o9-86, and 17.2.8's
 //! migration states). Each side has a primary path (10.0.0.n, GID 1) and an alternate one
-//! (10.0.1.n, GID 2); a filter breaks the primary path.
+//! (10.0.1.n, GID 2); a filter breaks the primary path. The o9-82 and o9-86 scenarios also run
+//! between an XRC initiator and an XRC target (`o9_82_xrc_...`, `o9_86_xrc_...`).
 
 mod common;
 
-use common::{alt_gid, Dir, Pair};
+use common::{alt_gid, Dir, Pair, Svc};
 use softib_core::error::ModifyQpError;
 use softib_core::setup::ConnectOptions;
 use softib_core::verbs::ah::AhAttr;
@@ -17,8 +18,9 @@ use softib_wire::roce::{IpHeader, RocePacket};
 const A_IP: [u8; 4] = [10, 0, 0, 1];
 const B_IP: [u8; 4] = [10, 0, 0, 2];
 
-fn pair(timeout: u8, retry_cnt: u8) -> Pair {
-    Pair::new(
+fn pair(svc: Svc, timeout: u8, retry_cnt: u8) -> Pair {
+    Pair::new_svc(
+        svc,
         100,
         200,
         ConnectOptions {
@@ -92,7 +94,16 @@ fn send(p: &mut Pair, len: u32) {
 
 #[test]
 fn o9_86_timeouts_exhausting_the_retry_count_migrate_to_the_armed_path() {
-    let mut p = pair(10, 2);
+    o9_86_timeouts_case(Svc::Rc);
+}
+
+#[test]
+fn o9_86_xrc_timeouts_exhausting_the_retry_count_migrate_to_the_armed_path() {
+    o9_86_timeouts_case(Svc::Xrc);
+}
+
+fn o9_86_timeouts_case(svc: Svc) {
+    let mut p = pair(svc, 10, 2);
     arm(&mut p);
     assert_eq!(mig_state(&p, Dir::AtoB), PathMigState::Armed);
     assert_eq!(mig_state(&p, Dir::BtoA), PathMigState::Armed);
@@ -151,11 +162,20 @@ fn o9_86_timeouts_exhausting_the_retry_count_migrate_to_the_armed_path() {
 
 #[test]
 fn o9_82_sequence_naks_exhausting_the_retry_count_migrate_to_the_armed_path() {
+    o9_82_case(Svc::Rc);
+}
+
+#[test]
+fn o9_82_xrc_sequence_naks_exhausting_the_retry_count_migrate_to_the_armed_path() {
+    o9_82_case(Svc::Xrc);
+}
+
+fn o9_82_case(svc: Svc) {
     // Transport timer off: only NAKs drive the retries. The primary path loses every first
     // packet of the message, so B answers the second one with a sequence NAK; with a retry
     // count of 0 that NAK exhausts the counter at once (a repeated NAK for the PSN being
     // resent is not counted again, see c9_137 in compliance_rc_requester.rs).
-    let mut p = pair(0, 0);
+    let mut p = pair(svc, 0, 0);
     arm(&mut p);
     p.filter = Box::new(move |d, f| {
         let first = RocePacket::parse(f)
@@ -203,7 +223,16 @@ fn o9_82_sequence_naks_exhausting_the_retry_count_migrate_to_the_armed_path() {
 
 #[test]
 fn o9_86_still_failing_after_migration_is_a_locally_detected_error() {
-    let mut p = pair(10, 1);
+    o9_86_failing_case(Svc::Rc);
+}
+
+#[test]
+fn o9_86_xrc_still_failing_after_migration_is_a_locally_detected_error() {
+    o9_86_failing_case(Svc::Xrc);
+}
+
+fn o9_86_failing_case(svc: Svc) {
+    let mut p = pair(svc, 10, 1);
     arm(&mut p);
     p.filter = Box::new(|_, _| false);
     send(&mut p, 100);
@@ -215,7 +244,7 @@ fn o9_86_still_failing_after_migration_is_a_locally_detected_error() {
 
 #[test]
 fn without_an_armed_path_exhaustion_is_an_error_and_nothing_migrates() {
-    let mut p = pair(10, 1);
+    let mut p = pair(Svc::Rc, 10, 1);
     break_primary(&mut p);
     send(&mut p, 100);
     p.run(10_000_000_000);
@@ -225,7 +254,7 @@ fn without_an_armed_path_exhaustion_is_an_error_and_nothing_migrates() {
 
 #[test]
 fn migrated_qps_send_mig_req_one_and_armed_ones_zero() {
-    let mut p = pair(14, 7);
+    let mut p = pair(Svc::Rc, 14, 7);
     send(&mut p, 10);
     p.run(1_000_000_000);
     assert!(
@@ -244,7 +273,7 @@ fn migrated_qps_send_mig_req_one_and_armed_ones_zero() {
 fn an_armed_responder_ignores_alternate_path_packets_without_mig_req() {
     // A packet on B's alternate path while B is armed but A has not migrated (MigReq = 0) is
     // not from B's connection: dropped.
-    let mut p = pair(14, 7);
+    let mut p = pair(Svc::Rc, 14, 7);
     arm(&mut p);
     // Software migrates A without telling B; A's packets then carry MigReq = 1, so to test
     // the MigReq = 0 case, clear it by re-arming A on the swapped paths after migrating.
@@ -274,7 +303,7 @@ fn an_armed_responder_ignores_alternate_path_packets_without_mig_req() {
 
 #[test]
 fn software_migration_swaps_the_paths_at_once() {
-    let mut p = pair(14, 7);
+    let mut p = pair(Svc::Rc, 14, 7);
     arm(&mut p);
     let attr = QpAttr {
         path_mig_state: PathMigState::Migrated,
@@ -308,7 +337,7 @@ fn software_migration_swaps_the_paths_at_once() {
 
 #[test]
 fn rearming_needs_an_alternate_path() {
-    let mut p = pair(14, 7);
+    let mut p = pair(Svc::Rc, 14, 7);
     let attr = QpAttr {
         path_mig_state: PathMigState::Rearm,
         ..QpAttr::default()

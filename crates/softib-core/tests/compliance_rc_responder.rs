@@ -1,13 +1,22 @@
-//! IBA 9.7 compliance of the RC responder (seed 001: C9-60 … C9-158 and their o9 companions).
+//! IBA 9.7 compliance of the RC and XRC responder (seed 001: C9-60 … C9-158 and their o9
+//! companions).
 //!
 //! Each test is named after the statement it checks. Requests are crafted and injected into
 //! B as if A's requester had sent them (B's expected PSN starts at [`P`]); B's responses are
 //! collected without being delivered, and every assertion is on the exact packets (opcode,
 //! PSN, AETH syndrome, MSN, payload), the completions and the memory.
+//!
+//! A statement that also binds XRC runs its scenario (`<statement>_case(svc)`) twice: on an RC
+//! pair in the test named after the statement, and on an XRC pair (B an XRC target whose
+//! requests land in its XRC SRQ, `common::Svc::Xrc`) in `<statement>_xrc_...`, or for an HCA RC
+//! rule whose XRC counterpart is an o9 statement, in `<o9 statement>_xrc_...` (C9-74's XRC
+//! run is o9-39's test; C9-147 … C9-149's are o9-91.a1's). On XRC the requests carry an XRCETH
+//! naming B's SRQ, and the harness checks every response for XRC opcodes and the "invalid"
+//! credit code an SRQ sends.
 
 mod common;
 
-use common::{hdr, patch_opcode, Dir, Pair, Seen};
+use common::{hdr, patch_opcode, Dir, Pair, Seen, Svc};
 use softib_core::setup::ConnectOptions;
 use softib_core::verbs::mr::MrInfo;
 use softib_core::verbs::types::{AccessFlags, QpState, WcOpcode, WcStatus};
@@ -18,6 +27,8 @@ use softib_wire::immdt::ImmDt;
 use softib_wire::opcode::Opcode;
 use softib_wire::reth::Reth;
 use softib_wire::transport::TransportHeaders;
+use softib_wire::xrceth::Xrceth;
+use softib_wire::XrcSrqn;
 
 /// B's initial expected PSN (A's initial request PSN).
 const P: u32 = 0x100;
@@ -32,12 +43,12 @@ const NAK_INV: u8 = 0x61;
 const NAK_ACCESS: u8 = 0x62;
 const NAK_REMOTE_OP: u8 = 0x63;
 
-fn pair() -> Pair {
-    pair_with(ConnectOptions::default())
+fn pair(svc: Svc) -> Pair {
+    pair_with(svc, ConnectOptions::default())
 }
 
-fn pair_with(o: ConnectOptions) -> Pair {
-    Pair::new(P, 0x900, o)
+fn pair_with(svc: Svc, o: ConnectOptions) -> Pair {
+    Pair::new_svc(svc, P, 0x900, o)
 }
 
 fn deep() -> ConnectOptions {
@@ -171,7 +182,16 @@ fn b_state(p: &Pair) -> QpState {
 
 #[test]
 fn c9_74_request_psn_compared_with_epsn() {
-    let mut p = pair();
+    c9_74_case(Svc::Rc);
+}
+
+#[test]
+fn o9_39_xrc_request_psn_compared_with_epsn() {
+    c9_74_case(Svc::Xrc);
+}
+
+fn c9_74_case(svc: Svc) {
+    let mut p = pair(svc);
     for i in 0..3 {
         p.recv_b(i + 1, 4096 * i, 256);
     }
@@ -194,7 +214,16 @@ fn c9_74_request_psn_compared_with_epsn() {
 
 #[test]
 fn c9_75_epsn_skips_read_response_psns() {
-    let mut p = pair();
+    c9_75_case(Svc::Rc);
+}
+
+#[test]
+fn o9_40_xrc_epsn_skips_read_response_psns() {
+    c9_75_case(Svc::Xrc);
+}
+
+fn c9_75_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 8192, 256);
     // A READ of 3 PMTU at P produces 3 response packets: ePSN becomes P + 3.
     read(&mut p, P, 0, 3 * MTU as u32);
@@ -217,23 +246,40 @@ fn c9_75_epsn_skips_read_response_psns() {
 
 #[test]
 fn c9_76_epsn_moves_only_in_receiving_states() {
+    c9_76_case(Svc::Rc);
+}
+
+#[test]
+fn o9_41_xrc_epsn_moves_only_in_receiving_states() {
+    c9_76_case(Svc::Xrc);
+}
+
+fn c9_76_case(svc: Svc) {
     use softib_core::verbs::ah::AhAttr;
     use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
     use softib_core::verbs::types::QpType;
-    let mut p = pair();
-    // A second QP on B, brought to INIT only.
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
+    let mut p = pair(svc);
+    // A second QP on B, brought to INIT only: on XRC a second target QP of B's XRC domain,
+    // whose requests land in the same XRC SRQ.
+    let q2 = match svc {
+        Svc::Rc => {
+            let cap = QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            };
+            let (pd, cq) = (p.b.pd, p.b.cq);
+            p.b.hca
+                .create_qp(pd, &QpInitAttr::new(QpType::Rc, cq, cap))
+                .unwrap()
+        }
+        Svc::Xrc => {
+            let xrcd = p.b.hca.qp(p.b.qpn).unwrap().xrcd().unwrap();
+            p.b.hca.create_xrc_tgt_qp(xrcd).unwrap()
+        }
     };
-    let (pd, cq) = (p.b.pd, p.b.cq);
-    let q2 =
-        p.b.hca
-            .create_qp(pd, &QpInitAttr::new(QpType::Rc, cq, cap))
-            .unwrap();
     let init = QpAttr {
         qp_state: QpState::Init,
         port_num: 1,
@@ -248,9 +294,14 @@ fn c9_76_epsn_moves_only_in_receiving_states() {
         length: 64,
         lkey: p.b.mr.lkey,
     };
-    p.b.hca
-        .post_recv(q2, &[RecvWr::new(21, vec![sge])])
-        .unwrap();
+    match svc {
+        Svc::Rc => {
+            p.b.hca
+                .post_recv(q2, &[RecvWr::new(21, vec![sge])])
+                .unwrap()
+        }
+        Svc::Xrc => p.b.post_recv_wrs(&[RecvWr::new(21, vec![sge])]),
+    }
     let to_q2 = |p: &mut Pair, psn: u32| {
         let mut f = p.frame(Dir::AtoB, req(Opcode::RC_SEND_ONLY, psn, true), b"to q2");
         common::patch_transport(&mut f, |t| {
@@ -287,23 +338,44 @@ fn c9_76_epsn_moves_only_in_receiving_states() {
     assert_ack(&from_b(&mut p), ACK, 0x4242);
     assert_eq!(p.b.done(), vec![(21, WcStatus::Success)]);
     assert_eq!(rq_psn(&p), 0x4243);
-    // In ERR nothing is executed and ePSN stays.
+    // In ERR nothing is executed and ePSN stays. An RC QP's receive is flushed by the move to
+    // ERR; an XRC target's SRQ is not the QP's, so its receive stays posted.
     p.recv_b(1, 0, 64);
     let err = QpAttr {
         qp_state: QpState::Err,
         ..QpAttr::default()
     };
     p.b.hca.modify_qp(p.b.qpn, &err, QpAttrMask::STATE).unwrap();
-    assert_eq!(p.b.done(), vec![(1, WcStatus::WrFlushErr)]);
+    let flushed = match svc {
+        Svc::Rc => vec![(1, WcStatus::WrFlushErr)],
+        Svc::Xrc => vec![],
+    };
+    assert_eq!(p.b.done(), flushed);
     send_only(&mut p, P, true, b"to a QP in ERR");
     assert!(from_b(&mut p).is_empty());
+    assert!(p.b.done().is_empty());
     assert_eq!(p.rq_psn_b(), P);
     assert_eq!(p.b.mem(0, 5), b"to q2");
+    if svc == Svc::Xrc {
+        // The SRQ's receive was not consumed by the QP in ERR: the QP in RTS takes it.
+        to_q2(&mut p, 0x4243);
+        assert_ack(&from_b(&mut p), ACK, 0x4243);
+        assert_eq!(p.b.done(), vec![(1, WcStatus::Success)]);
+    }
 }
 
 #[test]
 fn c9_77_new_request_executed_and_acknowledged() {
-    let mut p = pair();
+    c9_77_case(Svc::Rc);
+}
+
+#[test]
+fn o9_43_xrc_new_request_executed_and_acknowledged() {
+    c9_77_case(Svc::Xrc);
+}
+
+fn c9_77_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(7, 0, 4096);
     let data = pattern(MTU + 100, 1);
     to_b(&mut p, req(Opcode::RC_SEND_FIRST, P, false), &data[..MTU]);
@@ -328,7 +400,16 @@ fn c9_77_new_request_executed_and_acknowledged() {
 
 #[test]
 fn c9_79_invalid_psn_naks_after_completing_earlier_requests() {
-    let mut p = pair();
+    c9_79_case(Svc::Rc);
+}
+
+#[test]
+fn o9_45_xrc_invalid_psn_naks_after_completing_earlier_requests() {
+    c9_79_case(Svc::Xrc);
+}
+
+fn c9_79_case(svc: Svc) {
+    let mut p = pair(svc);
     for i in 0..3 {
         p.recv_b(i + 1, 1024 * i, 64);
     }
@@ -351,8 +432,8 @@ fn c9_79_invalid_psn_naks_after_completing_earlier_requests() {
 }
 
 /// B after a NAK-PSN sequence error: SEND P and P+1 executed, P+3 drew the NAK (ePSN P+2).
-fn after_seq_nak() -> Pair {
-    let mut p = pair();
+fn after_seq_nak(svc: Svc) -> Pair {
+    let mut p = pair(svc);
     for i in 0..4 {
         p.recv_b(i + 1, 1024 * i, 64);
     }
@@ -365,7 +446,16 @@ fn after_seq_nak() -> Pair {
 
 #[test]
 fn c9_80_silent_after_sequence_nak_until_valid_request() {
-    let mut p = after_seq_nak();
+    c9_80_case(Svc::Rc);
+}
+
+#[test]
+fn o9_46_xrc_silent_after_sequence_nak_until_valid_request() {
+    c9_80_case(Svc::Xrc);
+}
+
+fn c9_80_case(svc: Svc) {
+    let mut p = after_seq_nak(svc);
     // More ahead-of-sequence packets: silence.
     send_only(&mut p, psn(4), true, b"e");
     write_only(&mut p, psn(5), 8192, b"w");
@@ -384,13 +474,22 @@ fn c9_80_silent_after_sequence_nak_until_valid_request() {
 
 #[test]
 fn c9_114_no_other_nak_while_sequence_nak_outstanding() {
-    let mut p = after_seq_nak();
+    c9_114_case(Svc::Rc);
+}
+
+#[test]
+fn c9_114_xrc_no_other_nak_while_sequence_nak_outstanding() {
+    c9_114_case(Svc::Xrc);
+}
+
+fn c9_114_case(svc: Svc) {
+    let mut p = after_seq_nak(svc);
     // Ahead-of-sequence packets that would be invalid requests if new draw no NAK either.
     to_b(&mut p, req(Opcode::RC_SEND_MIDDLE, psn(3), true), &[0; MTU]);
     let (va, rkey) = (p.b.mr.addr, p.b.mr.rkey);
     to_b(&mut p, read_req(psn(4), va, rkey, (1 << 31) + 1), &[]);
     let mut bad = p.frame(Dir::AtoB, req(Opcode::RC_SEND_ONLY, psn(5), true), b"zz");
-    patch_opcode(&mut bad, 0x1e);
+    patch_opcode(&mut bad, reserved(svc, 0x1e));
     p.inject_frame(Dir::AtoB, &bad);
     let end = p.b.mr.length - 1;
     write_only(&mut p, psn(6), end, b"past the end");
@@ -403,7 +502,16 @@ fn c9_114_no_other_nak_while_sequence_nak_outstanding() {
 
 #[test]
 fn c9_121_sequence_nak_carries_epsn_of_lost_packet() {
-    let mut p = pair();
+    c9_121_case(Svc::Rc);
+}
+
+#[test]
+fn c9_121_xrc_sequence_nak_carries_epsn_of_lost_packet() {
+    c9_121_case(Svc::Xrc);
+}
+
+fn c9_121_case(svc: Svc) {
+    let mut p = pair(svc);
     let data = pattern(3 * 100, 9);
     p.a.hca.mr_write(p.a.mr.handle, 0, &data).unwrap();
     for i in 0..3u64 {
@@ -457,7 +565,16 @@ fn c9_121_sequence_nak_carries_epsn_of_lost_packet() {
 
 #[test]
 fn c9_122_requests_after_sequence_nak_discarded_unless_epsn_or_duplicate() {
-    let mut p = after_seq_nak();
+    c9_122_case(Svc::Rc);
+}
+
+#[test]
+fn c9_122_xrc_requests_after_sequence_nak_discarded_unless_epsn_or_duplicate() {
+    c9_122_case(Svc::Xrc);
+}
+
+fn c9_122_case(svc: Svc) {
+    let mut p = after_seq_nak(svc);
     assert_eq!(p.b.done().len(), 2);
     // Ahead-of-sequence packets are not executed: no receive consumed, no memory written.
     send_only(&mut p, psn(3), true, b"d");
@@ -480,8 +597,8 @@ type Packet = (TransportHeaders, Vec<u8>);
 type Case = (&'static str, Vec<Packet>, u32);
 
 /// Injects `packets` into a fresh pair (receives posted) and returns B's responses.
-fn fresh_run(packets: &[Packet]) -> (Pair, Vec<Seen>) {
-    let mut p = pair();
+fn fresh_run(svc: Svc, packets: &[Packet]) -> (Pair, Vec<Seen>) {
+    let mut p = pair(svc);
     for i in 0..4 {
         p.recv_b(i + 1, 4096 * i, 4096);
     }
@@ -520,6 +637,15 @@ fn pkt(op: Opcode, psn: u32, len: usize) -> Packet {
 
 #[test]
 fn c9_81_opcode_sequence_violations_nak_invalid_request() {
+    c9_81_case(Svc::Rc);
+}
+
+#[test]
+fn o9_47_xrc_opcode_sequence_violations_nak_invalid_request() {
+    c9_81_case(Svc::Xrc);
+}
+
+fn c9_81_case(svc: Svc) {
     use Opcode as O;
     let cases: Vec<Case> = vec![
         (
@@ -564,7 +690,7 @@ fn c9_81_opcode_sequence_violations_nak_invalid_request() {
         ),
     ];
     for (what, packets, bad) in cases {
-        let (_, out) = fresh_run(&packets);
+        let (_, out) = fresh_run(svc, &packets);
         let naks: Vec<_> = out.iter().filter(|s| is_nak(s)).collect();
         assert_eq!(naks.len(), 1, "{what}: {out:?}");
         assert_eq!(
@@ -577,11 +703,23 @@ fn c9_81_opcode_sequence_violations_nak_invalid_request() {
 
 #[test]
 fn c9_82_function_and_resources_checked_before_execution() {
+    c9_82_case(Svc::Rc);
+}
+
+#[test]
+fn c9_82_xrc_function_and_resources_checked_before_execution() {
+    c9_82_case(Svc::Xrc);
+}
+
+fn c9_82_case(svc: Svc) {
     // An ATOMIC on a receive queue without remote atomics: refused before it runs.
-    let mut p = pair_with(ConnectOptions {
-        access: ConnectOptions::default().access - AccessFlags::REMOTE_ATOMIC,
-        ..ConnectOptions::default()
-    });
+    let mut p = pair_with(
+        svc,
+        ConnectOptions {
+            access: ConnectOptions::default().access - AccessFlags::REMOTE_ATOMIC,
+            ..ConnectOptions::default()
+        },
+    );
     p.b.hca
         .mr_write(p.b.mr.handle, 64, &7u64.to_le_bytes())
         .unwrap();
@@ -594,7 +732,7 @@ fn c9_82_function_and_resources_checked_before_execution() {
     assert_eq!(p.b.mem(64, 8), 7u64.to_le_bytes());
     assert_eq!(p.rq_psn_b(), P);
     // An ATOMIC beyond the READ/ATOMIC resources (1): refused before it runs.
-    let mut p = pair();
+    let mut p = pair(svc);
     p.b.hca
         .mr_write(p.b.mr.handle, 64, &7u64.to_le_bytes())
         .unwrap();
@@ -609,16 +747,28 @@ fn c9_82_function_and_resources_checked_before_execution() {
 
 #[test]
 fn c9_83_unsupported_function_naks_invalid_request() {
+    c9_83_case(Svc::Rc);
+}
+
+#[test]
+fn o9_50_xrc_unsupported_function_naks_invalid_request() {
+    c9_83_case(Svc::Xrc);
+}
+
+fn c9_83_case(svc: Svc) {
     let all = ConnectOptions::default().access;
     for missing in [
         AccessFlags::REMOTE_WRITE,
         AccessFlags::REMOTE_READ,
         AccessFlags::REMOTE_ATOMIC,
     ] {
-        let mut p = pair_with(ConnectOptions {
-            access: all - missing,
-            ..ConnectOptions::default()
-        });
+        let mut p = pair_with(
+            svc,
+            ConnectOptions {
+                access: all - missing,
+                ..ConnectOptions::default()
+            },
+        );
         p.b.hca
             .mr_write(p.b.mr.handle, 0, &7u64.to_le_bytes())
             .unwrap();
@@ -637,10 +787,27 @@ fn c9_83_unsupported_function_naks_invalid_request() {
 /// Reserved RC opcodes (IBA Table 38): 0x15, 0x18..=0x1B, 0x1E, 0x1F.
 const RESERVED_RC_OPCODES: [u8; 7] = [0x15, 0x18, 0x19, 0x1a, 0x1b, 0x1e, 0x1f];
 
+/// The reserved opcode of operation bits `op` (one of [`RESERVED_RC_OPCODES`]) in `svc`'s
+/// class: 0x15 is RC's, 0xB5 XRC's.
+fn reserved(svc: Svc, op: u8) -> u8 {
+    assert!(RESERVED_RC_OPCODES.contains(&op));
+    svc.opcode(Opcode(op)).0
+}
+
 #[test]
 fn c9_84_reserved_opcode_naks_invalid_request() {
-    for op in RESERVED_RC_OPCODES {
-        let mut p = pair();
+    c9_84_case(Svc::Rc);
+}
+
+#[test]
+fn o9_51_xrc_reserved_opcode_naks_invalid_request() {
+    c9_84_case(Svc::Xrc);
+}
+
+fn c9_84_case(svc: Svc) {
+    // The reserved codes of the QP's own class (RC: 0x15 ..., XRC: 0xB5 ...).
+    for op in RESERVED_RC_OPCODES.map(|op| reserved(svc, op)) {
+        let mut p = pair(svc);
         p.recv_b(1, 0, 64);
         let mut f = p.frame(Dir::AtoB, req(Opcode::RC_SEND_ONLY, P, true), b"12345678");
         patch_opcode(&mut f, op);
@@ -648,22 +815,51 @@ fn c9_84_reserved_opcode_naks_invalid_request() {
         let out = from_b(&mut p);
         assert_ack(&out, NAK_INV, P);
         assert_eq!(p.b.mem(0, 8), vec![0; 8], "opcode {op:#x} not executed");
+        // The QP enters ERR after the NAK: an RC QP's own receive is flushed, an XRC SRQ's
+        // stays posted (the SRQ is not the QP's); neither was consumed by the packet.
+        let flushed = match svc {
+            Svc::Rc => vec![(1, WcStatus::WrFlushErr)],
+            Svc::Xrc => vec![],
+        };
+        assert_eq!(p.b.done(), flushed, "opcode {op:#x}");
+        assert_eq!(b_state(&p), QpState::Err, "opcode {op:#x}");
     }
     // Only a packet that is otherwise valid is judged: with a bad ICRC it is just dropped.
-    let mut p = pair();
+    let mut p = pair(svc);
     let mut f = p.frame(Dir::AtoB, req(Opcode::RC_SEND_ONLY, P, true), b"12345678");
-    patch_opcode(&mut f, 0x18);
+    patch_opcode(&mut f, reserved(svc, 0x18));
     let n = f.len();
     f[n - 1] ^= 0x40;
     p.inject_frame(Dir::AtoB, &f);
     assert!(from_b(&mut p).is_empty());
     assert_eq!(p.b.hca.counters().malformed, 1);
+    // A reserved code of the other reliable class (XRC's to an RC QP, RC's to an XRC target)
+    // is a packet of the wrong service: dropped by the header checks, not judged.
+    let other = match svc {
+        Svc::Rc => Svc::Xrc,
+        Svc::Xrc => Svc::Rc,
+    };
+    let mut f = p.frame(Dir::AtoB, req(Opcode::RC_SEND_ONLY, P, true), b"12345678");
+    patch_opcode(&mut f, reserved(other, 0x18));
+    p.inject_frame(Dir::AtoB, &f);
+    assert!(from_b(&mut p).is_empty());
+    assert_eq!(p.b.hca.counters().wrong_service, 1);
+    assert_eq!(b_state(&p), QpState::Rts);
 }
 
 #[test]
 fn c9_85_pad_count_on_first_or_middle_naks_invalid_request() {
+    c9_85_case(Svc::Rc);
+}
+
+#[test]
+fn o9_52_xrc_pad_count_on_first_or_middle_naks_invalid_request() {
+    c9_85_case(Svc::Xrc);
+}
+
+fn c9_85_case(svc: Svc) {
     // SEND FIRST with PadCnt 1.
-    let mut p = pair();
+    let mut p = pair(svc);
     p.recv_b(1, 0, 4096);
     let f = p.frame_with_pad(
         Dir::AtoB,
@@ -674,7 +870,7 @@ fn c9_85_pad_count_on_first_or_middle_naks_invalid_request() {
     p.inject_frame(Dir::AtoB, &f);
     assert_ack(&from_b(&mut p), NAK_INV, P);
     // RDMA WRITE MIDDLE with PadCnt 3 after a good FIRST.
-    let mut p = pair();
+    let mut p = pair(svc);
     let (va, rkey) = (p.b.mr.addr, p.b.mr.rkey);
     let h = with_reth(
         req(Opcode::RC_RDMA_WRITE_FIRST, P, false),
@@ -700,8 +896,17 @@ fn c9_85_pad_count_on_first_or_middle_naks_invalid_request() {
 
 #[test]
 fn c9_86_no_read_atomic_resources_naks_invalid_request() {
+    c9_86_case(Svc::Rc);
+}
+
+#[test]
+fn o9_53_xrc_no_read_atomic_resources_naks_invalid_request() {
+    c9_86_case(Svc::Xrc);
+}
+
+fn c9_86_case(svc: Svc) {
     // max_dest_rd_atomic 1: a second READ while the first response is still owed is refused.
-    let mut p = pair();
+    let mut p = pair(svc);
     read(&mut p, P, 0, 64);
     read(&mut p, psn(1), 0, 64);
     let out = from_b(&mut p);
@@ -713,7 +918,7 @@ fn c9_86_no_read_atomic_resources_naks_invalid_request() {
         ]
     );
     // The same for an ATOMIC behind a READ.
-    let mut p = pair();
+    let mut p = pair(svc);
     let (va, rkey) = (p.b.mr.addr, p.b.mr.rkey);
     read(&mut p, P, 0, 64);
     to_b(&mut p, fetch_add(psn(1), va + 256, rkey, 1), &[]);
@@ -722,7 +927,7 @@ fn c9_86_no_read_atomic_resources_naks_invalid_request() {
     assert_eq!(out[1].syndrome(), Some(NAK_INV));
     assert_eq!(p.b.mem(256, 8), vec![0; 8]);
     // Once the first response has gone out, the resource is free again.
-    let mut p = pair();
+    let mut p = pair(svc);
     read(&mut p, P, 0, 64);
     assert_eq!(from_b(&mut p).len(), 1);
     read(&mut p, psn(1), 0, 64);
@@ -734,14 +939,23 @@ fn c9_86_no_read_atomic_resources_naks_invalid_request() {
 
 #[test]
 fn c9_87_requests_before_invalid_opcode_complete_before_nak() {
-    let mut p = pair();
+    c9_87_case(Svc::Rc);
+}
+
+#[test]
+fn o9_54_xrc_requests_before_invalid_opcode_complete_before_nak() {
+    c9_87_case(Svc::Xrc);
+}
+
+fn c9_87_case(svc: Svc) {
+    let mut p = pair(svc);
     for i in 0..3 {
         p.recv_b(i + 1, 1024 * i, 64);
     }
     send_only(&mut p, P, false, b"first");
     send_only(&mut p, psn(1), false, b"second");
     let mut f = p.frame(Dir::AtoB, req(Opcode::RC_SEND_ONLY, psn(2), true), b"bad!");
-    patch_opcode(&mut f, 0x1b);
+    patch_opcode(&mut f, reserved(svc, 0x1b));
     p.inject_frame(Dir::AtoB, &f);
     // Both SENDs completed before the NAK went out...
     let wc = p.b.wcs();
@@ -761,7 +975,16 @@ fn c9_87_requests_before_invalid_opcode_complete_before_nak() {
 
 #[test]
 fn c9_88_zero_length_rdma_skips_rkey_check() {
-    let mut p = pair();
+    c9_88_case(Svc::Rc);
+}
+
+#[test]
+fn o9_55_xrc_zero_length_rdma_skips_rkey_check() {
+    c9_88_case(Svc::Xrc);
+}
+
+fn c9_88_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(9, 0, 64);
     let garbage = (0xdead_0000_u64, 0x0bad_cafe_u32);
     // Zero-length RDMA WRITE with a garbage R_Key: acknowledged.
@@ -807,6 +1030,15 @@ fn c9_88_zero_length_rdma_skips_rkey_check() {
 
 #[test]
 fn c9_89_rkey_violations_nak_remote_access_error() {
+    c9_89_case(Svc::Rc);
+}
+
+#[test]
+fn c9_89_xrc_rkey_violations_nak_remote_access_error() {
+    c9_89_case(Svc::Xrc);
+}
+
+fn c9_89_case(svc: Svc) {
     let cases = [
         "WRITE past the end of the region",
         "wrong R_Key",
@@ -815,7 +1047,7 @@ fn c9_89_rkey_violations_nak_remote_access_error() {
         "ATOMIC with a wrong R_Key",
     ];
     for (i, what) in cases.iter().enumerate() {
-        let mut p = pair();
+        let mut p = pair(svc);
         // A good WRITE first, so the offending packet is not the first PSN.
         write_only(&mut p, P, 0, b"ok");
         assert_ack(&from_b(&mut p), ACK, P);
@@ -869,11 +1101,63 @@ fn c9_89_rkey_violations_nak_remote_access_error() {
         );
         assert_eq!(p.b.mem(len as usize - 8, 8), vec![0; 8], "{what}");
     }
+    if svc == Svc::Xrc {
+        xrc_rkey_checked_in_the_pd_of_the_named_srq();
+    }
+}
+
+/// XRC: a request's R_Key is checked in the protection domain of the XRC SRQ its XRCETH
+/// names. A second SRQ of B's domain in another PD, with a region of that PD: a WRITE to the
+/// region through that SRQ is executed, the same WRITE through B's first SRQ is a PD violation.
+fn xrc_rkey_checked_in_the_pd_of_the_named_srq() {
+    use softib_core::verbs::srq::SrqInitAttr;
+    let mut p = pair(Svc::Xrc);
+    let srqn1 = p.b_srqn().unwrap();
+    let b = &mut p.b;
+    let pd2 = b.hca.alloc_pd().unwrap();
+    let xrcd = b.hca.qp(b.qpn).unwrap().xrcd().unwrap();
+    let attr = SrqInitAttr {
+        max_wr: 4,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let srq2 = b.hca.create_xrc_srq(pd2, xrcd, b.cq, &attr).unwrap();
+    let srqn2 = b.hca.srq_num(srq2).unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mr2 = b.hca.reg_mr(pd2, vec![0; 4096], access, None).unwrap();
+    let write = |psn: u32, srqn: u32| {
+        let mut h = with_reth(
+            req(Opcode::RC_RDMA_WRITE_ONLY, psn, true),
+            mr2.addr,
+            mr2.rkey,
+            8,
+        );
+        h.xrceth = Some(Xrceth {
+            resv8: 0,
+            xrcsrq: XrcSrqn::new(srqn),
+        });
+        h
+    };
+    to_b(&mut p, write(P, srqn2), b"via srq2");
+    assert_ack(&from_b(&mut p), ACK, P);
+    assert_eq!(p.b.hca.mr_bytes(mr2.handle).unwrap()[..8], *b"via srq2");
+    to_b(&mut p, write(psn(1), srqn1), b"via srq1");
+    assert_ack(&from_b(&mut p), NAK_ACCESS, psn(1));
+    assert_eq!(p.b.hca.mr_bytes(mr2.handle).unwrap()[..8], *b"via srq2");
 }
 
 #[test]
 fn c9_90_requests_before_rkey_violation_complete_before_nak() {
-    let mut p = pair();
+    c9_90_case(Svc::Rc);
+}
+
+#[test]
+fn c9_90_xrc_requests_before_rkey_violation_complete_before_nak() {
+    c9_90_case(Svc::Xrc);
+}
+
+fn c9_90_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 0, 64);
     send_only(&mut p, P, false, b"before");
     let (addr, rkey) = (p.b.mr.addr, p.b.mr.rkey);
@@ -897,7 +1181,16 @@ fn c9_90_requests_before_rkey_violation_complete_before_nak() {
 
 #[test]
 fn c9_124_remote_access_nak_carries_faulting_packet_psn() {
-    let mut p = pair();
+    c9_124_case(Svc::Rc);
+}
+
+#[test]
+fn c9_124_xrc_remote_access_nak_carries_faulting_packet_psn() {
+    c9_124_case(Svc::Xrc);
+}
+
+fn c9_124_case(svc: Svc) {
+    let mut p = pair(svc);
     // A 2-PMTU WRITE ending at the region's last byte; its third packet runs past the end.
     let (end, rkey) = (p.b.mr.addr + p.b.mr.length, p.b.mr.rkey);
     let h = with_reth(
@@ -926,9 +1219,18 @@ fn c9_124_remote_access_nak_carries_faulting_packet_psn() {
 
 #[test]
 fn o9_73_atomic_remote_access_nak_carries_the_atomic_psn() {
+    o9_73_case(Svc::Rc);
+}
+
+#[test]
+fn o9_73_xrc_atomic_remote_access_nak_carries_the_atomic_psn() {
+    o9_73_case(Svc::Xrc);
+}
+
+fn o9_73_case(svc: Svc) {
     // softib's responder supports atomics, so o9-73 binds it: a FETCH_ADD with a bad R_Key,
     // behind a good one, is NAKed with its own PSN and leaves memory alone.
-    let mut p = pair();
+    let mut p = pair(svc);
     let (addr, rkey) = (p.b.mr.addr, p.b.mr.rkey);
     to_b(&mut p, fetch_add(P, addr, rkey, 5), &[]);
     let out = from_b(&mut p);
@@ -941,20 +1243,29 @@ fn o9_73_atomic_remote_access_nak_carries_the_atomic_psn() {
 #[test]
 fn o9_63_read_validated_before_later_requests_and_acked_after_its_response() {
     // For an HCA RC responder o9-63 is C9-101's rule; that test's scenario is the check.
-    c9_101_read_validated_first_and_later_acks_follow_read_response();
+    c9_101_case(Svc::Rc);
 }
 
 // ----- lengths (9.7.4.1.6) ----------------------------------------------------------------------
 
 #[test]
 fn c9_91_send_longer_than_receive_buffer_naks_invalid_request() {
-    let mut p = pair();
+    c9_91_case(Svc::Rc);
+}
+
+#[test]
+fn c9_91_xrc_send_longer_than_receive_buffer_naks_invalid_request() {
+    c9_91_case(Svc::Xrc);
+}
+
+fn c9_91_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 0, 64);
     send_only(&mut p, P, true, &[4; 65]);
     assert_ack(&from_b(&mut p), NAK_INV, P);
     assert_eq!(p.b.done()[0], (1, WcStatus::LocLenErr));
     // A multi-packet SEND that overflows at its LAST packet.
-    let mut p = pair();
+    let mut p = pair(svc);
     p.recv_b(1, 0, 1500);
     to_b(&mut p, req(Opcode::RC_SEND_FIRST, P, false), &[1; MTU]);
     to_b(&mut p, req(Opcode::RC_SEND_LAST, psn(1), true), &[2; 500]);
@@ -964,6 +1275,15 @@ fn c9_91_send_longer_than_receive_buffer_naks_invalid_request() {
 
 #[test]
 fn c9_92_payload_length_checked_against_opcode() {
+    c9_92_case(Svc::Rc);
+}
+
+#[test]
+fn c9_92_xrc_payload_length_checked_against_opcode() {
+    c9_92_case(Svc::Xrc);
+}
+
+fn c9_92_case(svc: Svc) {
     use Opcode as O;
     let cases: Vec<Case> = vec![
         (
@@ -1013,7 +1333,7 @@ fn c9_92_payload_length_checked_against_opcode() {
         ),
     ];
     for (what, packets, bad) in cases {
-        let (_, out) = fresh_run(&packets);
+        let (_, out) = fresh_run(svc, &packets);
         assert_eq!(
             ops(&out),
             vec![(Opcode::RC_ACKNOWLEDGE, bad, Some(NAK_INV))],
@@ -1021,17 +1341,29 @@ fn c9_92_payload_length_checked_against_opcode() {
         );
     }
     // The limits themselves are fine: ONLY of 0 and PMTU, LAST of 1.
-    let (_, out) = fresh_run(&[pkt(O::RC_SEND_ONLY, P, 0)]);
+    let (_, out) = fresh_run(svc, &[pkt(O::RC_SEND_ONLY, P, 0)]);
     assert_ack(&out, ACK, P);
-    let (_, out) = fresh_run(&[pkt(O::RC_SEND_ONLY, P, MTU)]);
+    let (_, out) = fresh_run(svc, &[pkt(O::RC_SEND_ONLY, P, MTU)]);
     assert_ack(&out, ACK, P);
-    let (_, out) = fresh_run(&[first(O::RC_SEND_FIRST, P), pkt(O::RC_SEND_LAST, psn(1), 1)]);
+    let (_, out) = fresh_run(
+        svc,
+        &[first(O::RC_SEND_FIRST, P), pkt(O::RC_SEND_LAST, psn(1), 1)],
+    );
     assert_ack(&out, ACK, psn(1));
 }
 
 #[test]
 fn c9_93_length_failure_makes_an_invalid_request() {
-    let mut p = pair();
+    c9_93_case(Svc::Rc);
+}
+
+#[test]
+fn c9_93_xrc_length_failure_makes_an_invalid_request() {
+    c9_93_case(Svc::Xrc);
+}
+
+fn c9_93_case(svc: Svc) {
+    let mut p = pair(svc);
     let (va, rkey) = (p.b.mr.addr, p.b.mr.rkey);
     let h = with_reth(
         req(Opcode::RC_RDMA_WRITE_FIRST, P, false),
@@ -1054,8 +1386,17 @@ fn c9_93_length_failure_makes_an_invalid_request() {
 
 #[test]
 fn c9_94_read_dma_length_over_2_31_naks_invalid_request() {
+    c9_94_case(Svc::Rc);
+}
+
+#[test]
+fn c9_94_xrc_read_dma_length_over_2_31_naks_invalid_request() {
+    c9_94_case(Svc::Xrc);
+}
+
+fn c9_94_case(svc: Svc) {
     for len in [(1u32 << 31) + 1, u32::MAX] {
-        let mut p = pair();
+        let mut p = pair(svc);
         let (va, rkey) = (p.b.mr.addr, p.b.mr.rkey);
         // The R_Key is valid for the first byte; the length alone is at fault (and the
         // invalid request wins over the access error the range would also cause).
@@ -1068,7 +1409,16 @@ fn c9_94_read_dma_length_over_2_31_naks_invalid_request() {
 
 #[test]
 fn c9_95_ack_psn_is_latest_new_request_packet() {
-    let mut p = pair();
+    c9_95_case(Svc::Rc);
+}
+
+#[test]
+fn c9_95_xrc_ack_psn_is_latest_new_request_packet() {
+    c9_95_case(Svc::Xrc);
+}
+
+fn c9_95_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 0, 16 * 1024);
     p.recv_b(2, 32 * 1024, 64);
     for i in 0..10u32 {
@@ -1093,7 +1443,16 @@ fn c9_95_ack_psn_is_latest_new_request_packet() {
 
 #[test]
 fn c9_116_ackreq_forces_a_response_covering_the_packet() {
-    let mut p = pair();
+    c9_116_case(Svc::Rc);
+}
+
+#[test]
+fn c9_116_xrc_ackreq_forces_a_response_covering_the_packet() {
+    c9_116_case(Svc::Xrc);
+}
+
+fn c9_116_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 0, 4096);
     // AckReq on a FIRST packet: a response with PSN >= that packet's PSN must be scheduled.
     to_b(&mut p, req(Opcode::RC_SEND_FIRST, P, true), &[1; MTU]);
@@ -1116,7 +1475,21 @@ fn c9_116_ackreq_forces_a_response_covering_the_packet() {
 
 #[test]
 fn c9_101_read_validated_first_and_later_acks_follow_read_response() {
-    let mut p = pair();
+    c9_101_case(Svc::Rc);
+}
+
+#[test]
+fn c9_101_xrc_read_validated_first_and_later_acks_follow_read_response() {
+    c9_101_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_63_xrc_read_validated_before_later_requests_and_acked_after_its_response() {
+    c9_101_case(Svc::Xrc);
+}
+
+fn c9_101_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 65536, 64);
     read(&mut p, P, 0, 3 * MTU as u32);
     send_only(&mut p, psn(3), true, b"after the read");
@@ -1131,7 +1504,7 @@ fn c9_101_read_validated_first_and_later_acks_follow_read_response() {
         ]
     );
     // A READ with a bad R_Key is refused before the SEND behind it executes.
-    let mut p = pair();
+    let mut p = pair(svc);
     p.recv_b(1, 65536, 64);
     let addr = p.b.mr.addr;
     to_b(&mut p, read_req(P, addr, 0x77, 64), &[]);
@@ -1144,8 +1517,8 @@ fn c9_101_read_validated_first_and_later_acks_follow_read_response() {
 // ----- RDMA READ responses (9.7.5.1.3) ---------------------------------------------------------
 
 /// B's responses to one READ of `len` bytes at `first_psn` (B's data is a pattern).
-fn read_shape(first_psn: u32, len: u32) -> (Vec<Seen>, Vec<u8>) {
-    let mut p = Pair::new(first_psn, 0x900, ConnectOptions::default());
+fn read_shape(svc: Svc, first_psn: u32, len: u32) -> (Vec<Seen>, Vec<u8>) {
+    let mut p = Pair::new_svc(svc, first_psn, 0x900, ConnectOptions::default());
     let data = pattern(8 * MTU, 11);
     p.b.hca.mr_write(p.b.mr.handle, 0, &data).unwrap();
     read(&mut p, first_psn, 0, len);
@@ -1154,7 +1527,16 @@ fn read_shape(first_psn: u32, len: u32) -> (Vec<Seen>, Vec<u8>) {
 
 #[test]
 fn c9_96_read_response_psns_consecutive_from_request_psn() {
-    let (out, _) = read_shape(P, 3 * MTU as u32);
+    c9_96_case(Svc::Rc);
+}
+
+#[test]
+fn c9_96_xrc_read_response_psns_consecutive_from_request_psn() {
+    c9_96_case(Svc::Xrc);
+}
+
+fn c9_96_case(svc: Svc) {
+    let (out, _) = read_shape(svc, P, 3 * MTU as u32);
     assert_eq!(
         out.iter().map(|s| s.op_psn()).collect::<Vec<_>>(),
         vec![
@@ -1164,7 +1546,7 @@ fn c9_96_read_response_psns_consecutive_from_request_psn() {
         ]
     );
     // Across the PSN wrap.
-    let (out, _) = read_shape(0xff_fffe, 4 * MTU as u32);
+    let (out, _) = read_shape(svc, 0xff_fffe, 4 * MTU as u32);
     assert_eq!(
         out.iter().map(|s| s.psn()).collect::<Vec<_>>(),
         vec![0xff_fffe, 0xff_ffff, 0, 1]
@@ -1173,8 +1555,17 @@ fn c9_96_read_response_psns_consecutive_from_request_psn() {
 
 #[test]
 fn c9_97_multi_packet_read_response_has_aeth_first_and_last() {
+    c9_97_case(Svc::Rc);
+}
+
+#[test]
+fn c9_97_xrc_multi_packet_read_response_has_aeth_first_and_last() {
+    c9_97_case(Svc::Xrc);
+}
+
+fn c9_97_case(svc: Svc) {
     for n in [2usize, 3, 5] {
-        let (out, _) = read_shape(P, (n * MTU) as u32);
+        let (out, _) = read_shape(svc, P, (n * MTU) as u32);
         assert_eq!(out.len(), n);
         let aeth: Vec<bool> = out.iter().map(|s| s.headers.aeth.is_some()).collect();
         let mut want = vec![false; n];
@@ -1186,8 +1577,17 @@ fn c9_97_multi_packet_read_response_has_aeth_first_and_last() {
 
 #[test]
 fn c9_98_single_packet_read_response_has_aeth() {
+    c9_98_case(Svc::Rc);
+}
+
+#[test]
+fn c9_98_xrc_single_packet_read_response_has_aeth() {
+    c9_98_case(Svc::Xrc);
+}
+
+fn c9_98_case(svc: Svc) {
     for len in [0, 1, MTU as u32] {
-        let (out, _) = read_shape(P, len);
+        let (out, _) = read_shape(svc, P, len);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].opcode(), Opcode::RC_RDMA_READ_RESPONSE_ONLY);
         assert!(out[0].headers.aeth.is_some(), "len {len}");
@@ -1196,6 +1596,15 @@ fn c9_98_single_packet_read_response_has_aeth() {
 
 #[test]
 fn c9_99_read_response_payload_sizes() {
+    c9_99_case(Svc::Rc);
+}
+
+#[test]
+fn c9_99_xrc_read_response_payload_sizes() {
+    c9_99_case(Svc::Xrc);
+}
+
+fn c9_99_case(svc: Svc) {
     use Opcode as O;
     let m = MTU;
     let cases: [(usize, Vec<(Opcode, usize)>); 5] = [
@@ -1219,7 +1628,7 @@ fn c9_99_read_response_payload_sizes() {
         ),
     ];
     for (len, want) in cases {
-        let (out, data) = read_shape(P, len as u32);
+        let (out, data) = read_shape(svc, P, len as u32);
         let got: Vec<_> = out.iter().map(|s| (s.opcode(), s.payload.len())).collect();
         assert_eq!(got, want, "READ of {len}");
         let joined: Vec<u8> = out.iter().flat_map(|s| s.payload.clone()).collect();
@@ -1229,7 +1638,16 @@ fn c9_99_read_response_payload_sizes() {
 
 #[test]
 fn c9_117_read_responses_increase_consecutively_across_reads() {
-    let mut p = pair_with(deep());
+    c9_117_case(Svc::Rc);
+}
+
+#[test]
+fn c9_117_xrc_read_responses_increase_consecutively_across_reads() {
+    c9_117_case(Svc::Xrc);
+}
+
+fn c9_117_case(svc: Svc) {
+    let mut p = pair_with(svc, deep());
     read(&mut p, P, 0, 2 * MTU as u32);
     read(&mut p, psn(2), 0, 3 * MTU as u32);
     read(&mut p, psn(5), 0, 10);
@@ -1244,7 +1662,16 @@ fn c9_117_read_responses_increase_consecutively_across_reads() {
 
 #[test]
 fn c9_118_read_response_only_carries_ack_aeth() {
-    let mut p = pair();
+    c9_118_case(Svc::Rc);
+}
+
+#[test]
+fn c9_118_xrc_read_response_only_carries_ack_aeth() {
+    c9_118_case(Svc::Xrc);
+}
+
+fn c9_118_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 0, 64);
     send_only(&mut p, P, false, b"m1");
     read(&mut p, psn(1), 0, 0);
@@ -1263,7 +1690,16 @@ fn c9_118_read_response_only_carries_ack_aeth() {
 
 #[test]
 fn o9_58_atomic_response_psn_is_request_psn() {
-    let mut p = pair_with(deep());
+    o9_58_case(Svc::Rc);
+}
+
+#[test]
+fn o9_58_xrc_atomic_response_psn_is_request_psn() {
+    o9_58_case(Svc::Xrc);
+}
+
+fn o9_58_case(svc: Svc) {
+    let mut p = pair_with(svc, deep());
     p.b.hca
         .mr_write(p.b.mr.handle, 64, &40u64.to_le_bytes())
         .unwrap();
@@ -1295,10 +1731,22 @@ fn o9_58_atomic_response_psn_is_request_psn() {
 
 #[test]
 fn o9_66_duplicate_atomic_replays_saved_result() {
-    let mut p = pair_with(ConnectOptions {
-        timeout: 8,
-        ..ConnectOptions::default()
-    });
+    o9_66_case(Svc::Rc);
+}
+
+#[test]
+fn o9_66_xrc_duplicate_atomic_replays_saved_result() {
+    o9_66_case(Svc::Xrc);
+}
+
+fn o9_66_case(svc: Svc) {
+    let mut p = pair_with(
+        svc,
+        ConnectOptions {
+            timeout: 8,
+            ..ConnectOptions::default()
+        },
+    );
     p.b.hca
         .mr_write(p.b.mr.handle, 64, &40u64.to_le_bytes())
         .unwrap();
@@ -1352,8 +1800,17 @@ fn o9_66_duplicate_atomic_replays_saved_result() {
 
 #[test]
 fn o9_67_duplicate_atomic_without_saved_result_dropped() {
+    o9_67_case(Svc::Rc);
+}
+
+#[test]
+fn o9_67_xrc_duplicate_atomic_without_saved_result_dropped() {
+    o9_67_case(Svc::Xrc);
+}
+
+fn o9_67_case(svc: Svc) {
     // max_dest_rd_atomic 1: only the latest atomic's result is kept.
-    let mut p = pair();
+    let mut p = pair(svc);
     p.b.hca
         .mr_write(p.b.mr.handle, 64, &40u64.to_le_bytes())
         .unwrap();
@@ -1377,8 +1834,8 @@ fn o9_67_duplicate_atomic_without_saved_result_dropped() {
 // ----- duplicates (9.7.5.1.4) ----------------------------------------------------------------------
 
 /// SEND at P, RDMA WRITE at P+1, READ (100 B) at P+2, FETCH_ADD at P+3, each answered.
-fn four_executed() -> Pair {
-    let mut p = pair_with(deep());
+fn four_executed(svc: Svc) -> Pair {
+    let mut p = pair_with(svc, deep());
     p.recv_b(1, 0, 64);
     p.recv_b(2, 1024, 64);
     p.b.hca
@@ -1402,7 +1859,16 @@ fn four_executed() -> Pair {
 
 #[test]
 fn c9_78_valid_duplicates_answered_per_duplicate_rules() {
-    let mut p = four_executed();
+    c9_78_case(Svc::Rc);
+}
+
+#[test]
+fn o9_44_xrc_valid_duplicates_answered_per_duplicate_rules() {
+    c9_78_case(Svc::Xrc);
+}
+
+fn c9_78_case(svc: Svc) {
+    let mut p = four_executed(svc);
     // Memory changes behind the responder's back.
     p.b.hca.mr_write(p.b.mr.handle, 8192, &[0; 7]).unwrap();
     p.b.hca
@@ -1436,7 +1902,16 @@ fn c9_78_valid_duplicates_answered_per_duplicate_rules() {
 
 #[test]
 fn c9_102_valid_duplicate_gets_a_response() {
-    let mut p = pair();
+    c9_102_case(Svc::Rc);
+}
+
+#[test]
+fn c9_102_xrc_valid_duplicate_gets_a_response() {
+    c9_102_case(Svc::Xrc);
+}
+
+fn c9_102_case(svc: Svc) {
+    let mut p = pair(svc);
     let (va, rkey) = (p.b.mr.addr, p.b.mr.rkey);
     let h = with_reth(
         req(Opcode::RC_RDMA_WRITE_FIRST, P, false),
@@ -1467,7 +1942,16 @@ fn c9_102_valid_duplicate_gets_a_response() {
 
 #[test]
 fn c9_103_duplicates_leave_epsn_unchanged() {
-    let mut p = pair_with(deep());
+    c9_103_case(Svc::Rc);
+}
+
+#[test]
+fn c9_103_xrc_duplicates_leave_epsn_unchanged() {
+    c9_103_case(Svc::Xrc);
+}
+
+fn c9_103_case(svc: Svc) {
+    let mut p = pair_with(svc, deep());
     p.recv_b(1, 0, 64);
     p.recv_b(2, 1024, 64);
     send_only(&mut p, P, true, b"s");
@@ -1500,7 +1984,16 @@ fn c9_103_duplicates_leave_epsn_unchanged() {
 
 #[test]
 fn c9_104_duplicate_read_answered_before_later_duplicate_ack() {
-    let mut p = pair();
+    c9_104_case(Svc::Rc);
+}
+
+#[test]
+fn c9_104_xrc_duplicate_read_answered_before_later_duplicate_ack() {
+    c9_104_case(Svc::Xrc);
+}
+
+fn c9_104_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 4096, 64);
     read(&mut p, P, 0, 100);
     send_only(&mut p, psn(1), true, b"s");
@@ -1519,7 +2012,16 @@ fn c9_104_duplicate_read_answered_before_later_duplicate_ack() {
 
 #[test]
 fn c9_105_duplicate_send_write_only_acknowledged() {
-    let mut p = pair_with(deep());
+    c9_105_case(Svc::Rc);
+}
+
+#[test]
+fn c9_105_xrc_duplicate_send_write_only_acknowledged() {
+    c9_105_case(Svc::Xrc);
+}
+
+fn c9_105_case(svc: Svc) {
+    let mut p = pair_with(svc, deep());
     p.recv_b(1, 0, 64);
     p.recv_b(2, 1024, 64);
     send_only(&mut p, P, false, b"s1");
@@ -1553,8 +2055,17 @@ fn c9_105_duplicate_send_write_only_acknowledged() {
 
 #[test]
 fn c9_106_error_answering_duplicate_send_or_write_dropped_silently() {
+    c9_106_case(Svc::Rc);
+}
+
+#[test]
+fn c9_106_xrc_error_answering_duplicate_send_or_write_dropped_silently() {
+    c9_106_case(Svc::Xrc);
+}
+
+fn c9_106_case(svc: Svc) {
     use softib_core::transport::rc::ResponderFault;
-    let mut p = pair();
+    let mut p = pair(svc);
     p.recv_b(1, 0, 64);
     p.recv_b(2, 1024, 64);
     send_only(&mut p, P, true, b"hello");
@@ -1600,8 +2111,17 @@ fn c9_106_error_answering_duplicate_send_or_write_dropped_silently() {
 
 #[test]
 fn o9_68_atomic_result_not_reproducible_duplicate_dropped_silently() {
+    o9_68_case(Svc::Rc);
+}
+
+#[test]
+fn o9_68_xrc_atomic_result_not_reproducible_duplicate_dropped_silently() {
+    o9_68_case(Svc::Xrc);
+}
+
+fn o9_68_case(svc: Svc) {
     use softib_core::transport::rc::ResponderFault;
-    let mut p = pair();
+    let mut p = pair(svc);
     p.recv_b(1, 0, 64);
     p.recv_b(2, 1024, 64);
     p.b.hca
@@ -1640,11 +2160,23 @@ fn o9_68_atomic_result_not_reproducible_duplicate_dropped_silently() {
 
 #[test]
 fn o9_68_requester_recovers_when_a_duplicate_atomic_is_dropped() {
+    o9_68_recovery_case(Svc::Rc);
+}
+
+#[test]
+fn o9_68_xrc_requester_recovers_when_a_duplicate_atomic_is_dropped() {
+    o9_68_recovery_case(Svc::Xrc);
+}
+
+fn o9_68_recovery_case(svc: Svc) {
     use softib_core::transport::rc::ResponderFault;
-    let mut p = pair_with(ConnectOptions {
-        timeout: 8,
-        ..ConnectOptions::default()
-    });
+    let mut p = pair_with(
+        svc,
+        ConnectOptions {
+            timeout: 8,
+            ..ConnectOptions::default()
+        },
+    );
     p.b.hca
         .mr_write(p.b.mr.handle, 64, &40u64.to_le_bytes())
         .unwrap();
@@ -1695,7 +2227,16 @@ fn o9_68_requester_recovers_when_a_duplicate_atomic_is_dropped() {
 
 #[test]
 fn c9_107_duplicate_read_rereads_data_from_duplicate_psn() {
-    let mut p = pair();
+    c9_107_case(Svc::Rc);
+}
+
+#[test]
+fn c9_107_xrc_duplicate_read_rereads_data_from_duplicate_psn() {
+    c9_107_case(Svc::Xrc);
+}
+
+fn c9_107_case(svc: Svc) {
+    let mut p = pair(svc);
     p.b.hca
         .mr_write(p.b.mr.handle, 0, &pattern(2 * MTU, 1))
         .unwrap();
@@ -1730,7 +2271,16 @@ fn c9_107_duplicate_read_rereads_data_from_duplicate_psn() {
 
 #[test]
 fn c9_108_duplicate_read_failing_before_first_packet_dropped() {
-    let mut p = pair();
+    c9_108_case(Svc::Rc);
+}
+
+#[test]
+fn c9_108_xrc_duplicate_read_failing_before_first_packet_dropped() {
+    c9_108_case(Svc::Xrc);
+}
+
+fn c9_108_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 0, 64);
     let mr = extra_mr(&mut p, AccessFlags::all(), false);
     to_b(&mut p, read_req(P, mr.addr, mr.rkey, 100), &[]);
@@ -1745,7 +2295,16 @@ fn c9_108_duplicate_read_failing_before_first_packet_dropped() {
 
 #[test]
 fn c9_109_duplicate_read_failing_midway_stops_without_nak() {
-    let mut p = pair();
+    c9_109_case(Svc::Rc);
+}
+
+#[test]
+fn c9_109_xrc_duplicate_read_failing_midway_stops_without_nak() {
+    c9_109_case(Svc::Xrc);
+}
+
+fn c9_109_case(svc: Svc) {
+    let mut p = pair(svc);
     let mr = extra_mr(&mut p, AccessFlags::all(), false);
     to_b(&mut p, read_req(P, mr.addr, mr.rkey, 3 * MTU as u32), &[]);
     assert_eq!(from_b(&mut p).len(), 3);
@@ -1765,7 +2324,16 @@ fn c9_109_duplicate_read_failing_midway_stops_without_nak() {
 
 #[test]
 fn c9_110_earlier_duplicate_preempts_current_response() {
-    let mut p = pair_with(deep());
+    c9_110_preemption_case(Svc::Rc);
+}
+
+#[test]
+fn c9_110_xrc_earlier_duplicate_preempts_current_response() {
+    c9_110_preemption_case(Svc::Xrc);
+}
+
+fn c9_110_preemption_case(svc: Svc) {
+    let mut p = pair_with(svc, deep());
     p.recv_b(1, 16 * 1024, 64);
     p.b.hca
         .mr_write(p.b.mr.handle, 0, &pattern(8 * MTU, 5))
@@ -1828,7 +2396,16 @@ fn c9_110_earlier_duplicate_preempts_current_response() {
 
 #[test]
 fn c9_110_duplicates_answered_in_psn_order_before_queued_responses() {
-    let mut p = pair_with(deep());
+    c9_110_order_case(Svc::Rc);
+}
+
+#[test]
+fn c9_110_xrc_duplicates_answered_in_psn_order_before_queued_responses() {
+    c9_110_order_case(Svc::Xrc);
+}
+
+fn c9_110_order_case(svc: Svc) {
+    let mut p = pair_with(svc, deep());
     p.b.hca
         .mr_write(p.b.mr.handle, 0, &pattern(2 * MTU, 9))
         .unwrap();
@@ -1865,7 +2442,16 @@ fn c9_110_duplicates_answered_in_psn_order_before_queued_responses() {
 
 #[test]
 fn c9_115_no_nak_for_errors_while_answering_duplicates() {
-    let mut p = pair_with(deep());
+    c9_115_case(Svc::Rc);
+}
+
+#[test]
+fn c9_115_xrc_no_nak_for_errors_while_answering_duplicates() {
+    c9_115_case(Svc::Xrc);
+}
+
+fn c9_115_case(svc: Svc) {
+    let mut p = pair_with(svc, deep());
     p.recv_b(1, 0, 64);
     let (addr, rkey) = (p.b.mr.addr, p.b.mr.rkey);
     send_only(&mut p, P, false, b"s");
@@ -1881,9 +2467,19 @@ fn c9_115_no_nak_for_errors_while_answering_duplicates() {
     to_b(&mut p, fetch_add(P, addr + 64, rkey, 1), &[]);
     // Duplicate with a reserved opcode, and a duplicate SEND that would be too long if new.
     let mut f = p.frame(Dir::AtoB, req(Opcode::RC_SEND_ONLY, P, true), b"1234");
-    patch_opcode(&mut f, 0x1f);
+    patch_opcode(&mut f, reserved(svc, 0x1f));
     p.inject_frame(Dir::AtoB, &f);
     send_only(&mut p, P, true, &[0; MTU + 4]);
+    if svc == Svc::Xrc {
+        // A duplicate whose XRCETH names no XRC SRQ of the target's domain.
+        let mut h = req(Opcode::RC_SEND_ONLY, P, true);
+        h.xrceth = Some(Xrceth {
+            resv8: 0,
+            xrcsrq: XrcSrqn::new(0xabcde),
+        });
+        to_b(&mut p, h, b"s");
+        assert_eq!(p.b.hca.counters().xrc_bad_srq, 1);
+    }
     out.extend(from_b(&mut p));
     assert!(!out.iter().any(is_nak), "{out:?}");
     assert_eq!(b_state(&p), QpState::Rts);
@@ -1892,7 +2488,16 @@ fn c9_115_no_nak_for_errors_while_answering_duplicates() {
 
 #[test]
 fn c9_123_psn_behind_epsn_is_a_duplicate() {
-    let mut p = pair();
+    c9_123_case(Svc::Rc);
+}
+
+#[test]
+fn c9_123_xrc_psn_behind_epsn_is_a_duplicate() {
+    c9_123_case(Svc::Xrc);
+}
+
+fn c9_123_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 0, 64);
     p.recv_b(2, 1024, 64);
     send_only(&mut p, P, true, b"one");
@@ -1911,11 +2516,68 @@ fn c9_123_psn_behind_epsn_is_a_duplicate() {
     assert_ack(&from_b(&mut p), NAK_SEQ, epsn);
 }
 
+/// o9-91.a1 (XRC meets 9.7 as RC does) for XRC's own invalid request, an XRCETH naming no XRC
+/// SRQ of the target's domain: handled in PSN order like any request. The requests before it
+/// execute and complete first; the NAK-Invalid RD Request carries its PSN (ePSN) and the MSN
+/// of those requests; nothing of it executes; the target then enters ERR. The same XRCETH on
+/// a duplicate is dropped silently (C9-115) and ahead of ePSN draws the sequence NAK.
+#[test]
+fn o9_91_a1_xrc_xrceth_violation_naks_invalid_rd_request_in_psn_order() {
+    let mut p = pair(Svc::Xrc);
+    for i in 0..3 {
+        p.recv_b(i + 1, 1024 * i, 64);
+    }
+    let bad = |op: Opcode, psn: u32| {
+        let mut h = req(op, psn, true);
+        h.xrceth = Some(Xrceth {
+            resv8: 0,
+            xrcsrq: XrcSrqn::new(0xabcde),
+        });
+        h
+    };
+    send_only(&mut p, P, false, b"first");
+    send_only(&mut p, psn(1), false, b"second");
+    // Ahead of ePSN: a PSN sequence error, whatever its XRCETH.
+    to_b(&mut p, bad(Opcode::RC_SEND_ONLY, psn(3)), b"ahead");
+    assert_ack(&from_b(&mut p), NAK_SEQ, psn(2));
+    // A duplicate: no answer at all.
+    to_b(&mut p, bad(Opcode::RC_SEND_ONLY, P), b"first");
+    assert!(from_b(&mut p).is_empty());
+    assert_eq!(p.b.hca.counters().xrc_bad_srq, 1);
+    // At ePSN: an RDMA WRITE naming no SRQ.
+    let (va, rkey) = (p.b.mr.addr + 8192, p.b.mr.rkey);
+    let h = with_reth(bad(Opcode::RC_RDMA_WRITE_ONLY, psn(2)), va, rkey, 5);
+    to_b(&mut p, h, b"third");
+    assert_eq!(
+        p.b.done(),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    let out = from_b(&mut p);
+    assert_eq!(
+        ops(&out),
+        vec![(Opcode::RC_ACKNOWLEDGE, psn(2), Some(0x64))],
+        "{out:?}"
+    );
+    assert_eq!(out[0].raw_opcode(), Opcode::XRC_ACKNOWLEDGE);
+    assert_eq!(out[0].msn(), Some(2));
+    assert_eq!(
+        out[0].aeth_syndrome(),
+        Some(AethSyndrome::Nak(NakCode::InvalidRdRequest))
+    );
+    assert_eq!(p.b.hca.counters().xrc_bad_srq, 2);
+    assert_eq!(p.b.mem(8192, 5), vec![0; 5], "not executed");
+    assert_eq!(p.b.mem(0, 5), b"first");
+    assert_eq!(p.b.mem(1024, 6), b"second");
+    assert_eq!(b_state(&p), QpState::Err);
+    // The third receive stays in the SRQ (not flushed: the SRQ is not the QP's).
+    assert!(p.b.done().is_empty());
+}
+
 // ----- NAKs (9.7.5.1.5, 9.7.5.2) ------------------------------------------------------------------
 
 /// A pair whose B has executed a 3-packet RDMA WRITE (ePSN = P + 3, MSN 1).
-fn after_write3() -> Pair {
-    let mut p = pair();
+fn after_write3(svc: Svc) -> Pair {
+    let mut p = pair(svc);
     let (va, rkey) = (p.b.mr.addr, p.b.mr.rkey);
     let h = with_reth(
         req(Opcode::RC_RDMA_WRITE_FIRST, P, false),
@@ -1940,42 +2602,62 @@ fn after_write3() -> Pair {
 }
 
 /// Each NAK kind B produces outside READ responses, after [`after_write3`].
-fn every_nak() -> Vec<(&'static str, Vec<Seen>)> {
+fn every_nak(svc: Svc) -> Vec<(&'static str, Vec<Seen>)> {
     let e = psn(3);
     let mut v = Vec::new();
-    let mut p = after_write3();
+    let mut p = after_write3(svc);
     p.recv_b(1, 0, 64);
     send_only(&mut p, psn(5), true, b"ahead");
     v.push(("PSN sequence error", from_b(&mut p)));
-    let mut p = after_write3();
+    let mut p = after_write3(svc);
     p.recv_b(1, 0, 64);
     to_b(&mut p, req(Opcode::RC_SEND_MIDDLE, e, true), &[0; MTU]);
     v.push(("invalid request", from_b(&mut p)));
-    let mut p = after_write3();
+    let mut p = after_write3(svc);
     let addr = p.b.mr.addr;
     let h = with_reth(req(Opcode::RC_RDMA_WRITE_ONLY, e, true), addr, 0x99, 4);
     to_b(&mut p, h, b"oops");
     v.push(("remote access error", from_b(&mut p)));
-    let mut p = after_write3();
+    let mut p = after_write3(svc);
     let sge = Sge {
         addr: 0,
         length: 64,
         lkey: 0xdead_beef,
     };
-    p.b.hca
-        .post_recv(p.b.qpn, &[RecvWr::new(1, vec![sge])])
-        .unwrap();
+    p.b.post_recv_wrs(&[RecvWr::new(1, vec![sge])]);
     send_only(&mut p, e, true, b"into a bad buffer");
     v.push(("remote operational error", from_b(&mut p)));
-    let mut p = after_write3();
+    let mut p = after_write3(svc);
     send_only(&mut p, e, true, b"no receive");
     v.push(("RNR", from_b(&mut p)));
+    if svc == Svc::Xrc {
+        // XRC: an XRCETH naming no XRC SRQ of the target's domain.
+        let mut p = after_write3(svc);
+        p.recv_b(1, 0, 64);
+        let mut h = req(Opcode::RC_SEND_ONLY, e, true);
+        h.xrceth = Some(Xrceth {
+            resv8: 0,
+            xrcsrq: XrcSrqn::new(0xabcde),
+        });
+        to_b(&mut p, h, b"to no SRQ");
+        v.push(("invalid RD request", from_b(&mut p)));
+        assert!(p.b.done().is_empty(), "the SRQ's receive is untouched");
+    }
     v
 }
 
 #[test]
 fn c9_111_naks_carry_epsn() {
-    for (what, out) in every_nak() {
+    c9_111_case(Svc::Rc);
+}
+
+#[test]
+fn c9_111_xrc_naks_carry_epsn() {
+    c9_111_case(Svc::Xrc);
+}
+
+fn c9_111_case(svc: Svc) {
+    for (what, out) in every_nak(svc) {
         assert_eq!(out.len(), 1, "{what}: {out:?}");
         assert!(is_nak(&out[0]), "{what}: {out:?}");
         assert_eq!(out[0].psn(), psn(3), "{what}");
@@ -1984,7 +2666,16 @@ fn c9_111_naks_carry_epsn() {
 
 #[test]
 fn c9_113_rnr_nak_carries_psn_of_nakked_request() {
-    let mut p = pair();
+    c9_113_case(Svc::Rc);
+}
+
+#[test]
+fn c9_113_xrc_rnr_nak_carries_psn_of_nakked_request() {
+    c9_113_case(Svc::Xrc);
+}
+
+fn c9_113_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 0, 64);
     send_only(&mut p, P, true, b"ok");
     assert_ack(&from_b(&mut p), ACK, P);
@@ -2014,8 +2705,8 @@ fn c9_113_rnr_nak_carries_psn_of_nakked_request() {
 
 /// A READ of 3 PMTU from a second region of B that is deregistered after `sent` response
 /// packets went out; returns every packet B sent.
-fn read_interrupted(sent: usize) -> Vec<Seen> {
-    let mut p = pair();
+fn read_interrupted(svc: Svc, sent: usize) -> Vec<Seen> {
+    let mut p = pair(svc);
     let mr = extra_mr(&mut p, AccessFlags::all(), false);
     p.recv_b(1, 0, 64);
     send_only(&mut p, P, false, b"m1");
@@ -2032,7 +2723,16 @@ fn read_interrupted(sent: usize) -> Vec<Seen> {
 
 #[test]
 fn c9_100_read_response_error_ends_response_early() {
-    let out = read_interrupted(1);
+    c9_100_case(Svc::Rc);
+}
+
+#[test]
+fn c9_100_xrc_read_response_error_ends_response_early() {
+    c9_100_case(Svc::Xrc);
+}
+
+fn c9_100_case(svc: Svc) {
+    let out = read_interrupted(svc, 1);
     assert_eq!(out.len(), 2, "{out:?}");
     assert_eq!(
         out[0].op_psn(),
@@ -2050,7 +2750,16 @@ fn c9_100_read_response_error_ends_response_early() {
 
 #[test]
 fn c9_112_nak_inside_read_response_carries_failing_packet_psn() {
-    let out = read_interrupted(2);
+    c9_112_case(Svc::Rc);
+}
+
+#[test]
+fn c9_112_xrc_nak_inside_read_response_carries_failing_packet_psn() {
+    c9_112_case(Svc::Xrc);
+}
+
+fn c9_112_case(svc: Svc) {
+    let out = read_interrupted(svc, 2);
     assert_eq!(
         out.iter().map(|s| s.op_psn()).collect::<Vec<_>>(),
         vec![
@@ -2064,30 +2773,49 @@ fn c9_112_nak_inside_read_response_carries_failing_packet_psn() {
 
 #[test]
 fn c9_113_a1_every_nak_uses_acknowledge_opcode() {
-    let mut naks: Vec<(&str, Seen)> = every_nak()
+    c9_113_a1_case(Svc::Rc);
+}
+
+#[test]
+fn c9_113_a1_xrc_every_nak_uses_acknowledge_opcode() {
+    c9_113_a1_case(Svc::Xrc);
+}
+
+fn c9_113_a1_case(svc: Svc) {
+    let mut naks: Vec<(&str, Seen)> = every_nak(svc)
         .into_iter()
         .flat_map(|(w, v)| v.into_iter().map(move |s| (w, s)))
         .collect();
     naks.extend(
-        read_interrupted(1)
+        read_interrupted(svc, 1)
             .into_iter()
             .filter(is_nak)
             .map(|s| ("inside a READ response", s)),
     );
-    assert_eq!(naks.len(), 6);
+    // Six kinds, and on XRC the invalid RD request of an XRCETH violation.
+    assert_eq!(naks.len(), 6 + usize::from(svc == Svc::Xrc));
     for (what, s) in naks {
         assert!(is_nak(&s), "{what}");
-        assert_eq!(s.opcode(), Opcode::RC_ACKNOWLEDGE, "{what}");
+        assert_eq!(s.raw_opcode(), svc.opcode(Opcode::RC_ACKNOWLEDGE), "{what}");
     }
 }
 
 #[test]
 fn c9_125_invalid_request_nak_carries_epsn() {
-    let mut p = after_write3();
+    c9_125_case(Svc::Rc);
+}
+
+#[test]
+fn c9_125_xrc_invalid_request_nak_carries_epsn() {
+    c9_125_case(Svc::Xrc);
+}
+
+fn c9_125_case(svc: Svc) {
+    let mut p = after_write3(svc);
     let (va, rkey) = (p.b.mr.addr, p.b.mr.rkey);
     to_b(&mut p, read_req(psn(3), va, rkey, u32::MAX), &[]);
     assert_ack(&from_b(&mut p), NAK_INV, psn(3));
-    let mut p = after_write3();
+    let mut p = after_write3(svc);
     to_b(
         &mut p,
         req(Opcode::RC_RDMA_WRITE_LAST, psn(3), true),
@@ -2098,7 +2826,16 @@ fn c9_125_invalid_request_nak_carries_epsn() {
 
 #[test]
 fn c9_126_remote_operational_error_carries_executing_request_psn() {
-    let mut p = pair();
+    c9_126_case(Svc::Rc);
+}
+
+#[test]
+fn c9_126_xrc_remote_operational_error_carries_executing_request_psn() {
+    c9_126_case(Svc::Xrc);
+}
+
+fn c9_126_case(svc: Svc) {
+    let mut p = pair(svc);
     // The receive's second SGE names no region: the responder fails while placing packet 2.
     let sges = vec![
         Sge {
@@ -2112,7 +2849,7 @@ fn c9_126_remote_operational_error_carries_executing_request_psn() {
             lkey: 0x00de_ad00,
         },
     ];
-    p.b.hca.post_recv(p.b.qpn, &[RecvWr::new(5, sges)]).unwrap();
+    p.b.post_recv_wrs(&[RecvWr::new(5, sges)]);
     to_b(&mut p, req(Opcode::RC_SEND_FIRST, P, false), &[1; MTU]);
     to_b(&mut p, req(Opcode::RC_SEND_LAST, psn(1), true), &[2; 100]);
     assert_ack(&from_b(&mut p), NAK_REMOTE_OP, psn(1));
@@ -2122,9 +2859,9 @@ fn c9_126_remote_operational_error_carries_executing_request_psn() {
 // ----- AETH (9.7.5.2) ---------------------------------------------------------------------------
 
 /// One response of every kind, with what its syndrome must decode to.
-fn every_response() -> Vec<(&'static str, Seen)> {
+fn every_response(svc: Svc) -> Vec<(&'static str, Seen)> {
     let mut v: Vec<(&'static str, Seen)> = Vec::new();
-    let mut p = four_executed();
+    let mut p = four_executed(svc);
     send_only(&mut p, P, true, b"dup");
     v.push(("ack", from_b(&mut p).remove(0)));
     read(&mut p, psn(4), 0, 3 * MTU as u32);
@@ -2134,17 +2871,19 @@ fn every_response() -> Vec<(&'static str, Seen)> {
     let (va, rkey) = (p.b.mr.addr + 64, p.b.mr.rkey);
     to_b(&mut p, fetch_add(psn(7), va, rkey, 1), &[]);
     v.push(("ack", from_b(&mut p).remove(0)));
-    for (what, out) in every_nak() {
+    for (what, out) in every_nak(svc) {
         let kind = match what {
             "RNR" => "rnr",
             "PSN sequence error" => "nak0",
             "invalid request" => "nak1",
             "remote access error" => "nak2",
-            _ => "nak3",
+            "remote operational error" => "nak3",
+            "invalid RD request" => "nak4",
+            _ => unreachable!("{what}"),
         };
         v.push((kind, out[0].clone()));
     }
-    for s in read_interrupted(1) {
+    for s in read_interrupted(svc, 1) {
         let kind = if is_nak(&s) { "nak2" } else { "read" };
         v.push((kind, s));
     }
@@ -2153,7 +2892,16 @@ fn every_response() -> Vec<(&'static str, Seen)> {
 
 #[test]
 fn c9_119_aeth_syndrome_encoded_per_table_48() {
-    let all = every_response();
+    c9_119_case(Svc::Rc);
+}
+
+#[test]
+fn o9_71_xrc_aeth_syndrome_encoded_per_table_48() {
+    c9_119_case(Svc::Xrc);
+}
+
+fn c9_119_case(svc: Svc) {
+    let all = every_response(svc);
     assert!(all.len() >= 12);
     for (kind, s) in all {
         let syn = s.aeth_syndrome();
@@ -2166,17 +2914,38 @@ fn c9_119_aeth_syndrome_encoded_per_table_48() {
             ("nak0", Some(AethSyndrome::Nak(NakCode::PsnSequenceError)))
             | ("nak1", Some(AethSyndrome::Nak(NakCode::InvalidRequest)))
             | ("nak2", Some(AethSyndrome::Nak(NakCode::RemoteAccessError)))
-            | ("nak3", Some(AethSyndrome::Nak(NakCode::RemoteOperationalError))) => {}
+            | ("nak3", Some(AethSyndrome::Nak(NakCode::RemoteOperationalError)))
+            | ("nak4", Some(AethSyndrome::Nak(NakCode::InvalidRdRequest))) => {}
             (kind, syn) => panic!("{kind}: syndrome {syn:?} in {s:?}"),
         }
     }
+    // NAK-Invalid RD Request is XRC's (an XRCETH violation), never RC's.
+    let nak4 = every_response(svc)
+        .iter()
+        .filter(|(k, _)| *k == "nak4")
+        .count();
+    assert_eq!(nak4, usize::from(svc == Svc::Xrc));
 }
 
 #[test]
 fn c9_119_a1_aeth_syndrome_bit_7_is_zero() {
-    let all = every_response();
+    c9_119_a1_case(Svc::Rc);
+}
+
+#[test]
+fn c9_119_a1_xrc_aeth_syndrome_bit_7_is_zero() {
+    c9_119_a1_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_71_a1_xrc_aeth_syndrome_bit_7_is_zero() {
+    c9_119_a1_case(Svc::Xrc);
+}
+
+fn c9_119_a1_case(svc: Svc) {
+    let all = every_response(svc);
     let with_aeth = all.iter().filter(|(_, s)| s.syndrome().is_some()).count();
-    assert_eq!(with_aeth, 11);
+    assert_eq!(with_aeth, 11 + usize::from(svc == Svc::Xrc));
     for (kind, s) in all {
         if let Some(syn) = s.syndrome() {
             assert_eq!(syn & 0x80, 0, "{kind}: {s:?}");
@@ -2188,11 +2957,23 @@ fn c9_119_a1_aeth_syndrome_bit_7_is_zero() {
 
 #[test]
 fn c9_129_rnr_nak_carries_min_rnr_timer() {
+    c9_129_case(Svc::Rc);
+}
+
+#[test]
+fn o9_76_xrc_rnr_nak_carries_min_rnr_timer() {
+    c9_129_case(Svc::Xrc);
+}
+
+fn c9_129_case(svc: Svc) {
     for k in [0u8, 1, 5, 14, 31] {
-        let mut p = pair_with(ConnectOptions {
-            min_rnr_timer: k,
-            ..ConnectOptions::default()
-        });
+        let mut p = pair_with(
+            svc,
+            ConnectOptions {
+                min_rnr_timer: k,
+                ..ConnectOptions::default()
+            },
+        );
         send_only(&mut p, P, true, b"no receive posted");
         let out = from_b(&mut p);
         assert_ack(&out, 0x20 | k, P);
@@ -2209,7 +2990,16 @@ fn c9_129_rnr_nak_carries_min_rnr_timer() {
 
 #[test]
 fn c9_147_every_aeth_carries_current_msn() {
-    let mut p = pair_with(deep());
+    c9_147_case(Svc::Rc);
+}
+
+#[test]
+fn o9_91_a1_xrc_every_aeth_carries_current_msn() {
+    c9_147_case(Svc::Xrc);
+}
+
+fn c9_147_case(svc: Svc) {
+    let mut p = pair_with(svc, deep());
     p.recv_b(1, 0, 64);
     send_only(&mut p, P, true, b"m1");
     let mut got: Vec<(Opcode, Option<u32>)> = Vec::new();
@@ -2237,7 +3027,7 @@ fn c9_147_every_aeth_carries_current_msn() {
         ]
     );
     // A NAK that cuts a READ response short carries the MSN too (the READ counted: 2).
-    let out = read_interrupted(1);
+    let out = read_interrupted(svc, 1);
     assert_eq!(
         out.iter().map(|s| s.msn()).collect::<Vec<_>>(),
         vec![Some(2), Some(2)]
@@ -2246,7 +3036,16 @@ fn c9_147_every_aeth_carries_current_msn() {
 
 #[test]
 fn c9_148_msn_starts_at_0_and_counts_new_messages_only() {
-    let mut p = pair();
+    c9_148_case(Svc::Rc);
+}
+
+#[test]
+fn o9_91_a1_xrc_msn_starts_at_0_and_counts_new_messages_only() {
+    c9_148_case(Svc::Xrc);
+}
+
+fn c9_148_case(svc: Svc) {
+    let mut p = pair(svc);
     // Before any message: MSN 0.
     send_only(&mut p, P, true, b"no receive yet");
     let out = from_b(&mut p);
@@ -2291,7 +3090,16 @@ fn c9_148_msn_starts_at_0_and_counts_new_messages_only() {
 
 #[test]
 fn c9_149_msn_in_naks_and_duplicate_acks() {
-    let mut p = pair();
+    c9_149_case(Svc::Rc);
+}
+
+#[test]
+fn o9_91_a1_xrc_msn_in_naks_and_duplicate_acks() {
+    c9_149_case(Svc::Xrc);
+}
+
+fn c9_149_case(svc: Svc) {
+    let mut p = pair(svc);
     p.recv_b(1, 0, 64);
     p.recv_b(2, 1024, 64);
     send_only(&mut p, P, false, b"s1");
@@ -2306,8 +3114,13 @@ fn c9_149_msn_in_naks_and_duplicate_acks() {
     // RNR NAK.
     send_only(&mut p, psn(2), true, b"no receive");
     let rnr = from_b(&mut p);
+    // The duplicate ACK's credit field: no receive left on RC, the "invalid" code on XRC.
+    let ack = match svc {
+        Svc::Rc => ACK,
+        Svc::Xrc => 0x1f,
+    };
     for (what, out, syn) in [
-        ("duplicate ACK", dup, ACK),
+        ("duplicate ACK", dup, ack),
         ("sequence NAK", seq, NAK_SEQ),
         ("RNR NAK", rnr, 0x20 | 12),
     ] {
@@ -2323,7 +3136,7 @@ fn c9_149_msn_in_naks_and_duplicate_acks() {
 
 #[test]
 fn c9_158_2_1_ack_carries_table_52_credit_count() {
-    let mut p = pair();
+    let mut p = pair(Svc::Rc);
     for i in 0..5 {
         p.recv_b(i + 1, 1024 * i, 64);
     }
@@ -2335,7 +3148,7 @@ fn c9_158_2_1_ack_carries_table_52_credit_count() {
 
 #[test]
 fn o9_95_2_2_srq_attached_qp_sends_invalid_credit_code() {
-    let mut p = pair();
+    let mut p = pair(Svc::Rc);
     let (_srq, q2) = p.b_srq_qp(8, 0x7000);
     let to_q2 =
         |p: &mut Pair, h: TransportHeaders, payload: &[u8]| p.inject_to_b_qp(q2, h, payload);

@@ -180,7 +180,7 @@ impl Hca {
         let parsed = RocePacket::parse(frame);
         let p = match &parsed {
             Ok(p) => p,
-            Err(softib_wire::Error::UnknownOpcode(op)) if matches!(op >> 5, 0 | 3) => {
+            Err(softib_wire::Error::UnknownOpcode(op)) if matches!(op >> 5, 0 | 3 | 5) => {
                 self.handle_reserved_opcode(now, frame, *op);
                 return;
             }
@@ -228,13 +228,13 @@ impl Hca {
             .is_some_and(|p| p.link_layer == LinkLayer::InfiniBand)
     }
 
-    /// A frame (either framing) whose opcode is reserved in the RC class (answered by the
-    /// responder, C9-84) or in the UD class (silently dropped and counted, C9-206).
+    /// A frame (either framing) whose opcode is reserved in the RC or XRC class (answered by
+    /// the responder, C9-84, o9-51) or in the UD class (silently dropped and counted, C9-206).
     fn handle_reserved_opcode(&mut self, now: Instant, frame: &[u8], op: u8) {
-        if op >> 5 == 0 {
-            self.handle_reserved_rc_opcode(now, frame);
-        } else {
+        if op >> 5 == 3 {
             self.handle_reserved_ud_opcode(frame);
+        } else {
+            self.handle_reserved_rc_opcode(now, frame);
         }
     }
 
@@ -243,7 +243,7 @@ impl Hca {
         let parsed = NativePacket::parse(frame);
         let p = match &parsed {
             Ok(p) => p,
-            Err(softib_wire::Error::UnknownOpcode(op)) if matches!(op >> 5, 0 | 3) => {
+            Err(softib_wire::Error::UnknownOpcode(op)) if matches!(op >> 5, 0 | 3 | 5) => {
                 self.handle_reserved_opcode(now, frame, *op);
                 return;
             }
@@ -552,8 +552,8 @@ impl Hca {
         src == grh.dgid && dst == local
     }
 
-    /// A frame whose BTH:OpCode is in the RC class but reserved (IBA Table 38). The transport
-    /// parser cannot go past such a BTH, so the frame is checked here as far as the
+    /// A frame whose BTH:OpCode is in the RC or XRC class but reserved (IBA Table 38). The
+    /// transport parser cannot go past such a BTH, so the frame is checked here as far as the
     /// responder needs (framing, ICRC, QP, P_Key, connection) before the RC responder judges
     /// it; anything wrong is dropped and counted like any other bad frame.
     fn handle_reserved_rc_opcode(&mut self, now: Instant, frame: &[u8]) {
@@ -583,14 +583,20 @@ impl Hca {
         self.handle_reserved_bth(now, &bth, PacketSource::Roce(&ip));
     }
 
-    /// The checks of [`Hca::handle_transport`] for a BTH with a reserved RC opcode.
+    /// The checks of [`Hca::handle_transport`] for a BTH with a reserved RC or XRC opcode
+    /// (an XRC one is for an XRC target: only a responder judges requests).
     fn handle_reserved_bth(&mut self, now: Instant, bth: &Bth, from: PacketSource<'_>) {
         let qpn = bth.dest_qp.value();
         let Some(qp) = self.qps.get(&qpn) else {
             self.counters.no_such_qp += 1;
             return;
         };
-        if qp.qp_type != QpType::Rc {
+        let service_ok = match bth.opcode.0 >> 5 {
+            0 => qp.qp_type == QpType::Rc,
+            5 => qp.qp_type == QpType::XrcRecv,
+            _ => false,
+        };
+        if !service_ok {
             self.counters.wrong_service += 1;
             return;
         }

@@ -85,6 +85,7 @@ pub(crate) struct QpMap {
 }
 
 impl QpMap {
+    #[inline]
     fn position(&self, qpn: u32) -> Result<usize, usize> {
         match self.keys.as_slice() {
             [k] if *k == qpn => Ok(0),
@@ -100,11 +101,13 @@ impl QpMap {
         self.position(*qpn).is_ok()
     }
 
+    #[inline]
     pub(crate) fn get(&self, qpn: &u32) -> Option<&Qp> {
         let i = self.position(*qpn).ok()?;
         self.qps.get(i)
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, qpn: &u32) -> Option<&mut Qp> {
         let i = self.position(*qpn).ok()?;
         self.qps.get_mut(i)
@@ -551,7 +554,7 @@ impl Hca {
     /// Queues a completion on `cq`, firing its notification if armed. On overrun the
     /// completion is lost, the CQ enters error and (the first time) a `CqError` async event
     /// is queued.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_completion(
         &mut self,
         cq: CqHandle,

@@ -138,11 +138,11 @@ impl Hca {
         }
     }
 
-    /// The XRC SRQ numbered `srqn` if it belongs to the XRC domain of target QP `qpn`: the
+    /// The XRC SRQ numbered `srqn` if it belongs to the XRC domain of target QP `qp`: the
     /// receive side of a request the target received with that XRCETH. `None` is an XRCETH
     /// violation.
-    pub(crate) fn xrc_target(&self, qpn: u32, srqn: u32) -> Option<XrcTarget> {
-        let xrcd = self.qps.get(&qpn)?.xrcd?;
+    pub(crate) fn xrc_target(&self, qp: &Qp, srqn: u32) -> Option<XrcTarget> {
+        let xrcd = qp.xrcd?;
         let &srq = self.srqs_by_num.get(&srqn)?;
         let s = self.srqs.get(srq.0)?;
         let x = s.xrc.filter(|x| x.xrcd == xrcd)?;

@@ -44,6 +44,17 @@ pub enum Svc {
     Xrc,
 }
 
+impl Svc {
+    /// The opcode of RC operation `rc` in this service: itself on RC, the XRC opcode of the
+    /// same operation (0xA0 | operation) on XRC.
+    pub fn opcode(self, rc: Opcode) -> Opcode {
+        match self {
+            Svc::Rc => rc,
+            Svc::Xrc => Opcode(rc.0 | Opcode::XRC_SEND_FIRST.0),
+        }
+    }
+}
+
 /// One side of the pair.
 pub struct Side {
     pub hca: Hca,
@@ -221,7 +232,9 @@ impl Pair {
     }
 
     /// Moves frames until both sides are idle and no timer is pending before `limit_ns`.
+    /// Every frame delivered is checked against the pair's service ([`Pair::check_service`]).
     pub fn run(&mut self, limit_ns: u64) {
+        let from = self.log.len();
         shuttle::run(
             &mut self.a.hca,
             &mut self.b.hca,
@@ -230,6 +243,49 @@ impl Pair {
             &mut self.log,
             limit_ns,
         );
+        for (d, f) in &self.log[from..] {
+            self.check_service(*d, &decode(f));
+        }
+    }
+
+    /// The opcode of RC operation `rc` as this pair's service sends it ([`Svc::opcode`]).
+    pub fn wire_op(&self, rc: Opcode) -> Opcode {
+        self.svc.opcode(rc)
+    }
+
+    /// What every packet an HCA of the pair sends must show of the service. On an RC pair
+    /// (whose QPs may also be UC, `uc.rs`): no XRC opcode, no XRCETH. On XRC: an opcode of
+    /// the XRC class (0xA0); A (the initiator) sends requests, each with an XRCETH, and B
+    /// (the target) sends responses without one, every positive acknowledgement with the
+    /// "invalid" credit code 0b11111 (an XRC target's receive queue is an SRQ, which
+    /// generates no end-to-end credits).
+    #[track_caller]
+    pub fn check_service(&self, dir: Dir, s: &Seen) {
+        let op = s.raw_opcode();
+        let xrc_class = op.0 & 0xe0 == Opcode::XRC_SEND_FIRST.0;
+        if self.svc == Svc::Rc {
+            assert!(!xrc_class, "{dir:?} {op} on an RC pair");
+            assert!(s.headers.xrceth.is_none(), "an XRCETH on RC: {s:?}");
+            return;
+        }
+        assert!(xrc_class, "{dir:?} {op} on an XRC pair");
+        let response = op.info().is_some_and(|i| i.operation.is_response());
+        match dir {
+            Dir::AtoB => {
+                assert!(!response, "an XRC initiator sends requests only: {s:?}");
+                assert!(
+                    s.headers.xrceth.is_some(),
+                    "an XRC request has an XRCETH: {s:?}"
+                );
+            }
+            Dir::BtoA => {
+                assert!(response, "an XRC target sends responses only: {s:?}");
+                assert!(s.headers.xrceth.is_none(), "an XRC response has no XRCETH");
+                if let Some(syn) = s.syndrome().filter(|b| b & 0xe0 == 0) {
+                    assert_eq!(syn, 0x1f, "an XRC target generates no credits: {s:?}");
+                }
+            }
+        }
     }
 
     /// (direction, opcode, PSN) of every delivered frame.
@@ -478,25 +534,24 @@ impl Pair {
         self.inject_frame(dir, &f);
     }
 
-    /// Everything the sender of `dir` transmits now, decoded and NOT delivered.
+    /// Everything the sender of `dir` transmits now, decoded and NOT delivered (each packet
+    /// checked against the pair's service, [`Pair::check_service`]).
     pub fn drain(&mut self, dir: Dir) -> Vec<Seen> {
-        let now = self.now;
-        let mut out = Vec::new();
-        let mut buf = Vec::new();
-        while self.sender(dir).hca.poll_transmit(now, &mut buf) {
-            out.push(decode(&buf));
-        }
-        out
+        std::iter::from_fn(|| self.drain_one(dir)).collect()
     }
 
-    /// The next packet the sender of `dir` transmits now, if any (not delivered).
+    /// The next packet the sender of `dir` transmits now, if any (not delivered; checked as
+    /// [`Pair::drain`] checks).
     pub fn drain_one(&mut self, dir: Dir) -> Option<Seen> {
         let now = self.now;
         let mut buf = Vec::new();
-        self.sender(dir)
+        let s = self
+            .sender(dir)
             .hca
             .poll_transmit(now, &mut buf)
-            .then(|| decode(&buf))
+            .then(|| decode(&buf))?;
+        self.check_service(dir, &s);
+        Some(s)
     }
 
     /// Injects an unsolicited acknowledgement travelling `dir` in the form of the initial one

@@ -65,6 +65,15 @@ pub struct Qp {
     pub(crate) transport: TransportState,
 }
 
+/// The transport state a QP of `qp_type` starts with (and returns to on RESET): an XRC
+/// initiator sends without end-to-end credits from the start, since its targets receive through
+/// SRQs, which never generate credits (9.7.7.2.4 "invalid" code, C9-153).
+fn initial_transport(qp_type: QpType) -> TransportState {
+    let mut t = TransportState::default();
+    t.req.credits.unlimited = qp_type == QpType::XrcSend;
+    t
+}
+
 impl Qp {
     pub(crate) fn new(qpn: Qpn, pd: PdHandle, init: &QpInitAttr) -> Qp {
         let attr = QpAttr {
@@ -86,7 +95,7 @@ impl Qp {
             rq: VecDeque::new(),
             sq_draining: false,
             alt_path_loaded: false,
-            transport: TransportState::default(),
+            transport: initial_transport(init.qp_type),
         }
     }
 
@@ -173,6 +182,6 @@ impl Qp {
         self.rq.clear();
         self.sq_draining = false;
         self.alt_path_loaded = false;
-        self.transport = TransportState::default();
+        self.transport = initial_transport(self.qp_type);
     }
 }
