@@ -303,6 +303,37 @@ fn pingpong(args: &PingpongArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// The out-of-band exchange of the rdma-core examples on TCP `args.port`. The client connects to
+/// the server, sends `mine` and reads the server's message into `theirs`; the server accepts one
+/// client, reads its message into `theirs`, runs `server_ready` on it (the examples' server
+/// connects its QP before it answers) and sends `mine`. Returns the connection for the rest of
+/// the conversation.
+fn exchange(
+    args: &PingpongArgs,
+    mine: &[u8],
+    theirs: &mut [u8],
+    server_ready: impl FnOnce(&[u8]) -> Result<(), Error>,
+) -> Result<std::net::TcpStream, Error> {
+    match &args.server {
+        Some(server) => {
+            let mut s = nc::connect_exchange(server, args.port)
+                .map_err(|e| format!("Couldn't connect to {server}:{}: {e}", args.port))?;
+            nc::write_all(&mut s, mine)?;
+            nc::read_full(&mut s, theirs)?;
+            Ok(s)
+        }
+        None => {
+            let l = TcpListener::bind(("0.0.0.0", args.port))
+                .map_err(|e| format!("Couldn't listen to port {}: {e}", args.port))?;
+            let (mut s, _) = l.accept()?;
+            nc::read_full(&mut s, theirs)?;
+            server_ready(theirs)?;
+            nc::write_all(&mut s, mine)?;
+            Ok(s)
+        }
+    }
+}
+
 /// The exchange of `ibv_rc/uc/ud_pingpong` (client: send, receive, `done`; server: receive,
 /// connect, send, wait for `done`), then the QP is connected; returns the WR every send posts.
 fn exchange_and_connect(
@@ -320,32 +351,27 @@ fn exchange_and_connect(
         nc::gid_text(&me.gid)
     );
     let mut ah: Option<AhHandle> = None;
-    let remote = match &args.server {
-        Some(server) => {
-            let mut s = nc::connect_exchange(server, args.port)
-                .map_err(|e| format!("Couldn't connect to {server}:{}: {e}", args.port))?;
-            nc::write_all(&mut s, &nc::pp_message(&me))?;
-            let mut m = [0u8; nc::PP_MSG_LEN];
-            nc::read_full(&mut s, &mut m)?;
+    let mut m = [0u8; nc::PP_MSG_LEN];
+    let mut connected = None;
+    let mut s = exchange(args, &nc::pp_message(&me), &mut m, |m| {
+        let remote = nc::parse_pp_message(m)?;
+        args.dev.route_peer(&mut ep.dev, &remote.gid);
+        connect(ep, &remote, opts, args, &mut ah)?;
+        connected = Some(remote);
+        Ok(())
+    })?;
+    let remote = match connected {
+        // The server waits for the client's "done" (5 bytes with the NUL).
+        Some(remote) => {
+            nc::read_full(&mut s, &mut [0u8; 5])?;
+            remote
+        }
+        // The client says "done", then connects.
+        None => {
             nc::write_all(&mut s, b"done\0")?;
             let remote = nc::parse_pp_message(&m)?;
             args.dev.route_peer(&mut ep.dev, &remote.gid);
             connect(ep, &remote, opts, args, &mut ah)?;
-            remote
-        }
-        None => {
-            let l = TcpListener::bind(("0.0.0.0", args.port))
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", args.port))?;
-            let (mut s, _) = l.accept()?;
-            let mut m = [0u8; nc::PP_MSG_LEN];
-            nc::read_full(&mut s, &mut m)?;
-            let remote = nc::parse_pp_message(&m)?;
-            args.dev.route_peer(&mut ep.dev, &remote.gid);
-            connect(ep, &remote, opts, args, &mut ah)?;
-            nc::write_all(&mut s, &nc::pp_message(&me))?;
-            // The client's "done" (5 bytes with the NUL).
-            let mut done = [0u8; 5];
-            nc::read_full(&mut s, &mut done)?;
             remote
         }
     };
@@ -425,23 +451,7 @@ fn xrc_connect(
     };
     print("local", &me);
     let mut m = [0u8; XRC_MSG_LEN];
-    let mut s = match &args.server {
-        Some(server) => {
-            let mut s = nc::connect_exchange(server, args.port)
-                .map_err(|e| format!("Couldn't connect to {server}:{}: {e}", args.port))?;
-            nc::write_all(&mut s, &me.message())?;
-            nc::read_full(&mut s, &mut m)?;
-            s
-        }
-        None => {
-            let l = TcpListener::bind(("0.0.0.0", args.port))
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", args.port))?;
-            let (mut s, _) = l.accept()?;
-            nc::read_full(&mut s, &mut m)?;
-            nc::write_all(&mut s, &me.message())?;
-            s
-        }
-    };
+    let mut s = exchange(args, &me.message(), &mut m, |_| Ok(()))?;
     let remote = XrcDest::parse(&m)?;
     print("remote", &remote);
     args.dev.route_peer(&mut ep.dev, &remote.gid);

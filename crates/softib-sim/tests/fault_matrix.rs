@@ -172,27 +172,11 @@ fn op_strategy() -> impl Strategy<Value = OpKind> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    /// RC, and XRC with initiators spread over 1 to 4 SRQs of the target's domain.
     #[test]
-    fn rc_exactly_once_in_order_intact_or_error(
-        op in op_strategy(),
-        size in 0u32..6000,
-        ops in 1u64..120,
-        depth in 1u32..12,
-        qps in 1u32..4,
-        loss in 0.0f64..0.15,
-        dup in 0.0f64..0.1,
-        reorder in 0.0f64..0.1,
-        corrupt in 0.0f64..0.05,
-        seed in any::<u64>(),
-        mtu in prop_oneof![Just(Mtu::Mtu256), Just(Mtu::Mtu1024), Just(Mtu::Mtu4096)],
-    ) {
-        let c = SimConfig { op, size, ops, depth, qps, loss, dup, reorder, corrupt, seed, mtu, timeout: 6, ..SimConfig::default() };
-        check(&c);
-    }
-
-    #[test]
-    fn xrc_exactly_once_in_order_intact_or_error(
+    fn exactly_once_in_order_intact_or_error(
+        service in prop_oneof![Just(Service::Rc), Just(Service::Xrc)],
         op in op_strategy(),
         size in 0u32..6000,
         ops in 1u64..120,
@@ -206,7 +190,7 @@ proptest! {
         seed in any::<u64>(),
         mtu in prop_oneof![Just(Mtu::Mtu256), Just(Mtu::Mtu1024), Just(Mtu::Mtu4096)],
     ) {
-        let c = SimConfig { service: Service::Xrc, op, size, ops, depth, qps, srqs, loss, dup, reorder, corrupt, seed, mtu, timeout: 6, ..SimConfig::default() };
+        let c = SimConfig { service, op, size, ops, depth, qps, srqs, loss, dup, reorder, corrupt, seed, mtu, timeout: 6, ..SimConfig::default() };
         check(&c);
     }
 }
