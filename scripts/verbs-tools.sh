@@ -10,6 +10,7 @@
 #     (the receiver checks every buffer); ibv_rc_pingpong also with -N (the ibv_wr_* API)
 #   perftest ib_{write,read,send,atomic}_{bw,lat} (RC), ib_send_bw -c UC / -c UD,
 #     ib_write_bw -c UC
+# (XRC, ibv_xsrq_pingpong and perftest -c XRC, runs in cargo test: crates/softib-verbs/tests/xrc_tools.rs)
 # and, on softib's librdmacm.so.1 beside it (connections made by the IB CM over QP1, the
 # server's device on 127.0.0.1 by rdma_bind_addr, or on the first free loopback address for a
 # wildcard listen):

@@ -769,7 +769,11 @@ fn xrc_simulation_capture_agrees_with_tshark() {
             let is_request = !(0xad..=0xb2).contains(&opcode);
             assert_eq!(srq.is_some(), is_request, "{op} frame {frame}: {p:?}");
             if let Some(n) = srq {
-                assert!((1..=3).contains(&n), "{op} frame {frame}: xrcsrq {n}");
+                // Node B's three SRQs: its node number (2) x 2^16 + 1, 2, 3.
+                assert!(
+                    (0x02_0001..=0x02_0003).contains(&n),
+                    "{op} frame {frame}: xrcsrq {n:#x}"
+                );
             }
             assert_eq!(p.get("icrc_ok"), Some(&Value::Bool(true)));
         }

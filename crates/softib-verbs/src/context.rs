@@ -22,7 +22,7 @@ use std::time::Duration;
 use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::event::AsyncEvent;
 use softib_core::verbs::wr::{RecvWr, SendWr, WrOpcode};
-use softib_core::verbs::{CqHandle, SrqHandle};
+use softib_core::verbs::{CqHandle, SrqHandle, XrcdHandle};
 use softib_udp::Device;
 
 use crate::cq::{SoftChannel, SoftCq};
@@ -49,8 +49,9 @@ pub struct Engine {
     pub dev: Device,
     /// CQs by handle (completion events, CQ errors).
     pub cqs: HashMap<CqHandle, *mut SoftCq>,
-    /// QPs by number (async events).
-    pub qps: HashMap<u32, *mut SoftQp>,
+    /// QPs by number (async events): every `ibv_qp` of the number, as an XRC target QP has one
+    /// per `ibv_create_qp_ex` / `ibv_open_qp` that holds it (each gets the QP's events).
+    pub qps: HashMap<u32, Vec<*mut SoftQp>>,
     /// SRQs by handle (async events).
     pub srqs: HashMap<SrqHandle, *mut SoftSrq>,
     /// Send WRs posted since the last flush and not yet handed to the socket.
@@ -61,6 +62,9 @@ pub struct Engine {
     pub scratch_recv: RecvWr,
     /// The connection manager on QP1, once an rdma_cm id uses this context.
     pub cm: Option<Box<crate::cma::kern::CmKern>>,
+    /// XRC domains opened through a file (`ibv_open_xrcd` with an fd), by the file's
+    /// (st_dev, st_ino): the domain and how many `ibv_xrcd` handles hold it.
+    pub xrcd_files: HashMap<(u64, u64), (XrcdHandle, u32)>,
 }
 
 /// Most send WRs a post leaves for the application's next poll: beyond it they leave at once,
@@ -204,21 +208,50 @@ impl Engine {
             unsafe { SoftChannel::deliver(cq) };
         }
         while let Some(ev) = self.dev.hca_mut().poll_async_event() {
-            if let Some(item) = self.async_item(ev) {
-                shared
-                    .async_q
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push_back(AsyncItem(item));
+            let Some(item) = self.async_item(ev) else {
+                continue;
+            };
+            // A QP event goes to every `ibv_qp` of the QP (the holders of a shared XRC
+            // target QP each get it, as from the kernel).
+            let holders: &[*mut SoftQp] = match Self::event_qpn(ev) {
+                Some(qpn) => self.qps.get(&qpn).map_or(&[], |v| v.as_slice()),
+                None => &[std::ptr::null_mut()],
+            };
+            let mut q = shared.async_q.lock().unwrap_or_else(|e| e.into_inner());
+            for &h in holders {
+                let mut one = item;
+                if !h.is_null() {
+                    one.element.qp = h.cast::<ibv_qp>();
+                }
+                q.push_back(AsyncItem(one));
                 util::signal(shared.async_fd);
             }
+        }
+    }
+
+    /// The QP number an async event is about, if it is a QP event.
+    fn event_qpn(ev: AsyncEvent) -> Option<u32> {
+        match ev {
+            AsyncEvent::QpFatal { qpn }
+            | AsyncEvent::QpRequestError { qpn }
+            | AsyncEvent::QpAccessError { qpn }
+            | AsyncEvent::CommEstablished { qpn }
+            | AsyncEvent::SqDrained { qpn }
+            | AsyncEvent::PathMigrated { qpn }
+            | AsyncEvent::PathMigrationError { qpn }
+            | AsyncEvent::QpLastWqeReached { qpn } => Some(qpn.value()),
+            #[allow(unreachable_patterns)]
+            _ => None,
         }
     }
 
     fn async_item(&self, ev: AsyncEvent) -> Option<ibv_async_event> {
         let mut e: ibv_async_event = util::zeroed();
         let qp = |qpn: softib_wire::Qpn| -> Option<*mut ibv_qp> {
-            self.qps.get(&qpn.value()).map(|&q| q.cast::<ibv_qp>())
+            self.qps
+                .get(&qpn.value())
+                .and_then(|v| v.first())
+                .map(|&q| q.cast::<ibv_qp>())
         };
         match ev {
             AsyncEvent::CqError { cq } => {
@@ -511,6 +544,7 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
             scratch_send: SendWr::new(0, WrOpcode::Send),
             scratch_recv: RecvWr::default(),
             cm: None,
+            xrcd_files: HashMap::new(),
         }),
         app_polls: AtomicU64::new(0),
         cq_waiters: AtomicU32::new(0),

@@ -454,7 +454,8 @@ pub fn device_attr(sc: &SoftContext) -> ibv_device_attr {
         | IBV_DEVICE_SYS_IMAGE_GUID
         | IBV_DEVICE_RC_RNR_NAK_GEN
         | IBV_DEVICE_SRQ_RESIZE
-        | IBV_DEVICE_N_NOTIFY_CQ;
+        | IBV_DEVICE_N_NOTIFY_CQ
+        | IBV_DEVICE_XRC;
     a.max_sge = i(d.max_sge);
     a.max_sge_rd = i(d.max_sge_rd);
     a.max_cq = i(d.max_cq);

@@ -42,6 +42,10 @@ pub fn fill_verbs_context(v: &mut verbs_context) {
     v.create_cq_ex = Some(create_cq_ex);
     v.create_qp_ex = Some(create_qp_ex);
     v.create_srq_ex = Some(create_srq_ex);
+    v.get_srq_num = Some(crate::xrc::get_srq_num);
+    v.open_xrcd = Some(crate::xrc::open_xrcd);
+    v.close_xrcd = Some(crate::xrc::close_xrcd);
+    v.open_qp = Some(crate::xrc::open_qp);
 }
 
 unsafe extern "C" fn query_device_ex(
@@ -451,8 +455,15 @@ unsafe extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32
         });
     }
 }
-unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, _srqn: u32) {
-    sq(q).wr_error = libc::EOPNOTSUPP;
+unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, srqn: u32) {
+    // Only an XRC initiator names a remote SRQ.
+    if sq(q).qp_type != softib_core::verbs::types::QpType::XrcSend {
+        sq(q).wr_error = libc::EOPNOTSUPP;
+        return;
+    }
+    if let Some(w) = last(q) {
+        w.xrc_remote_srqn = srqn;
+    }
 }
 unsafe extern "C" fn wr_bind_mw(
     q: *mut ibv_qp_ex,
@@ -492,17 +503,45 @@ unsafe extern "C" fn create_srq_ex(
         return null_errno(libc::EINVAL);
     }
     let a = &mut *attr;
-    let known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+    // rdma-core: bits beyond the ones it knows are EOPNOTSUPP, a missing PD EINVAL, an XRC SRQ
+    // without its domain or CQ EINVAL. Tag matching SRQs are not supported.
+    let known = IBV_SRQ_INIT_ATTR_TYPE
+        | IBV_SRQ_INIT_ATTR_PD
+        | IBV_SRQ_INIT_ATTR_XRCD
+        | IBV_SRQ_INIT_ATTR_CQ;
     if a.comp_mask & !known != 0 {
         return null_errno(libc::EOPNOTSUPP);
     }
-    if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC {
+    let srq_type = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 {
+        a.srq_type
+    } else {
+        IBV_SRQT_BASIC
+    };
+    if srq_type != IBV_SRQT_BASIC && srq_type != IBV_SRQT_XRC {
         return null_errno(libc::EOPNOTSUPP);
     }
-    if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || !registry::is_live(a.pd, Kind::Pd) {
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0
+        || !registry::is_live(a.pd, Kind::Pd)
+        || !std::ptr::eq((*a.pd).context, ctx)
+    {
         return null_errno(libc::EINVAL);
     }
-    match qp::create_srq(a.pd, a.srq_context, &mut a.attr) {
+    let xrc = if srq_type == IBV_SRQT_XRC {
+        let needed = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+        if a.comp_mask & needed != needed {
+            return null_errno(libc::EINVAL);
+        }
+        let Some(x) = crate::xrc::soft_xrcd(a.xrcd, ctx) else {
+            return null_errno(libc::EINVAL);
+        };
+        let Some(cq) = qp::cq_handle(a.cq, ctx) else {
+            return null_errno(libc::EINVAL);
+        };
+        Some((x, cq))
+    } else {
+        None
+    };
+    match qp::create_srq(a.pd, a.srq_context, &mut a.attr, xrc) {
         Ok(p) => p.cast(),
         Err(e) => null_errno(e),
     }

@@ -44,5 +44,6 @@ mod stubs;
 mod util;
 #[allow(dead_code, clippy::all, unsafe_op_in_unsafe_fn)]
 pub mod verbs_h;
+mod xrc;
 
 pub use config::{DeviceSpec, FIRST_LOOPBACK, LAST_LOOPBACK};

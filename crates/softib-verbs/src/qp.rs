@@ -18,6 +18,7 @@ use crate::mr::{self, SoftPd};
 use crate::registry::{self, Kind};
 use crate::util::{self, null_errno, ret_errno};
 use crate::verbs_h::*;
+use crate::xrc::SoftXrcd;
 
 /// A QP: `struct ibv_qp_ex` (whose prefix is `struct ibv_qp`) and softib's state.
 #[repr(C)]
@@ -46,6 +47,9 @@ pub struct SoftQp {
     pub wr_batch: Vec<SendWr>,
     /// Set when a `ibv_wr_*` call in the batch was invalid (`ibv_wr_complete` fails).
     pub wr_error: i32,
+    /// The XRC domain handle an XRC target QP was created or opened through (it counts the
+    /// QP among its users); NULL for every other QP.
+    pub xrcd: *mut SoftXrcd,
 }
 
 /// An SRQ: `struct ibv_srq` and its HCA handle.
@@ -59,6 +63,9 @@ pub struct SoftSrq {
     pub handle: SrqHandle,
     /// Largest `num_sge` of a WR (the SRQ's capability), checked before the list is read.
     pub max_sge: u32,
+    /// The XRC domain handle of an XRC SRQ (it counts the SRQ among its users); NULL for a
+    /// basic SRQ.
+    pub xrcd: *mut SoftXrcd,
 }
 
 /// Fills the QP and SRQ entries of `context->ops`.
@@ -70,7 +77,7 @@ pub fn fill_ops(ops: &mut ibv_context_ops) {
 
 /// The handle of a live CQ of `ctx`. A CQ of another context is another engine's: its handle
 /// means nothing (or another CQ) here, and the kernel refuses it (EINVAL) as well.
-unsafe fn cq_handle(
+pub unsafe fn cq_handle(
     cq: *mut ibv_cq,
     ctx: *mut ibv_context,
 ) -> Option<softib_core::verbs::CqHandle> {
@@ -90,12 +97,16 @@ pub unsafe fn create(
         return Err(libc::EINVAL);
     }
     let a = &mut *attr;
-    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
-        return Err(libc::EINVAL);
-    }
-    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if a.comp_mask & !known != 0 {
         return Err(libc::EOPNOTSUPP);
+    }
+    if a.qp_type == IBV_QPT_XRC_RECV {
+        return create_xrc_tgt(sc, ctx, a);
+    }
+    // Every other type belongs to a PD (rdma-core: EINVAL without one).
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        return Err(libc::EINVAL);
     }
     let (_, sp) = mr::pd_parts(a.pd).ok_or(libc::EINVAL)?;
     if !std::ptr::eq(sp.pd.context, ctx) {
@@ -105,18 +116,35 @@ pub unsafe fn create(
         IBV_QPT_RC => QpType::Rc,
         IBV_QPT_UC => QpType::Uc,
         IBV_QPT_UD => QpType::Ud,
+        IBV_QPT_XRC_SEND => QpType::XrcSend,
         _ => return Err(libc::EOPNOTSUPP),
     };
     let send_cq = cq_handle(a.send_cq, ctx).ok_or(libc::EINVAL)?;
-    let recv_cq = cq_handle(a.recv_cq, ctx).ok_or(libc::EINVAL)?;
-    let srq = if a.srq.is_null() {
+    let xrc_send = qp_type == QpType::XrcSend;
+    // An XRC initiator has no receive queue: its recv_cq and srq are not used (the kernel does
+    // not look at them), and its receive capabilities are 0.
+    let recv_cq = if xrc_send {
+        send_cq
+    } else {
+        cq_handle(a.recv_cq, ctx).ok_or(libc::EINVAL)?
+    };
+    let srq = if a.srq.is_null() || xrc_send {
         None
     } else {
         if !registry::is_live(a.srq, Kind::Srq) || !std::ptr::eq((*a.srq).context, ctx) {
             return Err(libc::EINVAL);
         }
-        Some((*a.srq.cast::<SoftSrq>()).handle)
+        let s = &*a.srq.cast::<SoftSrq>();
+        // An XRC SRQ is reached through the XRCETH of its domain's target QPs only.
+        if !s.xrcd.is_null() {
+            return Err(libc::EINVAL);
+        }
+        Some(s.handle)
     };
+    if xrc_send {
+        a.cap.max_recv_wr = 0;
+        a.cap.max_recv_sge = 0;
+    }
     let has_ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
     if has_ex && a.send_ops_flags & !crate::ex::SUPPORTED_SEND_OPS != 0 {
         return Err(libc::EOPNOTSUPP);
@@ -163,11 +191,87 @@ pub unsafe fn create(
         max_recv_sge: a.cap.max_recv_sge,
         wr_batch: Vec::new(),
         wr_error: 0,
+        xrcd: std::ptr::null_mut(),
     }));
     (*p).ex.qp_base.handle = qpn.value();
-    eng.qps.insert(qpn.value(), p);
+    eng.qps.entry(qpn.value()).or_default().push(p);
     registry::add(p.cast::<ibv_qp>(), Kind::Qp);
     Ok(p)
+}
+
+/// Creates an XRC target QP (`IBV_QPT_XRC_RECV`) in the XRC domain of `a.xrcd`: no PD, no CQ,
+/// no queue; the PD, CQ, SRQ and capabilities the application passes are not used (as the
+/// kernel ignores them), and the `ibv_qp` names none of them.
+unsafe fn create_xrc_tgt(
+    sc: &SoftContext,
+    ctx: *mut ibv_context,
+    a: &mut ibv_qp_init_attr_ex,
+) -> Result<*mut SoftQp, i32> {
+    if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
+        return Err(libc::EINVAL);
+    }
+    // An XRC target has no send queue: no ibv_wr_* interface (rdma-core's providers refuse
+    // it with EOPNOTSUPP).
+    if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let x = crate::xrc::soft_xrcd(a.xrcd, ctx).ok_or(libc::EINVAL)?;
+    let mut eng = sc.shared.lock();
+    let qpn = eng
+        .dev
+        .hca_mut()
+        .create_xrc_tgt_qp((*x).handle)
+        .map_err(|e| convert::create_qp_errno(&e))?;
+    a.cap = util::zeroed();
+    Ok(new_xrc_tgt_holder(
+        &mut eng,
+        sc,
+        ctx,
+        x,
+        qpn,
+        a.qp_context,
+        IBV_QPS_RESET,
+    ))
+}
+
+/// The `ibv_qp` of one holder of XRC target QP `qpn` (its creator or an `ibv_open_qp`), which
+/// counts among the users of the domain handle `xrcd`.
+pub unsafe fn new_xrc_tgt_holder(
+    eng: &mut crate::context::Engine,
+    sc: &SoftContext,
+    ctx: *mut ibv_context,
+    xrcd: *mut SoftXrcd,
+    qpn: Qpn,
+    qp_context: *mut libc::c_void,
+    state: ibv_qp_state,
+) -> *mut SoftQp {
+    let mut ex: ibv_qp_ex = util::zeroed();
+    ex.qp_base.context = ctx;
+    ex.qp_base.qp_context = qp_context;
+    ex.qp_base.qp_num = qpn.value();
+    ex.qp_base.state = state;
+    ex.qp_base.qp_type = IBV_QPT_XRC_RECV;
+    let p = Box::into_raw(Box::new(SoftQp {
+        ex,
+        shared: sc.shared.clone(),
+        qpn,
+        qp_type: QpType::XrcRecv,
+        has_ex: false,
+        send_ops: 0,
+        max_inline: 0,
+        max_send_sge: 0,
+        max_recv_sge: 0,
+        wr_batch: Vec::new(),
+        wr_error: 0,
+        xrcd,
+    }));
+    (*p).ex.qp_base.handle = qpn.value();
+    (*xrcd)
+        .users
+        .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    eng.qps.entry(qpn.value()).or_default().push(p);
+    registry::add(p.cast::<ibv_qp>(), Kind::Qp);
+    p
 }
 
 /// The extended attributes of a basic `ibv_qp_init_attr`, with its PD.
@@ -225,6 +329,16 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
     let (a, m) = match convert::qp_attr_from_c(&*attr, mask as u32) {
         Ok(v) => v,
         Err(e) => return ret_errno(e),
+    };
+    // As the kernel's uverbs does, the attributes of the half an XRC QP does not have are
+    // ignored rather than refused (perftest sets RC's full masks on both): an initiator has no
+    // responder, a target no requester.
+    let m = match q.qp_type {
+        QpType::XrcSend => m - (QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER),
+        QpType::XrcRecv => {
+            m - (QpAttrMask::MAX_QP_RD_ATOMIC | QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY)
+        }
+        _ => m,
     };
     let shared = q.shared.clone();
     let mut eng = shared.lock();
@@ -303,22 +417,39 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
         let mut eng = shared.lock();
         // What the QP still has to send (the ACK of its last receive) leaves first.
         eng.flush(&shared);
-        // rdma-core: a destroyed QP's outstanding WRs are not processed and no completions are
-        // generated for them (rxe drains without notifying). The core's destroy flushes them
-        // into the CQs, where the application, which may already have freed what their wr_ids
-        // point at, would poll them: RESET first empties the queues silently.
-        let reset = QpAttr {
-            qp_state: QpState::Reset,
-            ..QpAttr::default()
-        };
-        let _ = eng
-            .dev
-            .hca_mut()
-            .modify_qp(q.qpn, &reset, QpAttrMask::STATE);
+        // A shared XRC target QP lives on while another holder has it: this destroy only
+        // lets go of it.
+        let last = eng.dev.hca().qp(q.qpn).is_none_or(|c| c.opens() <= 1);
+        if last {
+            // rdma-core: a destroyed QP's outstanding WRs are not processed and no completions
+            // are generated for them (rxe drains without notifying). The core's destroy
+            // flushes them into the CQs, where the application, which may already have freed
+            // what their wr_ids point at, would poll them: RESET first empties the queues
+            // silently.
+            let reset = QpAttr {
+                qp_state: QpState::Reset,
+                ..QpAttr::default()
+            };
+            let _ = eng
+                .dev
+                .hca_mut()
+                .modify_qp(q.qpn, &reset, QpAttrMask::STATE);
+        }
         if eng.dev.hca_mut().destroy_qp(q.qpn).is_err() {
             return ret_errno(libc::EINVAL);
         }
-        eng.qps.remove(&q.qpn.value());
+        let me = qp.cast::<SoftQp>();
+        if let Some(v) = eng.qps.get_mut(&q.qpn.value()) {
+            v.retain(|&h| h != me);
+            if v.is_empty() {
+                eng.qps.remove(&q.qpn.value());
+            }
+        }
+        if !q.xrcd.is_null() {
+            (*q.xrcd)
+                .users
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
     }
     registry::remove(qp, Kind::Qp);
     drop(Box::from_raw(qp.cast::<SoftQp>()));
@@ -433,6 +564,11 @@ pub unsafe extern "C" fn post_send(
             rc = e;
             break;
         }
+        one.xrc_remote_srqn = if q.qp_type == QpType::XrcSend {
+            w.qp_type.xrc.remote_srqn
+        } else {
+            0
+        };
         if q.qp_type == QpType::Ud {
             match mr::ah_handle(w.wr.ud.ah) {
                 Some(ah) => {
@@ -570,11 +706,13 @@ unsafe fn post_recv_chain(
 
 // ----- shared receive queues --------------------------------------------------------------
 
-/// Creates an SRQ of `pd`.
+/// Creates an SRQ of `pd`; with `xrc`, an XRC SRQ of that domain handle whose completions
+/// go to that CQ (the caller checked both belong to the PD's context).
 pub unsafe fn create_srq(
     pd: *mut ibv_pd,
     srq_context: *mut libc::c_void,
     attr: &mut ibv_srq_attr,
+    xrc: Option<(*mut SoftXrcd, softib_core::verbs::CqHandle)>,
 ) -> Result<*mut SoftSrq, i32> {
     let (sc, sp) = mr::pd_parts(pd).ok_or(libc::EINVAL)?;
     let init = SrqInitAttr {
@@ -583,11 +721,14 @@ pub unsafe fn create_srq(
         srq_limit: attr.srq_limit,
     };
     let mut eng = sc.shared.lock();
-    let h = eng
-        .dev
-        .hca_mut()
-        .create_srq(sp.handle, &init)
-        .map_err(|_| libc::EINVAL)?;
+    let h = match xrc {
+        None => eng.dev.hca_mut().create_srq(sp.handle, &init),
+        Some((x, cq)) => eng
+            .dev
+            .hca_mut()
+            .create_xrc_srq(sp.handle, (*x).handle, cq, &init),
+    }
+    .map_err(|_| libc::EINVAL)?;
     if let Ok(a) = eng.dev.hca().query_srq(h) {
         attr.max_wr = a.max_wr;
         attr.max_sge = a.max_sge;
@@ -601,7 +742,11 @@ pub unsafe fn create_srq(
         shared: sc.shared.clone(),
         handle: h,
         max_sge: attr.max_sge,
+        xrcd: xrc.map_or(std::ptr::null_mut(), |(x, _)| x),
     }));
+    if let Some((x, _)) = xrc {
+        (*x).users.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
     (*p).srq.handle = p as usize as u32;
     eng.srqs.insert(h, p);
     registry::add(p.cast::<ibv_srq>(), Kind::Srq);
@@ -618,7 +763,7 @@ pub unsafe extern "C" fn ibv_create_srq(
         return null_errno(libc::EINVAL);
     }
     let a = &mut *attr;
-    match create_srq(pd, a.srq_context, &mut a.attr) {
+    match create_srq(pd, a.srq_context, &mut a.attr, None) {
         Ok(p) => p.cast(),
         Err(e) => null_errno(e),
     }
@@ -693,6 +838,11 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> i32 {
             return ret_errno(libc::EBUSY);
         }
         eng.srqs.remove(&s.handle);
+        if !s.xrcd.is_null() {
+            (*s.xrcd)
+                .users
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
     }
     registry::remove(srq, Kind::Srq);
     drop(Box::from_raw(srq.cast::<SoftSrq>()));

@@ -25,6 +25,8 @@ pub enum Kind {
     Ah,
     /// `struct ibv_comp_channel`.
     Channel,
+    /// `struct ibv_xrcd`.
+    Xrcd,
     /// `struct rdma_event_channel` (softib's librdmacm).
     CmChannel,
     /// `struct rdma_cm_id`.

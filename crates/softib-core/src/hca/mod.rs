@@ -155,7 +155,7 @@ pub struct Hca {
     pub(crate) xrcds: Table<xrc::Xrcd>,
     /// SRQs by SRQ number (an XRCETH names an XRC SRQ so).
     pub(crate) srqs_by_num: std::collections::BTreeMap<u32, SrqHandle>,
-    /// SRQ number the next SRQ is given (from 1 upward, wrapping below 2^24).
+    /// SRQ number the next SRQ is given (upward from [`first_srqn`], wrapping below 2^24).
     pub(crate) next_srqn: u32,
     /// QPs by QPN value.
     pub(crate) qps: QpMap,
@@ -186,6 +186,7 @@ impl Hca {
     pub fn new(config: HcaConfig) -> Hca {
         let mut device = config.device;
         device.phys_port_cnt = u8::try_from(config.ports.len()).unwrap_or(u8::MAX);
+        let next_srqn = first_srqn(device.node_guid);
         Hca {
             device,
             ports: config.ports,
@@ -196,7 +197,7 @@ impl Hca {
             ahs: Table::default(),
             xrcds: Table::default(),
             srqs_by_num: Default::default(),
-            next_srqn: 1,
+            next_srqn,
             qps: QpMap::default(),
             next_qpn: qp::MIN_QPN,
             async_events: VecDeque::new(),
@@ -798,6 +799,16 @@ impl Hca {
         self.pd_use(a.pd, -1);
         Ok(())
     }
+}
+
+/// The first SRQ number of the HCA whose node GUID is `node_guid`: the GUID's low byte (for a
+/// UDP device, the last byte of its IPv4 address) times 2^16, plus 1. SRQ numbers then differ
+/// between the softib devices of a host, so an XRCETH that names an SRQ of another device —
+/// which a domain shared across processes would reach on hardware, and which softib cannot
+/// reach (docs/xrc.md) — names no SRQ here and draws NAK-Invalid RD Request instead of landing
+/// in an SRQ of the same number.
+fn first_srqn(node_guid: u64) -> u32 {
+    ((node_guid as u32 & 0xff) << 16) | 1
 }
 
 /// Copies `src` into application memory the way a DMA engine writes it: every byte once,

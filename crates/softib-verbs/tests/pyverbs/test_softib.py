@@ -456,11 +456,92 @@ class SoftibTest(unittest.TestCase):
         with self.assertRaises(PyverbsRDMAError) as ex:
             MW(pd, e.IBV_MW_TYPE_1)
         self.assertIn(ex.exception.error_code, (errno.EOPNOTSUPP, errno.ENOSYS))
+
+    def test_xrc_between_two_contexts(self):
+        """XRC as rdma-core's own tests set it up (tests/base.py, XRCResources): a domain
+        opened through a file, an XRC SRQ, a target QP on context B; an initiator on A naming
+        the SRQ by its number. The receive completes on the SRQ's CQ with the target's QPN."""
+        import tempfile
+        from pyverbs.srq import SrqInitAttrEx
         from pyverbs.xrcd import XRCD, XRCDInitAttr
-        with self.assertRaises(PyverbsRDMAError) as ex:
-            XRCD(self.ctx_a, XRCDInitAttr(e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS,
-                                          os.O_CREAT, -1))
-        self.assertIn(ex.exception.error_code, (errno.EOPNOTSUPP, errno.ENOSYS))
+        with tempfile.NamedTemporaryFile() as f:
+            fd = os.open(f.name, os.O_RDONLY)
+            try:
+                xrcd = XRCD(self.ctx_b, XRCDInitAttr(
+                    e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS, os.O_CREAT, fd))
+                # Without O_CREAT another open finds the same domain.
+                xrcd2 = XRCD(self.ctx_b, XRCDInitAttr(
+                    e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS, 0, fd))
+                pd_b = PD(self.ctx_b)
+                cq_b = CQ(self.ctx_b, 16)
+                mr_b = MR(pd_b, 4096, ACCESS)
+                sa = SrqInitAttrEx(max_wr=16)
+                sa.srq_type = e.IBV_SRQT_XRC
+                sa.pd = pd_b
+                sa.xrcd = xrcd2
+                sa.cq = cq_b
+                sa.comp_mask = (e.IBV_SRQ_INIT_ATTR_TYPE | e.IBV_SRQ_INIT_ATTR_PD
+                                | e.IBV_SRQ_INIT_ATTR_CQ | e.IBV_SRQ_INIT_ATTR_XRCD)
+                srq = SRQ(self.ctx_b, sa)
+                srqn = srq.get_srq_num()
+                tgt = QP(self.ctx_b, QPInitAttrEx(qp_type=e.IBV_QPT_XRC_RECV,
+                                                  comp_mask=e.IBV_QP_INIT_ATTR_XRCD,
+                                                  xrcd=xrcd))
+                pd_a = PD(self.ctx_a)
+                cq_a = CQ(self.ctx_a, 16)
+                mr_a = MR(pd_a, 4096, ACCESS)
+                ini = QP(self.ctx_a, QPInitAttrEx(qp_type=e.IBV_QPT_XRC_SEND, sq_sig_all=1,
+                                                  comp_mask=e.IBV_QP_INIT_ATTR_PD, pd=pd_a,
+                                                  scq=cq_a,
+                                                  cap=QPCap(max_send_wr=8, max_recv_wr=0,
+                                                            max_recv_sge=0)))
+                for qp, ctx, peer, peer_ctx in ((tgt, self.ctx_b, ini, self.ctx_a),
+                                                (ini, self.ctx_a, tgt, self.ctx_b)):
+                    a = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=PORT)
+                    a.pkey_index = 0
+                    a.qp_access_flags = ACCESS if qp is tgt else 0
+                    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT
+                              | e.IBV_QP_ACCESS_FLAGS)
+                    a = QPAttr(qp_state=e.IBV_QPS_RTR)
+                    a.path_mtu = e.IBV_MTU_1024
+                    a.dest_qp_num = peer.qp_num
+                    a.rq_psn = 0x77
+                    a.max_dest_rd_atomic = 4
+                    a.min_rnr_timer = 1
+                    gr = GlobalRoute(dgid=peer_ctx.query_gid(PORT, GID_INDEX),
+                                     sgid_index=GID_INDEX)
+                    a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=PORT)
+                    # RC's full masks on both halves, as perftest sets them: accepted.
+                    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU
+                              | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
+                              | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+                    a = QPAttr(qp_state=e.IBV_QPS_RTS)
+                    a.sq_psn = 0x77
+                    a.timeout = 14
+                    a.retry_cnt = 7
+                    a.rnr_retry = 7
+                    a.max_rd_atomic = 4
+                    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT
+                              | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
+                              | e.IBV_QP_MAX_QP_RD_ATOMIC)
+                data = pattern(3000, 5)
+                srq.post_recv(RecvWR(wr_id=9, num_sge=1,
+                                     sg=[SGE(mr_b.buf, 4096, mr_b.lkey)]))
+                mr_a.write(data, 3000)
+                wr = SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1,
+                            sg=[SGE(mr_a.buf, 3000, mr_a.lkey)])
+                wr.set_qp_type_xrc(srqn)
+                ini.post_send(wr)
+                (sw,) = poll(cq_a)
+                self.assertEqual((sw.status, sw.wr_id), (e.IBV_WC_SUCCESS, 1))
+                (rw,) = poll(cq_b)
+                self.assertEqual((rw.status, rw.wr_id, rw.byte_len, rw.qp_num),
+                                 (e.IBV_WC_SUCCESS, 9, 3000, tgt.qp_num))
+                self.assertEqual(mr_b.read(3000, 0), data)
+                for o in (ini, tgt, srq, mr_a, mr_b, cq_a, cq_b, pd_a, pd_b, xrcd2, xrcd):
+                    o.close()
+            finally:
+                os.close(fd)
 
 
 if __name__ == '__main__':
