@@ -8,8 +8,8 @@
 use crate::verbs::ah::AhAttrError;
 use crate::verbs::qp::QpAttrMask;
 use crate::verbs::types::{AccessFlags, Gid, Mtu, QpState, QpType};
-use crate::verbs::{AhHandle, CqHandle, MrHandle, PdHandle, SrqHandle, XrcdHandle};
-use softib_wire::Qpn;
+use crate::verbs::{AhHandle, CqHandle, MrHandle, PdHandle, RddHandle, SrqHandle, XrcdHandle};
+use softib_wire::{Eecn, Qpn};
 
 /// `alloc_pd` failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -198,6 +198,40 @@ pub enum CreateSrqError {
     /// The CQ of an XRC SRQ does not exist.
     #[error("no such completion queue {0:?}")]
     NoSuchCq(CqHandle),
+}
+
+/// `alloc_rdd` / `dealloc_rdd` / `create_rd_qp` / `create_eec` / `destroy_eec` failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RdError {
+    /// The handle does not name a live RDD.
+    #[error("no such reliable datagram domain {0:?}")]
+    NoSuchRdd(RddHandle),
+    /// RD QPs or EE contexts still belong to the domain.
+    #[error("reliable datagram domain {rdd:?} still holds {users} RD QP(s) and EE context(s)")]
+    Busy {
+        /// The domain.
+        rdd: RddHandle,
+        /// RD QPs and EE contexts in it.
+        users: usize,
+    },
+    /// The device limit of RDDs or EE contexts is reached.
+    #[error("too many {what} (device limit {max})")]
+    TooMany {
+        /// "reliable datagram domains" or "EE contexts".
+        what: &'static str,
+        /// The limit.
+        max: u32,
+    },
+    /// No EE context has this number.
+    #[error("no such EE context {0}")]
+    NoSuchEec(Eecn),
+    /// `create_rd_qp` was given another QP type.
+    #[error("create_rd_qp makes RD QPs, not {0}")]
+    NotRd(QpType),
+    /// The QP could not be created.
+    #[error(transparent)]
+    CreateQp(#[from] CreateQpError),
 }
 
 /// `alloc_xrcd` / `dealloc_xrcd` / `open_xrc_tgt_qp` failed.
@@ -409,6 +443,9 @@ pub enum CreateQpError {
     /// QP1 already exists on this HCA.
     #[error("QP1 (GSI) already exists")]
     GsiExists,
+    /// RD QPs belong to a reliable datagram domain: they are created with `create_rd_qp`.
+    #[error("RD QPs are created in a reliable datagram domain (create_rd_qp)")]
+    RdNeedsRdd,
     /// XRC target QPs belong to an XRC domain, not a protection domain: they are created with
     /// `create_xrc_tgt_qp`.
     #[error("XRC_RECV QPs are created in an XRC domain (create_xrc_tgt_qp)")]
@@ -481,6 +518,17 @@ pub enum ModifyQpError {
     /// No QP has this number.
     #[error("no such QP {0}")]
     NoSuchQp(Qpn),
+    /// No EE context has this number.
+    #[error("no such EE context {0}")]
+    NoSuchEec(Eecn),
+    /// The state transition is illegal for an EE context.
+    #[error("an EE context cannot move from {cur_state} to {next_state}")]
+    InvalidEecTransition {
+        /// Current state.
+        cur_state: QpState,
+        /// Requested state.
+        next_state: QpState,
+    },
     /// `cur_qp_state` (with `CUR_STATE`) is not the QP's state.
     #[error("cur_qp_state {claimed} does not match the QP state {actual}")]
     BadCurrentState {

@@ -374,6 +374,8 @@ impl Hca {
                     let sent = self.ud_next_packet(now, qpn, out);
                     (sent, self.ud_has_tx_work(qpn))
                 }
+                // RD sends through EE contexts, whose data path is the next step (docs/rd.md).
+                QpType::Rd => (false, false),
                 QpType::RawIpv6 | QpType::RawEthertype => {
                     if self.raw_transmit(qpn, out) {
                         return true;

@@ -26,6 +26,7 @@ mod completer;
 mod datapath;
 mod qp;
 mod raw;
+mod rd;
 mod requester;
 mod responder;
 mod uc;
@@ -124,6 +125,11 @@ impl QpMap {
         }
     }
 
+    /// Keys below `key` (the map is sorted).
+    pub(crate) fn count_below(&self, key: u32) -> usize {
+        self.keys.partition_point(|&k| k < key)
+    }
+
     pub(crate) fn remove(&mut self, qpn: &u32) -> Option<Qp> {
         let i = self.position(*qpn).ok()?;
         self.keys.remove(i);
@@ -153,6 +159,9 @@ pub struct Hca {
     pub(crate) srqs: Table<Srq>,
     pub(crate) ahs: Table<Ah>,
     pub(crate) xrcds: Table<xrc::Xrcd>,
+    pub(crate) rdds: Table<rd::Rdd>,
+    /// EE context number the next EEC is given (from 1 upward, wrapping below 2^24).
+    pub(crate) next_eecn: u32,
     /// SRQs by SRQ number (an XRCETH names an XRC SRQ so).
     pub(crate) srqs_by_num: std::collections::BTreeMap<u32, SrqHandle>,
     /// SRQ number the next SRQ is given (upward from [`first_srqn`], wrapping below 2^24).
@@ -196,6 +205,8 @@ impl Hca {
             srqs: Table::default(),
             ahs: Table::default(),
             xrcds: Table::default(),
+            rdds: Table::default(),
+            next_eecn: 1,
             srqs_by_num: Default::default(),
             next_srqn,
             qps: QpMap::default(),

@@ -26,6 +26,9 @@ impl Hca {
     /// free number from 0x11 upward. Raw datagram QPs take no SRQ and need an HCA with an
     /// InfiniBand port (the port they bind to at INIT must be one).
     pub fn create_qp(&mut self, pd: PdHandle, init: &QpInitAttr) -> Result<Qpn, CreateQpError> {
+        if init.qp_type == QpType::Rd {
+            return Err(CreateQpError::RdNeedsRdd);
+        }
         self.create_qp_numbered(pd, init, None)
     }
 
@@ -45,7 +48,7 @@ impl Hca {
         self.create_qp_numbered(pd, init, Some(Qpn::new(super::ud::GSI_QPN)))
     }
 
-    fn create_qp_numbered(
+    pub(super) fn create_qp_numbered(
         &mut self,
         pd: PdHandle,
         init: &QpInitAttr,
@@ -165,6 +168,9 @@ impl Hca {
         if let Some(x) = qp.xrcd.and_then(|x| self.xrcds.get_mut(x.0)) {
             x.users = x.users.saturating_sub(1);
         }
+        if let Some(r) = qp.rdd.and_then(|r| self.rdds.get_mut(r.0)) {
+            r.users = r.users.saturating_sub(1);
+        }
         Ok(())
     }
 
@@ -209,7 +215,26 @@ impl Hca {
         attr: &QpAttr,
         mask: QpAttrMask,
     ) -> Result<(), ModifyQpError> {
-        let qp = self.qp(qpn).ok_or(ModifyQpError::NoSuchQp(qpn))?;
+        let qp_type = self.qp(qpn).ok_or(ModifyQpError::NoSuchQp(qpn))?.qp_type;
+        self.modify_context(qpn.value(), attr, mask, |cur, next| {
+            check_transition(cur, next, qp_type, mask)
+        })
+    }
+
+    /// [`Hca::modify_qp`] of the QP or EE context stored under `key` (see `rd.rs`), its
+    /// transition checked by `check`.
+    pub(super) fn modify_context(
+        &mut self,
+        key: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+        check: impl FnOnce(QpState, QpState) -> Result<crate::verbs::qp::AttrRule, ModifyQpError>,
+    ) -> Result<(), ModifyQpError> {
+        let missing = || match super::rd::eecn_of_key(key) {
+            Some(eecn) => ModifyQpError::NoSuchEec(eecn),
+            None => ModifyQpError::NoSuchQp(Qpn::new(key)),
+        };
+        let qp = self.qps.get(&key).ok_or_else(missing)?;
         let cur = qp.attr.qp_state;
         if mask.contains(QpAttrMask::CUR_STATE) && attr.cur_qp_state != cur {
             return Err(ModifyQpError::BadCurrentState {
@@ -222,14 +247,11 @@ impl Hca {
         } else {
             cur
         };
-        check_transition(cur, next, qp.qp_type, mask)?;
+        check(cur, next)?;
         self.check_attr_values(qp, attr, mask)?;
 
         // Everything is valid: apply.
-        let qp = self
-            .qps
-            .get_mut(&qpn.value())
-            .ok_or(ModifyQpError::NoSuchQp(qpn))?;
+        let qp = self.qps.get_mut(&key).ok_or_else(missing)?;
         let mig_was = qp.attr.path_mig_state;
         qp.attr.apply(attr, mask);
         qp.alt_path_loaded |= mask.contains(QpAttrMask::ALT_PATH);
@@ -249,18 +271,22 @@ impl Hca {
             QpState::Sqd if cur == QpState::Rts => qp.sq_draining = true,
             _ => {}
         }
-        match next {
-            QpState::Err if cur != QpState::Err => self.enter_error(qpn, None),
-            QpState::Sqd if cur == QpState::Rts => self.check_sq_drained(qpn),
-            QpState::Rts => self.schedule_tx(qpn.value()),
-            // Receives posted in INIT are credits the requester may learn of now (C9-155).
-            QpState::Rtr if cur == QpState::Init => self.rc_offer_credits(qpn.value(), true),
-            _ => {}
+        // An EE context holds no work requests yet (docs/rd.md, step 1): nothing to flush or
+        // drain.
+        if let Some(qpn) = super::rd::qpn_of_key(key) {
+            match next {
+                QpState::Err if cur != QpState::Err => self.enter_error(qpn, None),
+                QpState::Sqd if cur == QpState::Rts => self.check_sq_drained(qpn),
+                QpState::Rts => self.schedule_tx(key),
+                // Receives posted in INIT are credits the requester may learn of now (C9-155).
+                QpState::Rtr if cur == QpState::Init => self.rc_offer_credits(key, true),
+                _ => {}
+            }
         }
         if mask.contains(QpAttrMask::PATH_MIG_STATE) && !reset {
-            self.apply_path_mig_state(qpn.value(), attr.path_mig_state, mig_was);
+            self.apply_path_mig_state(key, attr.path_mig_state, mig_was);
         }
-        self.rearm_timer(qpn.value());
+        self.rearm_timer(key);
         Ok(())
     }
 
@@ -637,8 +663,9 @@ impl Hca {
         }
         let allowed = match qp.qp_type {
             QpType::Rc | QpType::XrcSend => true,
-            // An XRC target has no send queue.
-            QpType::XrcRecv => false,
+            // An XRC target has no send queue; RD sends through EE contexts, whose data path
+            // is the next step (docs/rd.md).
+            QpType::XrcRecv | QpType::Rd => false,
             QpType::Uc => matches!(
                 opcode,
                 WrOpcode::Send

@@ -69,3 +69,8 @@ handle!(
     XrcdHandle,
     "xrcd"
 );
+handle!(
+    /// A reliable datagram domain.
+    RddHandle,
+    "rdd"
+);

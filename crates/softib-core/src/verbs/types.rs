@@ -145,8 +145,8 @@ bitflags! {
 
 /// Transport service of a QP (`enum ib_qp_type` / `enum ibv_qp_type` values).
 ///
-/// softib implements RC, UC, UD, the two raw datagram services and both halves of XRC;
-/// reliable datagram will be added as a further variant.
+/// softib implements RC, UC, UD, the two raw datagram services, both halves of XRC and RD
+/// (whose data path is being built, docs/rd.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum QpType {
@@ -168,11 +168,15 @@ pub enum QpType {
     /// belongs to an XRC domain, has neither queue nor CQ, and places each request into the
     /// XRC SRQ its XRCETH names.
     XrcRecv,
+    /// Reliable Datagram: a QP of a reliable datagram domain that sends through, and receives
+    /// from, the EE contexts of its domain. Linux has no RD QP type; 7 is the unused slot of
+    /// `enum ib_qp_type` between the raw types and `IB_QPT_RAW_PACKET`.
+    Rd,
 }
 
 impl QpType {
     /// Every QP type softib implements.
-    pub const ALL: [QpType; 7] = [
+    pub const ALL: [QpType; 8] = [
         QpType::Rc,
         QpType::Uc,
         QpType::Ud,
@@ -180,6 +184,7 @@ impl QpType {
         QpType::RawEthertype,
         QpType::XrcSend,
         QpType::XrcRecv,
+        QpType::Rd,
     ];
 
     /// Kernel `enum ib_qp_type` value (equal to libibverbs' for RC, UC and UD).
@@ -192,6 +197,7 @@ impl QpType {
             QpType::RawEthertype => 6,
             QpType::XrcSend => 9,
             QpType::XrcRecv => 10,
+            QpType::Rd => 7,
         }
     }
 
@@ -203,6 +209,7 @@ impl QpType {
             4 => Some(QpType::Ud),
             5 => Some(QpType::RawIpv6),
             6 => Some(QpType::RawEthertype),
+            7 => Some(QpType::Rd),
             9 => Some(QpType::XrcSend),
             10 => Some(QpType::XrcRecv),
             _ => None,
@@ -233,7 +240,7 @@ impl QpType {
         matches!(self, QpType::RawIpv6 | QpType::RawEthertype)
     }
 
-    /// Short name: "RC", "UC", "UD", "RAW_IPV6", "RAW_ETHERTYPE", "XRC_SEND", "XRC_RECV".
+    /// Short name: "RC", "UC", "UD", "RAW_IPV6", "RAW_ETHERTYPE", "XRC_SEND", "XRC_RECV", "RD".
     pub const fn name(self) -> &'static str {
         match self {
             QpType::Rc => "RC",
@@ -243,6 +250,7 @@ impl QpType {
             QpType::RawEthertype => "RAW_ETHERTYPE",
             QpType::XrcSend => "XRC_SEND",
             QpType::XrcRecv => "XRC_RECV",
+            QpType::Rd => "RD",
         }
     }
 }

@@ -4,11 +4,14 @@ pub mod attr;
 pub mod state;
 
 pub use attr::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
-pub use state::{check_transition, transition_rule, AttrRule, Transition, TRANSITIONS};
+pub use state::{
+    check_eec_transition, check_transition, eec_transition_rule, transition_rule, AttrRule,
+    Transition, TRANSITIONS,
+};
 
 use super::types::{QpState, QpType};
 use super::wr::{RecvWqe, SendWqe, WqeState};
-use super::{CqHandle, PdHandle, SrqHandle, XrcdHandle};
+use super::{CqHandle, PdHandle, RddHandle, SrqHandle, XrcdHandle};
 use softib_wire::{Psn, Qpn};
 use std::collections::VecDeque;
 
@@ -47,6 +50,8 @@ pub struct Qp {
     pub(crate) srq: Option<SrqHandle>,
     /// The XRC domain of an XRC target QP.
     pub(crate) xrcd: Option<XrcdHandle>,
+    /// The reliable datagram domain of an RD QP or an EE context.
+    pub(crate) rdd: Option<RddHandle>,
     /// XRC target QP: the users that hold it (its creator and every `open_xrc_tgt_qp`); the
     /// QP is destroyed when the last of them destroys it. 1 for every other QP.
     pub(crate) opens: u32,
@@ -88,6 +93,7 @@ impl Qp {
             recv_cq: init.recv_cq,
             srq: init.srq,
             xrcd: None,
+            rdd: None,
             opens: 1,
             sq_sig_all: init.sq_sig_all,
             attr,
@@ -127,6 +133,11 @@ impl Qp {
     /// XRC domain of an XRC target QP.
     pub fn xrcd(&self) -> Option<XrcdHandle> {
         self.xrcd
+    }
+
+    /// Reliable datagram domain of an RD QP.
+    pub fn rdd(&self) -> Option<RddHandle> {
+        self.rdd
     }
 
     /// Users holding an XRC target QP (its creator and each opener); 1 for other QPs.

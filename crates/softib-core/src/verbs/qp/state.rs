@@ -7,6 +7,9 @@
 //! * RC has no SQE → RTS row: an RC QP never enters SQE (send errors take it to ERR); Linux
 //!   lists the transition as valid with no attributes.
 //! * XRC_SEND and XRC_RECV use Linux's `IB_QPT_XRC_INI` and `IB_QPT_XRC_TGT` columns.
+//! * Linux has no RD. An RD QP follows UD's column with the access flags allowed wherever the
+//!   Q_Key is, and no SQ PSN (its PSNs are its EE contexts'); an EE context follows RC's column
+//!   without the access flags, which are the QPs' (docs/rd.md).
 //! * The raw datagram types use Linux's `IB_QPT_RAW_PACKET` column (port required at
 //!   RESET → INIT, `RATE_LIMIT` optional in RTR → RTS and RTS → RTS).
 //!
@@ -54,6 +57,10 @@ pub struct Transition {
     pub xrc_ini: Option<AttrRule>,
     /// Rule for XRC targets (XRC_RECV).
     pub xrc_tgt: Option<AttrRule>,
+    /// Rule for RD QPs.
+    pub rd: Option<AttrRule>,
+    /// Rule for EE contexts (not a QP type: see [`eec_transition_rule`]).
+    pub eec: Option<AttrRule>,
 }
 
 impl Transition {
@@ -66,6 +73,7 @@ impl Transition {
             QpType::RawIpv6 | QpType::RawEthertype => self.raw,
             QpType::XrcSend => self.xrc_ini,
             QpType::XrcRecv => self.xrc_tgt,
+            QpType::Rd => self.rd,
         }
     }
 }
@@ -89,6 +97,8 @@ const fn plain(from: QpState, to: QpState) -> Transition {
         raw: EMPTY,
         xrc_ini: EMPTY,
         xrc_tgt: EMPTY,
+        rd: EMPTY,
+        eec: EMPTY,
     }
 }
 
@@ -119,6 +129,14 @@ const XRC_INI_SQD_OPT: M = m(
 const XRC_TGT_SQD_OPT: M = m(
     m(UC_SQD_OPT, M::PORT),
     m(M::TIMEOUT, m(M::MAX_DEST_RD_ATOMIC, M::MIN_RNR_TIMER)),
+);
+const RD_INIT: M = m(M::PORT, M::QKEY);
+const RD_INIT_OPT: M = m(M::PKEY_INDEX, M::ACCESS_FLAGS);
+const RD_OPT: M = m(M::QKEY, M::ACCESS_FLAGS);
+const RD_TO_RTS_OPT: M = m(M::CUR_STATE, RD_OPT);
+const EEC_TO_RTS_OPT: M = m(
+    m(M::CUR_STATE, M::ALT_PATH),
+    m(M::PATH_MIG_STATE, M::MIN_RNR_TIMER),
 );
 const UD_TO_RTS_OPT: M = m(M::CUR_STATE, M::QKEY);
 const UC_TO_RTS_OPT: M = m(
@@ -157,6 +175,8 @@ pub const TRANSITIONS: &[Transition] = &[
         raw: rule(M::PORT, M::empty()),
         xrc_ini: rule(CONN_INIT, M::empty()),
         xrc_tgt: rule(CONN_INIT, M::empty()),
+        rd: rule(RD_INIT, RD_INIT_OPT),
+        eec: rule(PKEY_PORT, M::empty()),
     },
     plain(INIT, RESET),
     plain(INIT, ERR),
@@ -169,6 +189,8 @@ pub const TRANSITIONS: &[Transition] = &[
         raw: EMPTY,
         xrc_ini: rule(M::empty(), CONN_INIT),
         xrc_tgt: rule(M::empty(), CONN_INIT),
+        rd: rule(M::empty(), m(RD_INIT, RD_INIT_OPT)),
+        eec: rule(M::empty(), PKEY_PORT),
     },
     Transition {
         from: INIT,
@@ -179,6 +201,8 @@ pub const TRANSITIONS: &[Transition] = &[
         raw: EMPTY,
         xrc_ini: rule(UC_RTR, CONN_RTR_OPT),
         xrc_tgt: rule(RC_RTR, CONN_RTR_OPT),
+        rd: rule(M::empty(), m(M::PKEY_INDEX, RD_OPT)),
+        eec: rule(RC_RTR, m(M::ALT_PATH, M::PKEY_INDEX)),
     },
     plain(RTR, RESET),
     plain(RTR, ERR),
@@ -191,6 +215,8 @@ pub const TRANSITIONS: &[Transition] = &[
         raw: rule(M::empty(), M::RATE_LIMIT),
         xrc_ini: rule(RC_RTS, UC_TO_RTS_OPT),
         xrc_tgt: rule(XRC_TGT_RTS, RC_TO_RTS_OPT),
+        rd: rule(M::empty(), RD_TO_RTS_OPT),
+        eec: rule(RC_RTS, EEC_TO_RTS_OPT),
     },
     plain(RTS, RESET),
     plain(RTS, ERR),
@@ -203,6 +229,8 @@ pub const TRANSITIONS: &[Transition] = &[
         raw: rule(M::empty(), M::RATE_LIMIT),
         xrc_ini: rule(M::empty(), UC_TO_RTS_OPT),
         xrc_tgt: rule(M::empty(), RC_TO_RTS_OPT),
+        rd: rule(M::empty(), RD_TO_RTS_OPT),
+        eec: rule(M::empty(), EEC_TO_RTS_OPT),
     },
     Transition {
         from: RTS,
@@ -213,6 +241,8 @@ pub const TRANSITIONS: &[Transition] = &[
         raw: EMPTY,
         xrc_ini: rule(M::empty(), M::EN_SQD_ASYNC_NOTIFY),
         xrc_tgt: rule(M::empty(), M::EN_SQD_ASYNC_NOTIFY),
+        rd: rule(M::empty(), M::EN_SQD_ASYNC_NOTIFY),
+        eec: rule(M::empty(), M::EN_SQD_ASYNC_NOTIFY),
     },
     plain(SQD, RESET),
     plain(SQD, ERR),
@@ -225,6 +255,8 @@ pub const TRANSITIONS: &[Transition] = &[
         raw: EMPTY,
         xrc_ini: rule(M::empty(), UC_TO_RTS_OPT),
         xrc_tgt: rule(M::empty(), RC_TO_RTS_OPT),
+        rd: rule(M::empty(), RD_TO_RTS_OPT),
+        eec: rule(M::empty(), EEC_TO_RTS_OPT),
     },
     Transition {
         from: SQD,
@@ -235,6 +267,8 @@ pub const TRANSITIONS: &[Transition] = &[
         raw: EMPTY,
         xrc_ini: rule(M::empty(), XRC_INI_SQD_OPT),
         xrc_tgt: rule(M::empty(), XRC_TGT_SQD_OPT),
+        rd: rule(M::empty(), m(M::PKEY_INDEX, RD_OPT)),
+        eec: rule(M::empty(), RC_SQD_OPT.difference(M::ACCESS_FLAGS)),
     },
     plain(SQE, RESET),
     plain(SQE, ERR),
@@ -247,6 +281,8 @@ pub const TRANSITIONS: &[Transition] = &[
         raw: EMPTY,
         xrc_ini: None,
         xrc_tgt: None,
+        rd: rule(M::empty(), RD_TO_RTS_OPT),
+        eec: None,
     },
     plain(ERR, RESET),
     plain(ERR, ERR),
@@ -258,6 +294,14 @@ pub fn transition_rule(from: QpState, to: QpState, qp_type: QpType) -> Option<At
         .iter()
         .find(|t| t.from == from && t.to == to)
         .and_then(|t| t.rule(qp_type))
+}
+
+/// The rule for moving an EE context from `from` to `to`, or `None` if that is illegal.
+pub fn eec_transition_rule(from: QpState, to: QpState) -> Option<AttrRule> {
+    TRANSITIONS
+        .iter()
+        .find(|t| t.from == from && t.to == to)
+        .and_then(|t| t.eec)
 }
 
 /// Checks a modify mask against the table (Linux `ib_modify_qp_is_ok`), naming what is wrong:
@@ -275,6 +319,30 @@ pub fn check_transition(
             qp_type,
         },
     )?;
+    check_mask(rule, cur_state, next_state, mask)
+}
+
+/// [`check_transition`] for an EE context.
+pub fn check_eec_transition(
+    cur_state: QpState,
+    next_state: QpState,
+    mask: QpAttrMask,
+) -> Result<AttrRule, ModifyQpError> {
+    let rule =
+        eec_transition_rule(cur_state, next_state).ok_or(ModifyQpError::InvalidEecTransition {
+            cur_state,
+            next_state,
+        })?;
+    check_mask(rule, cur_state, next_state, mask)
+}
+
+/// The attributes of `mask` against `rule`: every required one present, nothing else.
+fn check_mask(
+    rule: AttrRule,
+    cur_state: QpState,
+    next_state: QpState,
+    mask: QpAttrMask,
+) -> Result<AttrRule, ModifyQpError> {
     let missing = rule.required.difference(mask);
     if !missing.is_empty() {
         return Err(ModifyQpError::MissingAttributes {
