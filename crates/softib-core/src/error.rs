@@ -792,6 +792,20 @@ pub enum PostSendError {
         /// Total SGE length.
         len: u64,
     },
+    /// RD WR `index` has no RD destination.
+    #[error("WR {index}: an RD send needs an EE context, remote QPN and Q_Key")]
+    MissingRdDest {
+        /// Index of the WR in the list.
+        index: usize,
+    },
+    /// The EE context of RD WR `index` does not exist.
+    #[error("WR {index}: no such EE context {eecn}")]
+    NoSuchEec {
+        /// Index of the WR in the list.
+        index: usize,
+        /// The EECN.
+        eecn: Eecn,
+    },
     /// Datagram WR `index` has no UD destination.
     #[error("WR {index}: a UD send needs an address handle, remote QPN and Q_Key")]
     MissingUdDest {
@@ -883,6 +897,8 @@ impl PostSendError {
             | PostSendError::OpcodeNotSupported { index, .. }
             | PostSendError::AtomicLength { index, .. }
             | PostSendError::MissingUdDest { index }
+            | PostSendError::MissingRdDest { index }
+            | PostSendError::NoSuchEec { index, .. }
             | PostSendError::InvalidAh { index, .. }
             | PostSendError::AhPdMismatch { index, .. }
             | PostSendError::AhPortMismatch { index, .. }

@@ -278,8 +278,8 @@ impl Hca {
     /// Places `data` at byte `offset` of the message buffer of send WQE `i` (READ data, atomic
     /// result), checking LOCAL_WRITE on every L_Key touched.
     fn rc_scatter_send_wqe(&mut self, qpn: u32, i: usize, offset: u32, data: &[u8]) -> bool {
+        let pd = self.wqe_pd(qpn, i);
         let qp = &self.qps[&qpn];
-        let pd = qp.pd;
         let payload = &qp.sq[i].payload;
         if matches!(payload, WqePayload::Inline(_)) {
             return data.is_empty();
@@ -464,7 +464,7 @@ impl Hca {
             }
             // What the completion needs is read in place: the WQE is large, and moving it
             // out of the queue costs a copy.
-            let (ssn, rwqe_through, signaled) = (w.tx.ssn, w.tx.rwqe_through, w.signaled);
+            let (ssn, rwqe_through, signaled, rd) = (w.tx.ssn, w.tx.rwqe_through, w.signaled, w.rd);
             let wc = signaled.then(|| {
                 let byte_len = match w.opcode {
                     WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. } => 8,
@@ -494,9 +494,13 @@ impl Hca {
             c.retired_ssn = ssn;
             c.retired_rwqe = rwqe_through;
             retired = true;
-            if let Some(wc) = wc {
-                let cq = qp.send_cq;
-                if !self.complete_or_error(softib_wire::Qpn::new(qpn), cq, wc, false) {
+            if let Some(mut wc) = wc {
+                // An EE context's WQE completes on the RD QP that posted it.
+                let Some((cq, owner)) = self.send_completion_target(qpn, rd) else {
+                    continue;
+                };
+                wc.qp_num = owner;
+                if !self.complete_or_error(owner, cq, wc, false) {
                     return;
                 }
             }
@@ -511,7 +515,11 @@ impl Hca {
                         transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
                 }
             }
-            self.check_sq_drained(softib_wire::Qpn::new(qpn));
+            match super::rd::eecn_of_key(qpn) {
+                // The EE context is free for its next message.
+                Some(eecn) => self.rd_kick(eecn),
+                None => self.check_sq_drained(softib_wire::Qpn::new(qpn)),
+            }
             self.schedule_tx(qpn);
         }
     }

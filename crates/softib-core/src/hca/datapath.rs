@@ -303,23 +303,28 @@ impl Hca {
     #[inline(always)]
     fn handle_transport(&mut self, now: Instant, t: &TransportPacket<'_>, from: PacketSource<'_>) {
         let bth = t.headers.bth;
-        let qpn = bth.dest_qp.value();
-        let Some(qp) = self.qps.get(&qpn) else {
-            self.counters.no_such_qp += 1;
-            return;
-        };
         let Ok(info) = t.info() else {
             self.counters.malformed += 1;
             return;
         };
+        // An RD packet belongs to the EE context its RDETH names; BTH:DestQP names the QP
+        // behind it (`rd.rs`).
+        let qpn = match (info.service, t.headers.rdeth) {
+            (Service::Rd, Some(r)) => super::rd::EEC_KEY | r.eecn.value(),
+            _ => bth.dest_qp.value(),
+        };
+        let Some(qp) = self.qps.get(&qpn) else {
+            self.counters.no_such_qp += 1;
+            return;
+        };
         // An XRC initiator takes only responses, an XRC target only requests.
         let is_response = info.operation.is_response();
-        let service_ok =
-            matches!(
-                (qp.qp_type, info.service),
-                (QpType::Rc, Service::Rc) | (QpType::Uc, Service::Uc)
-            ) || (qp.qp_type == QpType::XrcSend && info.service == Service::Xrc && is_response)
-                || (qp.qp_type == QpType::XrcRecv && info.service == Service::Xrc && !is_response);
+        let service_ok = matches!(
+            (qp.qp_type, info.service),
+            (QpType::Rc, Service::Rc) | (QpType::Uc, Service::Uc)
+        ) || (qpn & super::rd::EEC_KEY != 0 && info.service == Service::Rd)
+            || (qp.qp_type == QpType::XrcSend && info.service == Service::Xrc && is_response)
+            || (qp.qp_type == QpType::XrcRecv && info.service == Service::Xrc && !is_response);
         if !service_ok {
             self.counters.wrong_service += 1;
             return;
@@ -374,15 +379,16 @@ impl Hca {
                     let sent = self.ud_next_packet(now, qpn, out);
                     (sent, self.ud_has_tx_work(qpn))
                 }
-                // RD sends through EE contexts, whose data path is the next step (docs/rd.md).
-                QpType::Rd => (false, false),
                 QpType::RawIpv6 | QpType::RawEthertype => {
                     if self.raw_transmit(qpn, out) {
                         return true;
                     }
                     continue;
                 }
-                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
+                // An RD QP's messages leave through its EE contexts (`rd_kick`), which run
+                // as RC QPs do.
+                QpType::Rd if qpn & super::rd::EEC_KEY == 0 => (false, false),
+                QpType::Rc | QpType::XrcSend | QpType::XrcRecv | QpType::Rd => {
                     let sent = self.rc_next_packet(now, qpn, out);
                     // After a packet the QP stays on the list while anything is left to send
                     // (the next `rc_next_packet` checks windows and credits anyway); when it

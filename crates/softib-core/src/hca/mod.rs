@@ -82,7 +82,7 @@ pub(crate) struct CqOverrunError;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct QpMap {
     keys: Vec<u32>,
-    qps: Vec<Qp>,
+    pub(crate) qps: Vec<Qp>,
 }
 
 impl QpMap {

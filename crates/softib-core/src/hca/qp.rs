@@ -271,8 +271,10 @@ impl Hca {
             QpState::Sqd if cur == QpState::Rts => qp.sq_draining = true,
             _ => {}
         }
-        // An EE context holds no work requests yet (docs/rd.md, step 1): nothing to flush or
-        // drain.
+        // An EE context in RTS takes its first message.
+        if let (Some(eecn), QpState::Rts) = (super::rd::eecn_of_key(key), next) {
+            self.rd_kick(eecn);
+        }
         if let Some(qpn) = super::rd::qpn_of_key(key) {
             match next {
                 QpState::Err if cur != QpState::Err => self.enter_error(qpn, None),
@@ -622,7 +624,14 @@ impl Hca {
                     }
                 }
             }
-            if !wrs.is_empty() {
+            if self.qps[&v].qp_type == QpType::Rd {
+                // An RD QP's messages leave through their EE contexts.
+                for wr in wrs {
+                    if let Some(rd) = wr.rd {
+                        self.rd_kick(rd.eecn);
+                    }
+                }
+            } else if !wrs.is_empty() {
                 self.schedule_tx(v);
             }
             return Ok(());
@@ -663,9 +672,9 @@ impl Hca {
         }
         let allowed = match qp.qp_type {
             QpType::Rc | QpType::XrcSend => true,
-            // An XRC target has no send queue; RD sends through EE contexts, whose data path
-            // is the next step (docs/rd.md).
-            QpType::XrcRecv | QpType::Rd => false,
+            QpType::Rd => true,
+            // An XRC target has no send queue.
+            QpType::XrcRecv => false,
             QpType::Uc => matches!(
                 opcode,
                 WrOpcode::Send
@@ -728,7 +737,31 @@ impl Hca {
         if opcode.is_atomic() && len != 8 {
             return Err(PostSendError::AtomicLength { index, len });
         }
-        let ud = if !qp.qp_type.is_connected() {
+        let rd = if qp.qp_type == QpType::Rd {
+            let dest = wr.rd.ok_or(PostSendError::MissingRdDest { index })?;
+            if !self.qps.contains_key(&super::rd::eec_key(dest.eecn)) {
+                return Err(PostSendError::NoSuchEec {
+                    index,
+                    eecn: dest.eecn,
+                });
+            }
+            // A Q_Key with the high bit set sends the QP's own (IBA 10.2.5), as for UD.
+            let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
+                qp.attr.qkey
+            } else {
+                dest.remote_qkey
+            };
+            Some(crate::verbs::wr::RdWqeDest {
+                eecn: dest.eecn,
+                remote_qpn: dest.remote_qpn,
+                qkey,
+                src_qpn: qp.qpn,
+                resync: false,
+            })
+        } else {
+            None
+        };
+        let ud = if !qp.qp_type.is_connected() && qp.qp_type != QpType::Rd {
             let dest = wr.ud.ok_or(PostSendError::MissingUdDest { index })?;
             if qp.qp_type.is_raw() {
                 self.validate_raw_send(qp, index, len, wr)?;
@@ -781,6 +814,7 @@ impl Hca {
             length: len as u32,
             ud,
             xrc_srqn: wr.xrc_remote_srqn & MASK24,
+            rd,
             state: WqeState::Posted,
             tx: Default::default(),
         })

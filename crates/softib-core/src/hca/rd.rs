@@ -11,8 +11,9 @@
 use super::Hca;
 use crate::error::{ModifyQpError, RdError};
 use crate::table::Key;
+use crate::verbs::cq::WorkCompletion;
 use crate::verbs::qp::{check_eec_transition, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr};
-use crate::verbs::types::QpType;
+use crate::verbs::types::{QpState, QpType, WcStatus};
 use crate::verbs::{CqHandle, PdHandle, RddHandle};
 use softib_wire::psn::MASK24;
 use softib_wire::{Eecn, Qpn};
@@ -40,7 +41,8 @@ pub(crate) fn qpn_of_key(key: u32) -> Option<Qpn> {
     (key & EEC_KEY == 0).then(|| Qpn::new(key))
 }
 
-fn eec_key(eecn: Eecn) -> u32 {
+/// The QP map key of EE context `eecn`.
+pub(crate) fn eec_key(eecn: Eecn) -> u32 {
     EEC_KEY | eecn.value()
 }
 
@@ -130,6 +132,162 @@ impl Hca {
         self.qps.insert(eec_key(eecn), eec);
         self.rdd_use(rdd, 1);
         Ok(eecn)
+    }
+
+    /// Gives EE context `eecn` its next message when it has none in hand (one message at a
+    /// time, docs/rd.md): the oldest send WQE of the next RD QP, round robin after the last one
+    /// served, whose queue starts with a WQE for this EEC. The WQE moves from the QP's send
+    /// queue to the EEC's, which the reliable engine then sends like an RC QP's. A QP of
+    /// another RDD than the EEC's cannot use it (o9-34): its WQE completes in error
+    /// (`IBV_WC_LOC_QP_OP_ERR`) without a packet and the QP enters SQE.
+    pub(crate) fn rd_kick(&mut self, eecn: Eecn) {
+        let key = eec_key(eecn);
+        let Some(eec) = self.qps.get(&key) else {
+            return;
+        };
+        if eec.attr.qp_state != QpState::Rts || !eec.sq.is_empty() {
+            return;
+        }
+        let (rdd, cursor) = (eec.rdd, eec.transport.rd_cursor);
+        let rd_qps = self.qps.count_below(EEC_KEY);
+        // QPNs after the cursor first, then from the start.
+        let start = self.qps.count_below(cursor.saturating_add(1));
+        for i in (start..rd_qps).chain(0..start.min(rd_qps)) {
+            let qp = &self.qps.qps[i];
+            let takes = qp.qp_type == QpType::Rd
+                && matches!(qp.attr.qp_state, QpState::Rts | QpState::Sqd)
+                && qp
+                    .sq
+                    .front()
+                    .is_some_and(|w| w.rd.is_some_and(|d| d.eecn == eecn));
+            if !takes {
+                continue;
+            }
+            let qpn = qp.qpn;
+            let same_rdd = qp.rdd == rdd;
+            let qp = &mut self.qps.qps[i];
+            let Some(wqe) = qp.sq.pop_front() else {
+                continue;
+            };
+            if !same_rdd {
+                let wc = WorkCompletion::new(
+                    wqe.wr_id,
+                    WcStatus::LocQpOpErr,
+                    wqe.opcode.wc_opcode(),
+                    qpn,
+                );
+                let cq = qp.send_cq;
+                let _ = self.push_completion(cq, wc, false);
+                let _ = self.set_sq_error(qpn);
+                continue;
+            }
+            let eec = self.qps.get_mut(&key).expect("looked up above");
+            eec.transport.rd_cursor = qpn.value();
+            eec.sq.push_back(wqe);
+            self.schedule_tx(key);
+            return;
+        }
+    }
+
+    /// The protection domain of send WQE `i` of `key`'s send queue: its QP's (for an EE
+    /// context, the RD QP that posted it).
+    pub(crate) fn wqe_pd(&self, key: u32, i: usize) -> PdHandle {
+        let qp = &self.qps[&key];
+        match qp.sq.get(i).and_then(|w| w.rd) {
+            Some(rd) if key & EEC_KEY != 0 => self
+                .qps
+                .get(&rd.src_qpn.value())
+                .map_or(PdHandle(Key::NONE), |q| q.pd),
+            _ => qp.pd,
+        }
+    }
+
+    /// The CQ and QPN a send completion of `key`'s WQE `w` goes to: the QP's, or for an EE
+    /// context the RD QP that posted it.
+    pub(crate) fn send_completion_target(
+        &self,
+        key: u32,
+        rd: Option<crate::verbs::wr::RdWqeDest>,
+    ) -> Option<(CqHandle, Qpn)> {
+        match rd {
+            Some(rd) if key & EEC_KEY != 0 => {
+                let qp = self.qps.get(&rd.src_qpn.value())?;
+                Some((qp.send_cq, rd.src_qpn))
+            }
+            _ => Some((self.qps.get(&key)?.send_cq, Qpn::new(key))),
+        }
+    }
+
+    /// A message of EE context `eecn` failed: `wc` (its error completion) goes to the RD QP
+    /// that posted it (`rd`), which enters SQE. A failure of the EEC's path (transport retries
+    /// exhausted) ends the EEC: it enters ERR. Any other failure belongs to the message: the
+    /// EEC aborts it with a RESYNC (o9-35.a1: at the PSN after the highest the message used,
+    /// which is the EEC's next PSN; o9-35.a2: the aborted request's QPNs) and then serves its
+    /// next message.
+    pub(crate) fn rd_message_failed(
+        &mut self,
+        eecn: Eecn,
+        rd: Option<crate::verbs::wr::RdWqeDest>,
+        mut wc: WorkCompletion,
+    ) {
+        let key = eec_key(eecn);
+        if let Some(rd) = rd.filter(|d| !d.resync) {
+            if let Some((cq, owner)) = self.send_completion_target(key, Some(rd)) {
+                wc.qp_num = owner;
+                let _ = self.push_completion(cq, wc, false);
+                let _ = self.set_sq_error(owner);
+            }
+        }
+        let Some(eec) = self.qps.get_mut(&key) else {
+            return;
+        };
+        // A fresh requester, still without credits to wait for (o9-72).
+        eec.transport.req = Default::default();
+        eec.transport.req.credits.unlimited = true;
+        if wc.status == WcStatus::RetryExcErr || rd.is_none_or(|d| d.resync) {
+            eec.attr.qp_state = QpState::Err;
+            eec.sq.clear();
+            self.timers.retain(|&(_, k)| k != key);
+            return;
+        }
+        let Some(rd) = rd else { return };
+        let resync = crate::verbs::wr::SendWqe {
+            wr_id: 0,
+            opcode: crate::verbs::wr::WrOpcode::Send,
+            flags: crate::verbs::types::SendFlags::empty(),
+            signaled: false,
+            payload: crate::verbs::wr::WqePayload::Sges(Vec::new()),
+            length: 0,
+            ud: None,
+            xrc_srqn: 0,
+            rd: Some(crate::verbs::wr::RdWqeDest { resync: true, ..rd }),
+            state: crate::verbs::wr::WqeState::Posted,
+            tx: Default::default(),
+        };
+        eec.sq.push_front(resync);
+        self.schedule_tx(key);
+    }
+
+    /// The receive side of RD request `t` that EE context `eec` received: the RD QP BTH:DestQP
+    /// names, if it exists, is an RD QP able to receive, belongs to the EEC's RDD (o9-38) and
+    /// holds the DETH's Q_Key (C9-127); `None` otherwise (NAK-Invalid RD Request).
+    pub(super) fn rd_target(
+        &self,
+        eec: &Qp,
+        t: &softib_wire::transport::TransportPacket<'_>,
+    ) -> Option<super::responder::RecvTarget> {
+        let dest = t.headers.bth.dest_qp.value();
+        let qp = self.qps.get(&dest)?;
+        let ok = qp.qp_type == QpType::Rd
+            && matches!(qp.attr.qp_state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+            && qp.rdd == eec.rdd
+            && t.headers.deth.is_some_and(|d| d.qkey == qp.attr.qkey);
+        ok.then_some(super::responder::RecvTarget {
+            qpn: dest,
+            pd: qp.pd,
+            srq: qp.srq,
+            cq: qp.recv_cq,
+        })
     }
 
     /// EE contexts of the HCA (their keys sort after every QPN).

@@ -17,10 +17,12 @@
 
 use softib_wire::atomic_eth::AtomicEth;
 use softib_wire::bth::Bth;
+use softib_wire::deth::Deth;
 use softib_wire::ieth::Ieth;
 use softib_wire::immdt::ImmDt;
 use softib_wire::opcode::Opcode;
 use softib_wire::psn::MASK24;
+use softib_wire::rdeth::Rdeth;
 use softib_wire::reth::Reth;
 use softib_wire::transport::{TransportHeaders, TransportPacket};
 use softib_wire::xrceth::Xrceth;
@@ -223,13 +225,27 @@ impl Hca {
         }
         let psn = qp.transport.req.cur_psn;
         let idx = psn.distance(w.tx.first_psn).max(0) as u32;
-        let service = if qp.qp_type == QpType::XrcSend {
-            Service::Xrc
-        } else {
-            Service::Rc
+        let service = match qp.qp_type {
+            QpType::XrcSend => Service::Xrc,
+            QpType::Rd => Service::Rd,
+            _ => Service::Rc,
         };
         let (mut headers, plan, last) = request_packet(w, idx, psn, mtu, service);
         headers.bth.dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
+        if let Some(rd) = w.rd {
+            // An EE context's message: to the WR's QP, through the remote EE context, with
+            // the WR's Q_Key and the sending QP.
+            headers.bth.dest_qp = rd.remote_qpn;
+            headers.rdeth = Some(Rdeth {
+                resv8: 0,
+                eecn: softib_wire::Eecn::new(qp.attr.dest_qp_num),
+            });
+            headers.deth = Some(Deth {
+                qkey: rd.qkey,
+                resv8: 0,
+                src_qp: rd.src_qpn,
+            });
+        }
         headers.bth.pkey = DEFAULT_PKEY;
         headers.bth.mig_req = super::apm::mig_req(&qp.attr);
         let r = &mut qp.transport.req;
@@ -322,7 +338,7 @@ impl Hca {
         to: Option<(u8, crate::verbs::ah::AhAttr)>,
         out: &mut Vec<u8>,
     ) -> Result<bool, WcStatus> {
-        let pd = self.qps[&qpn].pd;
+        let pd = self.wqe_pd(qpn, cur);
         if let PayloadPlan::Message { offset, len } = plan {
             let qp = &self.qps[&qpn];
             match self.contiguous_payload(pd, &qp.sq[cur].payload, offset, len) {
@@ -563,13 +579,19 @@ impl Hca {
         let Some(w) = qp.sq.get(i) else {
             return;
         };
-        let wc = WorkCompletion::new(w.wr_id, status, w.opcode.wc_opcode(), qpn_of(qpn))
+        let rd = w.rd;
+        let mut wc = WorkCompletion::new(w.wr_id, status, w.opcode.wc_opcode(), qpn_of(qpn))
             .with_byte_len(0);
-        let cq = qp.send_cq;
         // Remove the failed WQE so the flush does not report it twice; earlier unfinished
         // WQEs (only possible for coalesced errors) are flushed.
         let _ = qp.sq.remove(i);
         qp.transport.req = Default::default();
+        if let Some(eecn) = super::rd::eecn_of_key(qpn) {
+            self.rd_message_failed(eecn, rd, wc);
+            return;
+        }
+        let cq = qp.send_cq;
+        wc.qp_num = qpn_of(qpn);
         let _ = self.push_completion(cq, wc, false);
         let cause = match status {
             WcStatus::RemAccessErr => QpErrorCause::AccessViolation,
@@ -628,6 +650,7 @@ pub(crate) fn in_class(op: Opcode, service: Service) -> Opcode {
     match service {
         Service::Uc => Opcode(op.0 | Opcode::UC_SEND_FIRST.0),
         Service::Xrc => Opcode(op.0 | Opcode::XRC_SEND_FIRST.0),
+        Service::Rd => Opcode(op.0 | Opcode::RD_SEND_FIRST.0),
         _ => op,
     }
 }
@@ -649,7 +672,14 @@ pub(crate) fn request_packet(
         psn,
         ..Bth::default()
     });
-    let (plan, last) = request_headers(w, idx, mtu, &mut h);
+    let (mut plan, mut last) = request_headers(w, idx, mtu, &mut h);
+    if w.rd.is_some_and(|d| d.resync) {
+        // RD RESYNC (0x55): operation 0x15 of the RD class, one packet, acknowledged.
+        h.bth.opcode = Opcode(Opcode::RD_RESYNC.0 & 0x1f);
+        h.bth.ack_req = true;
+        h.bth.solicited = false;
+        (plan, last) = (PayloadPlan::None, true);
+    }
     h.bth.opcode = in_class(h.bth.opcode, service);
     if service == Service::Xrc {
         h.xrceth = Some(Xrceth {

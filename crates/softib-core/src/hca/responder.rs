@@ -58,15 +58,17 @@ const NAK_INVALID_RD_REQUEST: u8 = 0x64;
 /// Largest RDMA READ / WRITE length (C9-94).
 const MAX_DMA_LEN: u32 = 1 << 31;
 
-/// Where the receive side of a request lands: the receive queue that supplies its receive
-/// WQE (`srq`, or the QP's own when `None`), the CQ of that WQE's completion, and the
-/// protection domain its buffers and R_Keys are checked in. An RC QP gives its own; an XRC
-/// target takes them from the XRC SRQ the request's XRCETH names.
+/// Where the receive side of a request lands: the QP it is for (`qpn`, which completions
+/// name), the receive queue that supplies its receive WQE (`srq`, or that QP's own when
+/// `None`), the CQ of that WQE's completion, and the protection domain its buffers and R_Keys
+/// are checked in. An RC QP gives its own; an XRC target takes them from the XRC SRQ the
+/// request's XRCETH names; an EE context from the RD QP BTH:DestQP names (`rd.rs`).
 #[derive(Debug, Clone, Copy)]
-struct RecvTarget {
-    pd: crate::verbs::PdHandle,
-    srq: Option<crate::verbs::SrqHandle>,
-    cq: crate::verbs::CqHandle,
+pub(super) struct RecvTarget {
+    pub(super) qpn: u32,
+    pub(super) pd: crate::verbs::PdHandle,
+    pub(super) srq: Option<crate::verbs::SrqHandle>,
+    pub(super) cq: crate::verbs::CqHandle,
 }
 
 /// Why a new request is refused.
@@ -75,6 +77,8 @@ enum Refusal {
     Fatal(u8, QpErrorCause),
     /// RNR NAK: no receive WQE.
     Rnr,
+    /// Dropped without an answer (an RD packet of another message, o9-38.a1).
+    Ignore,
 }
 
 impl Hca {
@@ -102,6 +106,10 @@ impl Hca {
         let psn = bth.psn;
         let epsn = qp.transport.expected_psn;
         let d = psn.distance(epsn);
+        if bth.opcode == Opcode::RD_RESYNC {
+            self.rd_resync(qpn, psn);
+            return;
+        }
         if d > 0 {
             // Invalid (ahead of ePSN): one NAK-PSN sequence error, then silence (9.7.4.1.2).
             self.counters.rcvd_seq_err += 1;
@@ -137,6 +145,7 @@ impl Hca {
         };
         match result {
             Ok(()) => {}
+            Err(Refusal::Ignore) => return,
             Err(Refusal::Rnr) => {
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 let syndrome = 0x20 | (qp.attr.min_rnr_timer & 0x1f);
@@ -155,22 +164,82 @@ impl Hca {
                 let msn = qp.transport.resp.msn;
                 // A SEND in progress ends here: the receive WQE it took completes with flush
                 // error now (the QP enters ERR once the NAK is sent and flushes the rest).
-                let cq = qp.transport.resp.xrc_msg.map_or(qp.recv_cq, |(_, cq)| cq);
-                qp.transport.resp.xrc_msg = None;
-                if let InMessage::Send { wqe, .. } = std::mem::take(&mut qp.transport.resp.msg) {
-                    let wc = WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, qp.qpn);
-                    let _ = self.push_completion(cq, wc, false);
-                }
+                self.abort_in_message(qpn, WcStatus::WrFlushErr);
                 let qp = self.qps.get_mut(&qpn).expect("checked");
-                qp.transport.resp.responses.push_back(Response::Nak {
-                    psn,
-                    syndrome,
-                    msn,
-                    cause,
-                });
+                let r = &mut qp.transport.resp;
+                if qp.qp_type == QpType::Rd {
+                    // An EE context serves other QPs: the NAK ends this message only, and the
+                    // requester resynchronises (o9-38.a2).
+                    let base = r.credits.consumed;
+                    r.responses.push_back(Response::Ack {
+                        psn,
+                        syndrome,
+                        msn,
+                        base,
+                    });
+                } else {
+                    r.responses.push_back(Response::Nak {
+                        psn,
+                        syndrome,
+                        msn,
+                        cause,
+                    });
+                }
                 self.counters.nak_sent += 1;
             }
         }
+        self.schedule_tx(qpn);
+    }
+
+    /// Ends the message the responder of `qpn` is in the middle of, if any: a SEND's receive
+    /// WQE completes with `status` on its CQ (an XRC SRQ's, an RD destination QP's, or the
+    /// QP's own).
+    fn abort_in_message(&mut self, qpn: u32, status: WcStatus) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let r = &mut qp.transport.resp;
+        let (cq, owner) = match (r.rd_msg, r.xrc_msg) {
+            (Some((dest, _, cq)), _) => (cq, softib_wire::Qpn::new(dest)),
+            (None, Some((_, cq))) => (cq, qp.qpn),
+            (None, None) => (qp.recv_cq, qp.qpn),
+        };
+        r.xrc_msg = None;
+        r.rd_msg = None;
+        if let InMessage::Send { wqe, .. } = std::mem::take(&mut r.msg) {
+            let wc = WorkCompletion::new(wqe.wr_id, status, WcOpcode::Recv, owner).with_byte_len(0);
+            let _ = self.push_completion(cq, wc, false);
+        }
+    }
+
+    /// An RD RESYNC at `psn` reached EE context `qpn` (o9-38.a2): whatever its QPNs and the
+    /// opcode sequence, if `psn` is at or after ePSN the EEC expects `psn` + 1 next, any
+    /// message in progress is aborted (a partly filled receive WQE completes with
+    /// `IBV_WC_REM_ABORT_ERR`), and the RESYNC is acknowledged with its own PSN; an older one is
+    /// a duplicate, acknowledged as a duplicate SEND is.
+    fn rd_resync(&mut self, qpn: u32, psn: Psn) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let epsn = qp.transport.expected_psn;
+        let ack_psn = if psn.distance(epsn) >= 0 {
+            qp.transport.expected_psn = psn.next();
+            qp.transport.resp.nak_seq_outstanding = false;
+            qp.transport.resp.msn = qp.transport.resp.msn.add(1);
+            self.abort_in_message(qpn, WcStatus::RemAbortErr);
+            psn
+        } else {
+            self.counters.duplicate_request += 1;
+            epsn.sub(1)
+        };
+        let r = &mut self.qps.get_mut(&qpn).expect("checked").transport.resp;
+        let (msn, base) = (r.msn, r.credits.consumed);
+        r.responses.push_back(Response::Ack {
+            psn: ack_psn,
+            syndrome: SYNDROME_ACK,
+            msn,
+            base,
+        });
         self.schedule_tx(qpn);
     }
 
@@ -179,16 +248,41 @@ impl Hca {
         let h = &t.headers;
         let info = t.info().map_err(|_| invalid())?;
         let qp = &self.qps[&qpn];
+        let rd = qp.qp_type == QpType::Rd;
         let Some(target) = self.recv_target(qp, t) else {
-            self.counters.xrc_bad_srq += 1;
+            if rd {
+                self.counters.rd_bad_dest += 1;
+            } else {
+                self.counters.xrc_bad_srq += 1;
+            }
             return Err(Refusal::Fatal(
                 NAK_INVALID_RD_REQUEST,
                 QpErrorCause::InvalidRequest,
             ));
         };
+        if rd {
+            let src = h.deth.map_or(0, |d| d.src_qp.value());
+            let msg = qp.transport.resp.rd_msg;
+            let continues = matches!(info.position, Position::Middle | Position::Last);
+            if continues && msg.map(|(d, s, _)| (d, s)) != Some((target.qpn, src)) {
+                self.counters.rd_qpn_mismatch += 1;
+                return Err(Refusal::Ignore);
+            }
+            let r = &mut self.qps.get_mut(&qpn).expect("checked").transport.resp;
+            r.rd_src_qp = src;
+            if !continues {
+                r.rd_msg = Some((target.qpn, src, target.cq));
+            }
+        }
+        let qp = &self.qps[&qpn];
         let mtu = qp.attr.path_mtu.bytes() as usize;
         let pd = target.pd;
-        let access = qp.attr.qp_access_flags;
+        // The access rights are the receiving QP's (an EE context has none of its own).
+        let access = if rd {
+            self.qps[&target.qpn].attr.qp_access_flags
+        } else {
+            qp.attr.qp_access_flags
+        };
         let len = t.payload.len();
         let (op, pos) = (info.operation, info.position);
 
@@ -277,19 +371,25 @@ impl Hca {
         qp: &crate::verbs::qp::Qp,
         t: &TransportPacket<'_>,
     ) -> Option<RecvTarget> {
-        if qp.qp_type != QpType::XrcRecv {
-            return Some(RecvTarget {
+        match qp.qp_type {
+            QpType::XrcRecv => {
+                let x = self.xrc_target(qp, t.headers.xrceth?.xrcsrq.value())?;
+                Some(RecvTarget {
+                    qpn: qp.qpn.value(),
+                    pd: x.pd,
+                    srq: Some(x.srq),
+                    cq: x.cq,
+                })
+            }
+            // Only EE contexts take RD packets.
+            QpType::Rd => self.rd_target(qp, t),
+            _ => Some(RecvTarget {
+                qpn: qp.qpn.value(),
                 pd: qp.pd,
                 srq: qp.srq,
                 cq: qp.recv_cq,
-            });
+            }),
         }
-        let x = self.xrc_target(qp, t.headers.xrceth?.xrcsrq.value())?;
-        Some(RecvTarget {
-            pd: x.pd,
-            srq: Some(x.srq),
-            cq: x.cq,
-        })
     }
 
     // One caller: inlined into the request path (a call of its own costs the common SEND
@@ -302,7 +402,9 @@ impl Hca {
         pos: Position,
         target: RecvTarget,
     ) -> Result<(), Refusal> {
-        let qpn_w = softib_wire::Qpn::new(qpn);
+        // Completions name the QP the message is for (for RD, not the EE context).
+        let qpn_w = softib_wire::Qpn::new(target.qpn);
+        let src_qp = t.headers.deth.map(|d| d.src_qp);
         let starts = matches!(pos, Position::First | Position::Only);
         let (mut wqe, offset) = if starts {
             match self.take_recv_wqe_from(qpn_w, target.srq) {
@@ -344,10 +446,14 @@ impl Hca {
             r.msn = r.msn.add(1);
             r.msg = InMessage::None;
             r.xrc_msg = None;
+            r.rd_msg = None;
             // The message is complete: its receive WQE is no longer a credit (C9-157.2.1).
             r.credits.consumed = r.credits.consumed.wrapping_add(1);
             let mut wc = WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, qpn_w)
                 .with_byte_len(end as u32);
+            if let Some(src) = src_qp {
+                wc.src_qp = src;
+            }
             if let Some(imm) = h.immdt {
                 wc = wc.with_imm(imm.imm);
             }
@@ -372,7 +478,7 @@ impl Hca {
         target: RecvTarget,
     ) -> Result<(), Refusal> {
         let pd = target.pd;
-        let qpn_w = softib_wire::Qpn::new(qpn);
+        let qpn_w = softib_wire::Qpn::new(target.qpn);
         let h = &t.headers;
         let starts = matches!(pos, Position::First | Position::Only);
         let ends = matches!(pos, Position::Last | Position::Only);
@@ -451,6 +557,13 @@ impl Hca {
                 )
                 .with_byte_len(end as u32)
                 .with_imm(imm.imm);
+                let wc = match h.deth {
+                    Some(d) => WorkCompletion {
+                        src_qp: d.src_qp,
+                        ..wc
+                    },
+                    None => wc,
+                };
                 let _ = self.complete_or_error(qpn_w, recv_cq, wc, h.bth.solicited);
             }
         } else {
@@ -794,14 +907,24 @@ impl Hca {
             return false;
         };
         let mtu = qp.attr.path_mtu.bytes();
-        let dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
+        let rd = qp.qp_type == QpType::Rd;
+        // An EE context answers the requesting QP, through the remote EE context.
+        let (dest_qp, rdeth) = if rd {
+            let eecn = softib_wire::Eecn::new(qp.attr.dest_qp_num);
+            (
+                softib_wire::Qpn::new(qp.transport.resp.rd_src_qp),
+                Some(softib_wire::rdeth::Rdeth { resv8: 0, eecn }),
+            )
+        } else {
+            (softib_wire::Qpn::new(qp.attr.dest_qp_num), None)
+        };
         let mig_req = super::apm::mig_req(&qp.attr);
         // A receive queue of its own generates credits; an SRQ (an XRC target's too) does not.
         let generates_credits = qp.qp_type == QpType::Rc && qp.srq.is_none();
-        let service = if qp.qp_type == QpType::XrcRecv {
-            softib_wire::Service::Xrc
-        } else {
-            softib_wire::Service::Rc
+        let service = match qp.qp_type {
+            QpType::XrcRecv => softib_wire::Service::Xrc,
+            QpType::Rd => softib_wire::Service::Rd,
+            _ => softib_wire::Service::Rc,
         };
         let resp = &mut qp.transport.resp;
         let credits = resp.credits;
@@ -811,6 +934,10 @@ impl Hca {
         // receive WQEs: the Table 52 code of the credits beyond them, rounded down
         // (C9-158.2.1), or "invalid" on an SRQ (C9-150.2.1).
         let mut positive = |base: u32| -> u8 {
+            if rd {
+                // RD defines no end-to-end credits: the credit bits are zero (o9-72).
+                return SYNDROME_ACK;
+            }
             if !generates_credits {
                 return SYNDROME_ACK_NO_CREDITS;
             }
@@ -967,6 +1094,7 @@ impl Hca {
         let psn = h.bth.psn;
         h.bth.mig_req = mig_req;
         h.bth.opcode = super::requester::in_class(h.bth.opcode, service);
+        h.rdeth = rdeth;
         let t = TransportPacket::new(h, &scratch);
         let built = self.build_frame(qpn, &t, out);
         self.scratch = scratch;

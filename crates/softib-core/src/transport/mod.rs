@@ -126,11 +126,17 @@ pub struct Counters {
     /// message one other than the message's). New requests are answered with NAK-Invalid RD
     /// Request; duplicates are dropped silently.
     pub xrc_bad_srq: u64,
+    /// RD EE context: requests for a QP that is not an RD QP able to receive, is of another
+    /// RDD than the EE context, or holds another Q_Key (NAK-Invalid RD Request, C9-127, o9-38).
+    pub rd_bad_dest: u64,
+    /// RD EE context: MIDDLE / LAST packets whose QPNs are not their message's (ignored,
+    /// o9-38.a1).
+    pub rd_qpn_mismatch: u64,
 }
 
 impl Counters {
     /// Every counter by name, in declaration order.
-    pub fn named(&self) -> [(&'static str, u64); 47] {
+    pub fn named(&self) -> [(&'static str, u64); 49] {
         [
             ("sent_pkts", self.sent_pkts),
             ("rcvd_pkts", self.rcvd_pkts),
@@ -179,6 +185,8 @@ impl Counters {
             ("raw_no_wqe", self.raw_no_wqe),
             ("raw_delivered", self.raw_delivered),
             ("xrc_bad_srq", self.xrc_bad_srq),
+            ("rd_bad_dest", self.rd_bad_dest),
+            ("rd_qpn_mismatch", self.rd_qpn_mismatch),
         ]
     }
 }

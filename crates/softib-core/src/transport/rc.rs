@@ -215,6 +215,11 @@ pub struct Responder {
     /// CQ. Every packet of a message names the same SRQ; a SEND in progress that is flushed
     /// completes there.
     pub xrc_msg: Option<(crate::verbs::SrqHandle, crate::verbs::CqHandle)>,
+    /// EE context: the message in progress, as (destination QPN, source QPN, the destination
+    /// QP's receive CQ); MIDDLE and LAST packets must name the same QPs (o9-38.a1).
+    pub rd_msg: Option<(u32, u32, crate::verbs::CqHandle)>,
+    /// EE context: the requesting QP of the latest new request, which responses are sent to.
+    pub rd_src_qp: u32,
 }
 
 /// A local error the RC responder can be told to meet, so that the behaviour the IBA demands

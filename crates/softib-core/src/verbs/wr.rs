@@ -187,6 +187,33 @@ pub struct UdDest {
     pub remote_qkey: u32,
 }
 
+/// RD destination of a send WR: the EE context to send through, the remote RD QP and the
+/// Q_Key it must hold (if its high bit is set the QP's own Q_Key is sent, as for UD).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RdDest {
+    /// The local EE context.
+    pub eecn: softib_wire::Eecn,
+    /// Destination QP behind the EE context's remote end.
+    pub remote_qpn: Qpn,
+    /// Q_Key to send.
+    pub remote_qkey: u32,
+}
+
+/// The RD destination of a queued WQE, resolved at post time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdWqeDest {
+    /// The local EE context.
+    pub eecn: softib_wire::Eecn,
+    /// Destination QP.
+    pub remote_qpn: Qpn,
+    /// The Q_Key the DETH carries.
+    pub qkey: u32,
+    /// The sending RD QP (DETH:SrcQP); its CQ takes the completion.
+    pub src_qpn: Qpn,
+    /// This WQE is the RESYNC an EE context sends after aborting a message (no completion).
+    pub resync: bool,
+}
+
 /// A send work request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWr {
@@ -207,6 +234,8 @@ pub struct SendWr {
     /// of `struct ibv_send_wr`); used by XRC initiator QPs only, which carry it in the XRCETH
     /// of every request packet (24 bits).
     pub xrc_remote_srqn: u32,
+    /// Destination of an RD send.
+    pub rd: Option<RdDest>,
 }
 
 impl SendWr {
@@ -220,6 +249,7 @@ impl SendWr {
             flags: SendFlags::empty(),
             ud: None,
             xrc_remote_srqn: 0,
+            rd: None,
         }
     }
 
@@ -257,6 +287,16 @@ impl SendWr {
     pub fn with_ud(mut self, ah: AhHandle, remote_qpn: Qpn, remote_qkey: u32) -> SendWr {
         self.ud = Some(UdDest {
             ah,
+            remote_qpn,
+            remote_qkey,
+        });
+        self
+    }
+
+    /// Sets the RD destination (RD QPs).
+    pub fn with_rd(mut self, eecn: softib_wire::Eecn, remote_qpn: Qpn, remote_qkey: u32) -> SendWr {
+        self.rd = Some(RdDest {
+            eecn,
             remote_qpn,
             remote_qkey,
         });
@@ -362,6 +402,8 @@ pub struct SendWqe {
     pub ud: Option<UdWqeDest>,
     /// XRC SRQ number of the destination (XRC initiator QPs), 24 bits.
     pub xrc_srqn: u32,
+    /// RD destination (RD QPs, and the WQE an EE context carries for one).
+    pub rd: Option<RdWqeDest>,
     /// Data path progress.
     pub state: WqeState,
     /// Send-side progress kept by the RC requester.

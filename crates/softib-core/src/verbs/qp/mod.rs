@@ -37,6 +37,8 @@ pub(crate) struct TransportState {
     /// RoCEv2 headers of the QP's packets, used while the address vector, the local GID and
     /// the UDP source port they were made for are unchanged.
     pub(crate) tx_headers: Option<crate::hca::TxHeaders>,
+    /// EE context: the RD QP it took its last message from (round robin over the QPs).
+    pub(crate) rd_cursor: u32,
 }
 
 /// A queue pair inside the HCA.
@@ -75,7 +77,8 @@ pub struct Qp {
 /// SRQs, which never generate credits (9.7.7.2.4 "invalid" code, C9-153).
 fn initial_transport(qp_type: QpType) -> TransportState {
     let mut t = TransportState::default();
-    t.req.credits.unlimited = qp_type == QpType::XrcSend;
+    // RD defines no end-to-end credits (o9-72): an EE context never waits for them.
+    t.req.credits.unlimited = matches!(qp_type, QpType::XrcSend | QpType::Rd);
     t
 }
 
