@@ -1,5 +1,6 @@
 //! Gives the cdylib rdma-core's ABI identity: soname `libibverbs.so.1` and every exported
-//! symbol at the version node rdma-core 44 gives it (`symbols.tsv`).
+//! symbol at the version node rdma-core 44 gives it (`symbols.tsv`); softib's own extensions
+//! (`include/softib/rd.h`) at softib's node, `SOFTIB_1.0`, from the same table.
 //!
 //! rustc links a cdylib with its own anonymous version script, which cannot be combined with
 //! named version nodes in a second script for the same symbols. So each symbol is defined in

@@ -27,6 +27,9 @@ pub enum ServiceArg {
     /// target on node B; the targets share one XRC domain with --srqs XRC SRQs, and each
     /// QP's operation k goes to SRQ k mod --srqs.
     Xrc,
+    /// Reliable datagram: --qps RD QPs on each node, QP q of node A sending to QP q of node B
+    /// through EE context q mod --eecs (many QPs, few reliable connections).
+    Rd,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -72,6 +75,9 @@ pub struct Common {
     /// XRC SRQs of node B (--service xrc).
     #[arg(long, default_value_t = 3)]
     srqs: u32,
+    /// EE context pairs the RD QPs share (--service rd).
+    #[arg(long, default_value_t = 2)]
+    eecs: u32,
     /// Outstanding work requests per QP.
     #[arg(long, default_value_t = 16)]
     depth: u32,
@@ -173,6 +179,7 @@ fn config(c: &Common, loss: f64) -> Result<SimConfig, String> {
             ServiceArg::RawIpv6 => Service::RawIpv6,
             ServiceArg::RawEthertype => Service::RawEthertype,
             ServiceArg::Xrc => Service::Xrc,
+            ServiceArg::Rd => Service::Rd,
         },
         link: match (c.link, c.service) {
             (Some(LinkArg::Ib), _) | (None, ServiceArg::RawIpv6 | ServiceArg::RawEthertype) => {
@@ -194,6 +201,7 @@ fn config(c: &Common, loss: f64) -> Result<SimConfig, String> {
         ops: c.ops,
         qps: c.qps,
         srqs: c.srqs,
+        eecs: c.eecs,
         depth: c.depth,
         mtu,
         loss,

@@ -1,7 +1,7 @@
 //! Connection set-up helpers: the `modify_qp` sequence RESET → INIT → RTR → RTS that every
 //! RDMA program writes by hand (as `ibv_rc_pingpong` does after exchanging LID:QPN:PSN:GID).
 
-use softib_wire::{Psn, Qpn};
+use softib_wire::{Eecn, Psn, Qpn};
 
 use crate::error::ModifyQpError;
 use crate::verbs::ah::AhAttr;
@@ -92,6 +92,63 @@ pub fn connect_from_init(
     remote: &EndpointInfo,
     o: &ConnectOptions,
 ) -> Result<(), ModifyQpError> {
+    // UC has no acknowledgements: no READ/ATOMIC resources, RNR timer or retry counts. An
+    // XRC initiator has no receive side (no responder resources or RNR timer), an XRC target
+    // no send side (no retry counts or READ/ATOMIC initiator depth), as Linux's table says.
+    let sides = match hca.qp(qpn).map(|q| q.qp_type()) {
+        Some(QpType::Uc) => (false, false),
+        Some(QpType::XrcSend) => (false, true),
+        Some(QpType::XrcRecv) => (true, false),
+        _ => (true, true),
+    };
+    to_rts(
+        &mut |attr, mask| hca.modify_qp(qpn, attr, mask),
+        sides,
+        local_psn,
+        remote,
+        o,
+    )
+}
+
+/// Moves EE context `eecn` from RESET to RTS towards the remote EE context `remote.qpn` (its
+/// EECN), as [`connect`] moves an RC QP: the same path, PSN, timer and retry attributes, no
+/// access flags (they are the RD QPs').
+pub fn connect_eec(
+    hca: &mut Hca,
+    eecn: Eecn,
+    local_psn: Psn,
+    remote: &EndpointInfo,
+    o: &ConnectOptions,
+) -> Result<(), ModifyQpError> {
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: o.port_num,
+        pkey_index: 0,
+        ..QpAttr::default()
+    };
+    hca.modify_eec(
+        eecn,
+        &init,
+        QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX,
+    )?;
+    to_rts(
+        &mut |attr, mask| hca.modify_eec(eecn, attr, mask),
+        (true, true),
+        local_psn,
+        remote,
+        o,
+    )
+}
+
+/// INIT → RTR → RTS through `modify`, for a context that responds and / or requests
+/// (`sides`), with the attributes each needs.
+fn to_rts(
+    modify: &mut dyn FnMut(&QpAttr, QpAttrMask) -> Result<(), ModifyQpError>,
+    (responds, requests): (bool, bool),
+    local_psn: Psn,
+    remote: &EndpointInfo,
+    o: &ConnectOptions,
+) -> Result<(), ModifyQpError> {
     // A remote that gave no GID (all zeros) is reached by LID alone: a LID-routed address
     // vector, so native IB packets carry no GRH (LRH:LNH = IBA local).
     let mut av = if remote.gid == Gid::default() {
@@ -110,16 +167,6 @@ pub fn connect_from_init(
         min_rnr_timer: o.min_rnr_timer,
         ..QpAttr::default()
     };
-    // UC has no acknowledgements: no READ/ATOMIC resources, RNR timer or retry counts. An
-    // XRC initiator has no receive side (no responder resources or RNR timer), an XRC target
-    // no send side (no retry counts or READ/ATOMIC initiator depth), as Linux's table says.
-    let qp_type = hca.qp(qpn).map(|q| q.qp_type());
-    let (responds, requests) = match qp_type {
-        Some(QpType::Uc) => (false, false),
-        Some(QpType::XrcSend) => (false, true),
-        Some(QpType::XrcRecv) => (true, false),
-        _ => (true, true),
-    };
     let rtr_mask = QpAttrMask::STATE
         | QpAttrMask::AV
         | QpAttrMask::PATH_MTU
@@ -130,7 +177,7 @@ pub fn connect_from_init(
     } else {
         rtr_mask
     };
-    hca.modify_qp(qpn, &rtr, rtr_mask)?;
+    modify(&rtr, rtr_mask)?;
     let rts = QpAttr {
         qp_state: QpState::Rts,
         sq_psn: local_psn,
@@ -152,5 +199,5 @@ pub fn connect_from_init(
         (true, false) => QpAttrMask::STATE | QpAttrMask::SQ_PSN | QpAttrMask::TIMEOUT,
         (false, false) => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
     };
-    hca.modify_qp(qpn, &rts, rts_mask)
+    modify(&rts, rts_mask)
 }

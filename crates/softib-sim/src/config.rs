@@ -24,6 +24,10 @@ pub enum Service {
     /// every SRQ takes messages of every connection; node B checks each message in the SRQ
     /// it landed in.
     Xrc,
+    /// RD: each QP of node A is an RD QP sending to its own RD QP on node B through one of
+    /// `eecs` EE context pairs (QP q uses EE context q mod `eecs`), so many QPs share few
+    /// reliable connections; one message at a time per EE context.
+    Rd,
 }
 
 impl Service {
@@ -35,6 +39,7 @@ impl Service {
             Service::RawIpv6 => "raw-ipv6",
             Service::RawEthertype => "raw-ethertype",
             Service::Xrc => "xrc",
+            Service::Rd => "rd",
         }
     }
 
@@ -55,7 +60,7 @@ impl Service {
     /// UC, UD and raw datagrams: nothing is retried; the report counts messages delivered,
     /// lost and delivered again.
     pub fn is_unreliable(self) -> bool {
-        !matches!(self, Service::Rc | Service::Xrc)
+        !matches!(self, Service::Rc | Service::Xrc | Service::Rd)
     }
 }
 
@@ -100,6 +105,8 @@ pub struct SimConfig {
     pub qps: u32,
     /// XRC: the XRC SRQs of node B (ignored by the other services).
     pub srqs: u32,
+    /// RD: the EE context pairs the QPs share (ignored by the other services).
+    pub eecs: u32,
     /// Outstanding work requests per QP.
     pub depth: u32,
     pub mtu: Mtu,
@@ -135,6 +142,7 @@ impl Default for SimConfig {
             ops: 2000,
             qps: 1,
             srqs: 3,
+            eecs: 2,
             depth: 16,
             mtu: Mtu::Mtu4096,
             loss: 0.0,
@@ -186,6 +194,12 @@ impl SimConfig {
         }
         if self.qps == 0 || self.depth == 0 {
             return Err("--qps and --depth must be at least 1".into());
+        }
+        if self.service == Service::Rd && !(1..=1024).contains(&self.eecs) {
+            return Err(format!(
+                "--eecs must be 1..=1024 for --service rd, got {}",
+                self.eecs
+            ));
         }
         if self.service == Service::Xrc && !(1..=1024).contains(&self.srqs) {
             return Err(format!(

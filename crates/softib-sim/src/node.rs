@@ -153,6 +153,8 @@ pub(crate) struct ReqApp {
     pub(crate) raw: Option<RawTx>,
     /// XRC: the SRQ numbers of node B; operation k goes to SRQ k mod their count.
     pub(crate) xrc_srqns: Vec<u32>,
+    /// RD: each QP's destination (EE context, remote QP, Q_Key).
+    pub(crate) rd_dests: Vec<softib_core::verbs::wr::RdDest>,
 }
 
 /// The application of the responding node (posts and checks receive buffers for SEND).
@@ -346,6 +348,7 @@ impl ReqApp {
                 .signaled(),
             raw: None,
             xrc_srqns: Vec::new(),
+            rd_dests: Vec::new(),
         }
     }
 
@@ -535,6 +538,7 @@ impl ReqApp {
             wr.sg_list.clear();
             wr.sg_list.push(local);
             wr.ud = self.ud_dests.get(q).copied();
+            wr.rd = self.rd_dests.get(q).copied();
             if !self.xrc_srqns.is_empty() {
                 wr.xrc_remote_srqn = self.xrc_srqns[(op % self.xrc_srqns.len() as u64) as usize];
             }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use serde_json::{json, Value};
-use softib_core::setup::{connect, ConnectOptions, EndpointInfo};
+use softib_core::setup::{connect, connect_eec, ConnectOptions, EndpointInfo};
 use softib_core::transport::Counters;
 use softib_core::verbs::ah::AhAttr;
 use softib_core::verbs::device::GidEntry;
@@ -76,7 +76,12 @@ pub struct SimReport {
     pub lost: u64,
     /// XRC SEND: messages received (and checked) per XRC SRQ of node B, in SRQ order.
     pub per_srq: Vec<u64>,
+    /// RD: per EE context of node A (EECN 1, 2, ...), the messages it carried to completion.
+    pub per_eec: Vec<u64>,
 }
+
+/// Q_Key of the simulator's RD QPs.
+const RD_QKEY: u32 = 0x0052_0000;
 
 /// Q_Key of the simulator's UD QPs.
 const UD_QKEY: u32 = 0x0051_0000;
@@ -206,7 +211,43 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         Service::RawIpv6 => QpType::RawIpv6,
         Service::RawEthertype => QpType::RawEthertype,
         Service::Xrc => QpType::XrcSend,
+        Service::Rd => QpType::Rd,
     };
+    // RD: one RDD per node and the EE context pairs, EECN i on A connected to EECN i on B.
+    let mut rd_eecs = Vec::new();
+    let rdds = if cfg.service == Service::Rd {
+        let (ra, rb) = (
+            a.alloc_rdd().map_err(|e| err(&e))?,
+            b.alloc_rdd().map_err(|e| err(&e))?,
+        );
+        for i in 0..cfg.eecs {
+            let (ea, eb) = (
+                a.create_eec(ra).map_err(|e| err(&e))?,
+                b.create_eec(rb).map_err(|e| err(&e))?,
+            );
+            let psn_a = Psn::new((cfg.seed as u32).wrapping_mul(2654435761).wrapping_add(i));
+            let psn_b = Psn::new((cfg.seed as u32).wrapping_mul(40503).wrapping_add(i * 7));
+            let to = |eecn: softib_wire::Eecn, psn: Psn, node: [u8; 4], lid: u16| EndpointInfo {
+                qpn: softib_wire::Qpn::new(eecn.value()),
+                psn,
+                gid: if native {
+                    Gid::default()
+                } else {
+                    gid_of_ipv4(node)
+                },
+                lid: if native { lid } else { 0 },
+            };
+            connect_eec(&mut a, ea, psn_a, &to(eb, psn_b, NODE_B, LID_B), &opts)
+                .map_err(|e| err(&e))?;
+            connect_eec(&mut b, eb, psn_b, &to(ea, psn_a, NODE_A, LID_A), &opts)
+                .map_err(|e| err(&e))?;
+            rd_eecs.push(ea);
+        }
+        Some((ra, rb))
+    } else {
+        None
+    };
+    let mut rd_dests = Vec::new();
     let uc = cfg.service == Service::Uc;
     // XRC: node B's domain, its SRQs (each with its own CQ) and their numbers.
     let mut xrc_srqs = Vec::new();
@@ -281,6 +322,21 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
             pairs.push((qa, qb, per_qp + u64::from(u64::from(i) < extra)));
             continue;
         }
+        if let Some((ra, rb)) = rdds {
+            let init = QpInitAttr::new(QpType::Rd, ca, cap);
+            let qa = a.create_rd_qp(pa, ra, &init).map_err(|e| err(&e))?;
+            let init = QpInitAttr::new(QpType::Rd, cb, cap);
+            let qb = b.create_rd_qp(pb, rb, &init).map_err(|e| err(&e))?;
+            rd_ready(&mut a, qa, access).map_err(|e| err(&e))?;
+            rd_ready(&mut b, qb, access).map_err(|e| err(&e))?;
+            rd_dests.push(softib_core::verbs::wr::RdDest {
+                eecn: rd_eecs[i as usize % rd_eecs.len()],
+                remote_qpn: qb,
+                remote_qkey: RD_QKEY,
+            });
+            pairs.push((qa, qb, per_qp + u64::from(u64::from(i) < extra)));
+            continue;
+        }
         let qa = a
             .create_qp(pa, &QpInitAttr::new(qp_type, ca, cap))
             .map_err(|e| err(&e))?;
@@ -332,6 +388,7 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
         pairs.iter().map(|&(qa, _, n)| (qa, n)).collect(),
     );
     req.ud_dests = ud_dests;
+    req.rd_dests = rd_dests;
     for &(srq, _) in &xrc_srqs {
         req.xrc_srqns.push(b.srq_num(srq).map_err(|e| err(&e))?);
     }
@@ -687,12 +744,40 @@ fn report(
         delivered,
         duplicates,
         lost,
+        per_eec: if cfg.service == Service::Rd {
+            let k = cfg.eecs.max(1) as usize;
+            (0..k)
+                .map(|e| req.qps.iter().skip(e).step_by(k).map(|q| q.completed).sum())
+                .collect()
+        } else {
+            Vec::new()
+        },
         per_srq: resp.xrc.as_ref().map_or_else(Vec::new, |x| {
             (0..x.srqs.len())
                 .map(|s| x.received.iter().map(|q| q[s]).sum())
                 .collect()
         }),
     }
+}
+
+/// RESET -> INIT (port 1, Q_Key [`RD_QKEY`], `access`) -> RTR -> RTS for an RD QP (its path
+/// and PSNs are its EE contexts').
+fn rd_ready(
+    hca: &mut Hca,
+    qpn: softib_wire::Qpn,
+    access: AccessFlags,
+) -> Result<(), softib_core::error::ModifyQpError> {
+    use softib_core::verbs::qp::QpAttrMask as M;
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qkey: RD_QKEY,
+        qp_access_flags: access,
+        ..QpAttr::default()
+    };
+    hca.modify_qp(qpn, &init, M::STATE | M::PORT | M::QKEY | M::ACCESS_FLAGS)?;
+    hca.modify_qp(qpn, &QpAttr::to_state(QpState::Rtr), M::STATE)?;
+    hca.modify_qp(qpn, &QpAttr::to_state(QpState::Rts), M::STATE)
 }
 
 /// RESET -> INIT (port 1, P_Key index 0, `qkey`) -> RTR -> RTS (first PSN `psn`) for a UD QP.
@@ -796,6 +881,7 @@ impl SimReport {
             "events": self.events,
             "per_qp": self.per_qp.iter().map(|q| json!({"qpn": q.qpn, "posted": q.posted, "completed": q.completed, "errors": q.errors})).collect::<Vec<_>>(),
             "per_srq": self.per_srq,
+            "per_eec": self.per_eec,
             "per_status": self.per_status,
             "fabric": {
                 "frames_sent": self.fabric.transmitted_frames,
@@ -945,6 +1031,16 @@ impl SimReport {
                 s,
                 "  QP {:#08x}:  {} posted, {} completed, {} errors",
                 q.qpn, q.posted, q.completed, q.errors
+            );
+        }
+        if !self.per_eec.is_empty() {
+            let counts: Vec<String> = self.per_eec.iter().map(u64::to_string).collect();
+            let _ = writeln!(
+                s,
+                "  RD EE contexts: {} shared by {} QPs, messages carried per EE context: {}",
+                self.per_eec.len(),
+                self.per_qp.len(),
+                counts.join(" ")
             );
         }
         if !self.per_srq.is_empty() {

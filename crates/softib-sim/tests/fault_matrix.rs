@@ -108,6 +108,34 @@ fn o9_91_a1_xrc_every_op_under_every_fault() {
     }
 }
 
+/// RD: six QPs sharing two EE context pairs, every operation under every fault at once:
+/// each QP's messages exactly once, in order, intact.
+#[test]
+fn rd_every_op_under_every_fault() {
+    let ops = [
+        OpKind::Send,
+        OpKind::Write,
+        OpKind::Read,
+        OpKind::Cas,
+        OpKind::Faa,
+    ];
+    for (i, op) in ops.into_iter().enumerate() {
+        let c = SimConfig {
+            service: Service::Rd,
+            qps: 6,
+            eecs: 2,
+            loss: 0.01,
+            dup: 0.01,
+            reorder: 0.01,
+            corrupt: 0.01,
+            ..cfg(op, 2500, 300, 200 + i as u64)
+        };
+        let r = run(&c, None, &mut |_, _| {}).unwrap();
+        assert!(r.verified, "{c:?}\n{}", r.to_text());
+        assert_eq!(r.per_eec, vec![150, 150]);
+    }
+}
+
 #[test]
 fn link_flaps_are_survived() {
     // Node A's link goes down in both directions twice, for 2 ms and 4 ms, while WRITEs and
@@ -173,16 +201,18 @@ fn op_strategy() -> impl Strategy<Value = OpKind> {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
-    /// RC, and XRC with initiators spread over 1 to 4 SRQs of the target's domain.
+    /// RC; XRC with initiators spread over 1 to 4 SRQs of the target's domain; RD with the QPs
+    /// sharing 1 to 3 EE contexts.
     #[test]
     fn exactly_once_in_order_intact_or_error(
-        service in prop_oneof![Just(Service::Rc), Just(Service::Xrc)],
+        service in prop_oneof![Just(Service::Rc), Just(Service::Xrc), Just(Service::Rd)],
         op in op_strategy(),
         size in 0u32..6000,
         ops in 1u64..120,
         depth in 1u32..12,
         qps in 1u32..4,
         srqs in 1u32..5,
+        eecs in 1u32..4,
         loss in 0.0f64..0.15,
         dup in 0.0f64..0.1,
         reorder in 0.0f64..0.1,
@@ -190,7 +220,7 @@ proptest! {
         seed in any::<u64>(),
         mtu in prop_oneof![Just(Mtu::Mtu256), Just(Mtu::Mtu1024), Just(Mtu::Mtu4096)],
     ) {
-        let c = SimConfig { service, op, size, ops, depth, qps, srqs, loss, dup, reorder, corrupt, seed, mtu, timeout: 6, ..SimConfig::default() };
+        let c = SimConfig { service, op, size, ops, depth, qps, srqs, eecs, loss, dup, reorder, corrupt, seed, mtu, timeout: 6, ..SimConfig::default() };
         check(&c);
     }
 }

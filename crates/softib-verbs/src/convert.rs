@@ -1,7 +1,9 @@
 //! Conversions between rdma-core's C structures and softib-core's types, and the errno each
 //! core error maps to.
 
-use softib_core::error::{CreateQpError, ModifyQpError, PostRecvError, PostSendError, RegMrError};
+use softib_core::error::{
+    CreateQpError, ModifyQpError, PostRecvError, PostSendError, RdError, RegMrError,
+};
 use softib_core::verbs::ah::{AhAttr, GlobalRoute};
 use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap};
@@ -24,6 +26,18 @@ pub fn reg_mr_errno(e: &RegMrError) -> i32 {
 pub fn create_qp_errno(e: &CreateQpError) -> i32 {
     match e {
         CreateQpError::TooManyQps { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}
+
+/// errno of a failed RD verb (`<softib/rd.h>`): EBUSY for a domain still in use, ENOMEM at a
+/// device limit, a failed QP creation as `ibv_create_qp`'s, EINVAL otherwise (no such domain
+/// or EE context).
+pub fn rd_errno(e: &RdError) -> i32 {
+    match e {
+        RdError::Busy { .. } => libc::EBUSY,
+        RdError::TooMany { .. } => libc::ENOMEM,
+        RdError::CreateQp(c) => create_qp_errno(c),
         _ => libc::EINVAL,
     }
 }

@@ -39,6 +39,7 @@ pub mod kern_h;
 mod misc;
 mod mr;
 mod qp;
+mod rd;
 pub mod registry;
 mod stubs;
 mod util;

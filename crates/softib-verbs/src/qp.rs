@@ -7,7 +7,7 @@ use softib_core::verbs::srq::{SrqAttr, SrqAttrMask, SrqInitAttr};
 use softib_core::verbs::types::Gid;
 use softib_core::verbs::types::{QpState, QpType, SendFlags};
 use softib_core::verbs::wr::{RecvWr, SendWr, Sge, UdDest, WrOpcode};
-use softib_core::verbs::SrqHandle;
+use softib_core::verbs::{RddHandle, SrqHandle};
 use softib_wire::Qpn;
 
 use crate::context::Shared;
@@ -92,6 +92,17 @@ pub unsafe fn create(
     ctx: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> Result<*mut SoftQp, i32> {
+    create_in(ctx, attr, None)
+}
+
+/// [`create`], and with `rdd` an RD QP of that reliable datagram domain (`qp_type`
+/// `SOFTIB_QPT_RD`, `softib_create_rd_qp`; the caller checked the domain is `ctx`'s). Without
+/// a domain `SOFTIB_QPT_RD` fails with EINVAL, as the core refuses an RD QP with no RDD.
+pub unsafe fn create_in(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+    rdd: Option<RddHandle>,
+) -> Result<*mut SoftQp, i32> {
     let sc = SoftContext::from_ctx(ctx).ok_or(libc::EINVAL)?;
     if attr.is_null() {
         return Err(libc::EINVAL);
@@ -117,6 +128,7 @@ pub unsafe fn create(
         IBV_QPT_UC => QpType::Uc,
         IBV_QPT_UD => QpType::Ud,
         IBV_QPT_XRC_SEND => QpType::XrcSend,
+        crate::rd::SOFTIB_QPT_RD => QpType::Rd,
         _ => return Err(libc::EOPNOTSUPP),
     };
     let send_cq = cq_handle(a.send_cq, ctx).ok_or(libc::EINVAL)?;
@@ -158,11 +170,15 @@ pub unsafe fn create(
         sq_sig_all: a.sq_sig_all != 0,
     };
     let mut eng = sc.shared.lock();
-    let qpn = eng
-        .dev
-        .hca_mut()
-        .create_qp(sp.handle, &init)
-        .map_err(|e| convert::create_qp_errno(&e))?;
+    let hca = eng.dev.hca_mut();
+    let qpn = match rdd {
+        None => hca
+            .create_qp(sp.handle, &init)
+            .map_err(|e| convert::create_qp_errno(&e))?,
+        Some(rdd) => hca
+            .create_rd_qp(sp.handle, rdd, &init)
+            .map_err(|e| convert::rd_errno(&e))?,
+    };
     if let Ok(i) = eng.dev.hca().query_qp_init_attr(qpn) {
         a.cap = convert::cap_to_c(&i.cap);
     }

@@ -27,6 +27,10 @@ pub enum Kind {
     Channel,
     /// `struct ibv_xrcd`.
     Xrcd,
+    /// `struct softib_rdd` (`<softib/rd.h>`).
+    Rdd,
+    /// `struct softib_eec` (`<softib/rd.h>`).
+    Eec,
     /// `struct rdma_event_channel` (softib's librdmacm).
     CmChannel,
     /// `struct rdma_cm_id`.

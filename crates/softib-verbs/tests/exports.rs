@@ -2,7 +2,8 @@
 //! its soname, exactly the symbols of `symbols.tsv` at their version nodes (as default
 //! versions), and every `IBVERBS_*` symbol the distribution's rdma-core packages on this
 //! machine import (their programs, librdmacm, the libmlx5 / libefa that perftest links, the
-//! pyverbs extension modules).
+//! pyverbs extension modules). softib's own extensions (`<softib/rd.h>`) are the table's
+//! `SOFTIB_*` rows: `softib_`-prefixed, at softib's nodes, never at an rdma-core one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -100,20 +101,77 @@ fn soname_and_exactly_the_table() {
             other => panic!("{name}: want {name}@@{ver}, the library has {other:?}"),
         }
     }
-    // Nothing else carries an rdma-core version.
+    // Nothing else carries an rdma-core or a softib version.
     for (name, (ver, _)) in &defined {
-        if ver.starts_with("IBVERBS_") {
+        if ver.starts_with("IBVERBS_") || ver.starts_with("SOFTIB_") {
             assert!(
                 want.contains_key(name),
                 "{name}@{ver} is not in symbols.tsv"
             );
         }
     }
+    let rdma_core = want.values().filter(|v| v.starts_with("IBVERBS_")).count();
     assert_eq!(
-        want.len(),
-        146,
+        rdma_core, 146,
         "rdma-core 44 exports 146 symbols by default"
     );
+    // The rest are softib's extensions: its own prefix and version node.
+    let ours: BTreeSet<&str> = want
+        .iter()
+        .filter(|(_, v)| !v.starts_with("IBVERBS_"))
+        .map(|(n, v)| {
+            assert!(
+                n.starts_with("softib_") && v.starts_with("SOFTIB_"),
+                "{n}@{v}: an extension is softib_* at a SOFTIB_* node"
+            );
+            n.as_str()
+        })
+        .collect();
+    let rd: BTreeSet<&str> = [
+        "softib_alloc_rdd",
+        "softib_dealloc_rdd",
+        "softib_create_eec",
+        "softib_modify_eec",
+        "softib_query_eec",
+        "softib_eec_num",
+        "softib_destroy_eec",
+        "softib_create_rd_qp",
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(ours, rd, "the extensions are <softib/rd.h>'s");
+    assert!(want.values().filter(|v| *v == "SOFTIB_1.0").count() == rd.len());
+}
+
+/// Every function `<softib/rd.h>` declares is exported at `SOFTIB_1.0`, and every extension
+/// the table exports is declared there: the header and the library cannot drift apart.
+#[test]
+fn the_rd_header_declares_exactly_the_extensions() {
+    let header = include_str!("../include/softib/rd.h");
+    // A declaration: `softib_<name>(` on a line outside the comments.
+    let mut declared = BTreeSet::new();
+    for line in header.lines().map(str::trim_start) {
+        if line.starts_with("/*") || line.starts_with('*') || line.starts_with('#') {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(i) = rest.find("softib_") {
+            let tail = &rest[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            if tail[end..].starts_with('(') {
+                declared.insert(tail[..end].to_string());
+            }
+            rest = &tail[end..];
+        }
+    }
+    let exported: BTreeSet<String> = table()
+        .into_iter()
+        .filter(|(_, v)| v.starts_with("SOFTIB_"))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(declared, exported);
 }
 
 #[test]

@@ -1,0 +1,102 @@
+//! RD through softib's C extension `<softib/rd.h>`: `tests/c/rd_cases.c`, compiled against the
+//! installed `<infiniband/verbs.h>` and this crate's `include/softib/rd.h`, and linked with
+//! `-libverbs` against the built `libibverbs.so` (whose `softib_*` symbols are at
+//! `SOFTIB_1.0`), runs one case per test on softib (`LD_LIBRARY_PATH`). The program exits 0
+//! only if every check held; its stderr names each one that did not. Sending on RD QPs waits
+//! for the core's RD data path (docs/rd.md), so the cases cover the objects, their state
+//! machines, receives and the refusal of sends.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The compiled program and the directory of the library, or why the tests cannot run.
+fn program() -> &'static Result<(PathBuf, PathBuf), String> {
+    static P: OnceLock<Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    P.get_or_init(|| {
+        if let Some(h) = common::missing_header(&["infiniband/verbs.h"]) {
+            return Err(format!("{h} is not installed (Debian: libibverbs-dev)"));
+        }
+        if !common::have_cc() {
+            return Err("no C compiler (cc)".into());
+        }
+        let Some(lib) = common::built_lib() else {
+            return Err("no built libibverbs.so (cargo build -p softib-verbs)".into());
+        };
+        let dir = common::scratch("rd_cases");
+        let libdir = common::link_dir(&lib, &dir);
+        let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let src = crate_dir.join("tests/c/rd_cases.c");
+        let exe = dir.join("rd_cases");
+        let include = format!("-I{}", crate_dir.join("include").display());
+        let l = format!("-L{}", libdir.display());
+        if let Err(e) = common::cc(&src, &exe, &[&include, &l, "-libverbs"]) {
+            panic!("{e}");
+        }
+        Ok((exe, libdir))
+    })
+}
+
+fn run_case(case: &str) {
+    let (exe, libdir) = match program() {
+        Ok(v) => v,
+        Err(reason) => return common::skip(reason),
+    };
+    let (status, stderr) = common::run_limited(
+        Command::new(exe)
+            .arg(case)
+            .env("LD_LIBRARY_PATH", libdir)
+            .env("SOFTIB_CONFIG", "/nonexistent")
+            // A path MTU above the port's is refused: the port's is 1024 here.
+            .env("SOFTIB_MTU", "1024")
+            .env_remove("SOFTIB_BIND"),
+        Duration::from_secs(60),
+    );
+    let Some(status) = status else {
+        panic!("{case}: no exit within 60 s\n{stderr}");
+    };
+    assert!(
+        status.success(),
+        "{case}: {status} (a signal means softib crashed on bad input)\n{stderr}"
+    );
+}
+
+/// Domains and the life cycle of every object: NULL, memory never handed out, an object of
+/// another kind, a destroyed one (EINVAL each); `softib_dealloc_rdd` EBUSY while EE contexts
+/// belong to the domain; distinct 24-bit EECNs, never 0; `softib_eec_num` 0 + EINVAL for
+/// anything else; a closed context makes no domain.
+#[test]
+fn rd_domains() {
+    run_case("domains");
+}
+
+/// The EE context walk RESET → INIT → RTR → RTS → ERR → RESET (and again to RTS, and RTS →
+/// RESET) between two EE contexts naming each other in `dest_qp_num`, each step's attributes
+/// read back by `softib_query_eec`; every required attribute missing, the disallowed ones
+/// (access flags, Q_Key, SQ PSN before RTS), out-of-range values (port, state, an MTU above
+/// the port's, a 25-bit EECN, unknown mask bits) and illegal transitions: EINVAL, the state unchanged.
+#[test]
+fn rd_eec_states() {
+    run_case("eec_states");
+}
+
+/// `softib_create_rd_qp`: bad PD, domain, CQ, attributes, type and capabilities (EINVAL, the
+/// domain left empty); `ibv_create_qp(_ex)` refuses `SOFTIB_QPT_RD` (EINVAL). The QP is an
+/// ordinary `ibv_qp` of type `SOFTIB_QPT_RD`: RD's transition table through `ibv_modify_qp`
+/// (Q_Key at INIT, no path, no SQ PSN), `ibv_query_qp`, `ibv_post_recv` (a bad WR stops the
+/// chain; receives flush into the CQ on ERR, none at destroy), `ibv_post_send` EINVAL with
+/// `bad_wr` in every state, an SRQ; domain, PD, CQ and SRQ busy while the QP lives.
+#[test]
+fn rd_qps() {
+    run_case("rd_qps");
+}
+
+/// Two contexts: each EE context is its own HCA's (modify and destroy never reach the other's,
+/// even with the same EECN); a domain, PD or CQ of another context is refused (EINVAL).
+#[test]
+fn rd_contexts() {
+    run_case("contexts");
+}
