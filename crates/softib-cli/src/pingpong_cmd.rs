@@ -36,6 +36,8 @@ pub enum Service {
     Ud,
     /// XRC: an initiator sends to the peer's XRC SRQ through the peer's target QP.
     Xrc,
+    /// RD: an RD QP sends to the peer's RD QP through an EE context.
+    Rd,
 }
 
 /// The receive half of an XRC side: its target QP and the XRC SRQ it delivers into.
@@ -44,56 +46,53 @@ struct XrcRecv {
     srq: SrqHandle,
 }
 
-/// `ibv_xsrq_pingpong`'s exchange message: `LID:QPN RECV:QPN SEND:PSN:SRQN:GID` in hex, the GID
-/// as 32 hex digits, NUL-terminated.
-const XRC_MSG_LEN: usize = 66;
+/// The exchange message of `--service xrc` (`ibv_xsrq_pingpong`'s: `LID:QPN RECV:QPN SEND:
+/// PSN:SRQN:GID`) and `--service rd` (`LID:QPN:PSN:EECN:GID`): hex fields, the GID as 32 hex
+/// digits, NUL-terminated, in a fixed 66 bytes.
+const DEST_MSG_LEN: usize = 66;
 
-/// What an XRC side tells its peer: LID, target (receive) QPN, initiator (send) QPN, the
-/// initiator's first PSN, SRQ number, GID.
-struct XrcDest {
+/// What an XRC or RD side tells its peer: its LID, the service's numbers, its GID.
+struct Dest {
     lid: u16,
-    recv_qpn: u32,
-    send_qpn: u32,
-    psn: u32,
-    srqn: u32,
+    nums: Vec<u32>,
     gid: softib_core::verbs::types::Gid,
 }
 
-impl XrcDest {
-    fn message(&self) -> [u8; XRC_MSG_LEN] {
-        let gid: String = self.gid.0.iter().map(|b| format!("{b:02x}")).collect();
-        let s = format!(
-            "{:04x}:{:06x}:{:06x}:{:06x}:{:06x}:{gid}",
-            self.lid, self.recv_qpn, self.send_qpn, self.psn, self.srqn
-        );
-        let mut m = [0u8; XRC_MSG_LEN];
-        let n = s.len().min(XRC_MSG_LEN - 1);
+impl Dest {
+    fn message(&self) -> [u8; DEST_MSG_LEN] {
+        let mut s = format!("{:04x}", self.lid);
+        for n in &self.nums {
+            s += &format!(":{n:06x}");
+        }
+        s.push(':');
+        s.extend(self.gid.0.iter().map(|b| format!("{b:02x}")));
+        let mut m = [0u8; DEST_MSG_LEN];
+        let n = s.len().min(DEST_MSG_LEN - 1);
         m[..n].copy_from_slice(&s.as_bytes()[..n]);
         m
     }
 
-    fn parse(m: &[u8]) -> Result<XrcDest, Error> {
+    /// Parses a message of `nums` numbers.
+    fn parse(m: &[u8], nums: usize) -> Result<Dest, Error> {
         let end = m.iter().position(|&b| b == 0).unwrap_or(m.len());
         let s = std::str::from_utf8(&m[..end]).map_err(|_| "exchange message is not text")?;
         let f: Vec<&str> = s.split(':').collect();
-        let bad = || -> Error { format!("bad XRC exchange message {s:?}").into() };
-        let [lid, recv_qpn, send_qpn, psn, srqn, gid] = f[..] else {
-            return Err(bad());
-        };
-        let hex = |x: &str| u32::from_str_radix(x, 16).map_err(|_| bad());
-        let mut g = [0u8; 16];
-        if gid.len() != 32 {
+        let bad = || -> Error { format!("bad exchange message {s:?}").into() };
+        if f.len() != nums + 2 || f[nums + 1].len() != 32 {
             return Err(bad());
         }
+        let hex = |x: &str| u32::from_str_radix(x, 16).map_err(|_| bad());
+        let gid = f[nums + 1];
+        let mut g = [0u8; 16];
         for (i, b) in g.iter_mut().enumerate() {
             *b = u8::from_str_radix(&gid[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
         }
-        Ok(XrcDest {
-            lid: hex(lid)? as u16,
-            recv_qpn: hex(recv_qpn)?,
-            send_qpn: hex(send_qpn)?,
-            psn: hex(psn)?,
-            srqn: hex(srqn)?,
+        Ok(Dest {
+            lid: hex(f[0])? as u16,
+            nums: f[1..=nums]
+                .iter()
+                .map(|x| hex(x))
+                .collect::<Result<_, _>>()?,
             gid: softib_core::verbs::types::Gid(g),
         })
     }
@@ -102,7 +101,8 @@ impl XrcDest {
 #[derive(Args, Debug)]
 pub struct PingpongArgs {
     /// Transport service: rc, uc or ud, as `ibv_rc_pingpong` / `ibv_uc_pingpong` /
-    /// `ibv_ud_pingpong`; xrc as one connection of `ibv_xsrq_pingpong`.
+    /// `ibv_ud_pingpong`; xrc as one connection of `ibv_xsrq_pingpong`; rd through a pair of
+    /// EE contexts.
     #[arg(long, value_enum, default_value = "rc")]
     service: Service,
     /// Server to connect to; without it, wait for a client.
@@ -158,6 +158,7 @@ fn pingpong(args: &PingpongArgs) -> Result<(), Error> {
         Service::Uc => QpType::Uc,
         Service::Ud => QpType::Ud,
         Service::Xrc => QpType::XrcSend,
+        Service::Rd => QpType::Rd,
     };
     let xrc = args.service == Service::Xrc;
     if args.ib_dev != "softib0" {
@@ -224,6 +225,7 @@ fn pingpong(args: &PingpongArgs) -> Result<(), Error> {
     let send_sge = Sge::new(send_addr, size as u32, mr.lkey);
     let send_wr = match &xrc_recv {
         Some(x) => xrc_connect(args, &mut ep, x, &opts, send_sge)?,
+        None if qp_type == QpType::Rd => rd_connect(args, &mut ep, &opts, send_sge)?,
         None => exchange_and_connect(args, &mut ep, &opts, send_sge)?,
     };
     let qpn = ep.qpn;
@@ -430,49 +432,113 @@ fn xrc_connect(
     send_sge: Sge,
 ) -> Result<SendWr, Error> {
     let srqn = ep.dev.hca().srq_num(x.srq)?;
-    let me = XrcDest {
+    let me = Dest {
         lid: 0,
-        recv_qpn: x.tgt.value(),
-        send_qpn: ep.qpn.value(),
-        psn: ep.psn.value(),
-        srqn,
+        nums: vec![x.tgt.value(), ep.qpn.value(), ep.psn.value(), srqn],
         gid: ep.dev.gid(),
     };
-    let print = |what: &str, d: &XrcDest| {
+    let print = |what: &str, d: &Dest| {
         println!(
             "{what:>8}: LID {:04x}, QPN RECV {:06x} SEND {:06x}, PSN {:06x}, SRQN {:06x}, GID {}",
             d.lid,
-            d.recv_qpn,
-            d.send_qpn,
-            d.psn,
-            d.srqn,
+            d.nums[0],
+            d.nums[1],
+            d.nums[2],
+            d.nums[3],
             nc::gid_text(&d.gid)
         )
     };
-    print("local", &me);
-    let mut m = [0u8; XRC_MSG_LEN];
-    let mut s = exchange(args, &me.message(), &mut m, |_| Ok(()))?;
-    let remote = XrcDest::parse(&m)?;
-    print("remote", &remote);
-    args.dev.route_peer(&mut ep.dev, &remote.gid);
+    let (remote, mut s) = exchange_dests(args, ep, &me, 4, print)?;
+    let (recv_qpn, send_qpn, psn, srqn) = (
+        remote.nums[0],
+        remote.nums[1],
+        remote.nums[2],
+        remote.nums[3],
+    );
     let to = |qpn: u32| EndpointInfo {
         qpn: Qpn::new(qpn),
-        psn: Psn::new(remote.psn),
+        psn: Psn::new(psn),
         gid: remote.gid,
         lid: remote.lid,
     };
-    ep.connect(&to(remote.recv_qpn), opts)
+    ep.connect(&to(recv_qpn), opts)
         .map_err(|e| format!("Couldn't connect the send QP: {e}"))?;
     let psn = ep.psn;
-    softib_core::setup::connect_from_init(ep.dev.hca_mut(), x.tgt, psn, &to(remote.send_qpn), opts)
+    softib_core::setup::connect_from_init(ep.dev.hca_mut(), x.tgt, psn, &to(send_qpn), opts)
         .map_err(|e| format!("Couldn't connect the receive QP: {e}"))?;
-    // Both sides are ready once each has connected: a one-byte handshake each way.
-    nc::write_all(&mut s, b"R")?;
-    nc::read_full(&mut s, &mut [0u8; 1])?;
+    handshake(&mut s)?;
     Ok(SendWr::new(SEND_WRID, WrOpcode::Send)
         .with_sge(send_sge)
         .signaled()
-        .with_xrc_srqn(remote.srqn))
+        .with_xrc_srqn(srqn))
+}
+
+/// Sends `me` and receives the peer's message of `nums` numbers (printing both with `print`),
+/// and routes towards the peer.
+fn exchange_dests(
+    args: &PingpongArgs,
+    ep: &mut Endpoint,
+    me: &Dest,
+    nums: usize,
+    print: impl Fn(&str, &Dest),
+) -> Result<(Dest, std::net::TcpStream), Error> {
+    print("local", me);
+    let mut m = [0u8; DEST_MSG_LEN];
+    let s = exchange(args, &me.message(), &mut m, |_| Ok(()))?;
+    let remote = Dest::parse(&m, nums)?;
+    print("remote", &remote);
+    args.dev.route_peer(&mut ep.dev, &remote.gid);
+    Ok((remote, s))
+}
+
+/// Both sides are ready once each has connected: a one-byte handshake each way.
+fn handshake(s: &mut std::net::TcpStream) -> Result<(), Error> {
+    nc::write_all(s, b"R")?;
+    nc::read_full(s, &mut [0u8; 1])?;
+    Ok(())
+}
+
+/// The RD exchange (`LID:QPN:PSN:EECN:GID`), then the QP is made ready and the EE context
+/// connected to the peer's; returns the WR every send posts: through the EE context to the
+/// peer's QP, with the Q_Key both sides' QPs hold.
+fn rd_connect(
+    args: &PingpongArgs,
+    ep: &mut Endpoint,
+    opts: &ConnectOptions,
+    send_sge: Sge,
+) -> Result<SendWr, Error> {
+    let (_, eecn) = ep.rd.ok_or("not an RD endpoint")?;
+    let me = Dest {
+        lid: 0,
+        nums: vec![ep.qpn.value(), ep.psn.value(), eecn.value()],
+        gid: ep.dev.gid(),
+    };
+    let print = |what: &str, d: &Dest| {
+        println!(
+            "{what:>8}: LID {:04x}, QPN {:06x}, PSN {:06x}, EECN {:06x}, GID {}",
+            d.lid,
+            d.nums[0],
+            d.nums[1],
+            d.nums[2],
+            nc::gid_text(&d.gid)
+        )
+    };
+    let (remote, mut s) = exchange_dests(args, ep, &me, 3, print)?;
+    let info = EndpointInfo {
+        qpn: Qpn::new(remote.nums[0]),
+        psn: Psn::new(remote.nums[1]),
+        gid: remote.gid,
+        lid: remote.lid,
+    };
+    ep.connect(&info, opts)
+        .map_err(|e| format!("Couldn't ready the RD QP: {e}"))?;
+    ep.connect_eec(softib_wire::Eecn::new(remote.nums[2]), &info, opts)
+        .map_err(|e| format!("Couldn't connect the EE context: {e}"))?;
+    handshake(&mut s)?;
+    Ok(SendWr::new(SEND_WRID, WrOpcode::Send)
+        .with_sge(send_sge)
+        .signaled()
+        .with_rd(eecn, info.qpn, UD_QKEY))
 }
 
 fn connect(

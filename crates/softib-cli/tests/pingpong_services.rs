@@ -1,4 +1,4 @@
-//! `softib pingpong --service uc`, `--service ud` and `--service xrc` between two softib processes on loopback
+//! `softib pingpong --service uc`, `--service ud`, `--service xrc` and `--service rd` between two softib processes on loopback
 //! (127.0.0.1 and 127.0.0.2 style addresses, each test its own /24 and TCP port): both roles
 //! print the lines of `ibv_uc_pingpong` / `ibv_ud_pingpong`, and the captured frames carry the
 //! service's opcodes (UC SEND, UD SEND Only with a DETH of the pingpong Q_Key).
@@ -159,6 +159,64 @@ fn xrc_pingpong_between_two_processes() {
         }
     }
     // 2500 bytes at MTU 1024: First, Middle, Last, each way; acknowledgements coalesce.
+    assert_eq!(sends, 150 * 3 * 2);
+    assert_eq!(payload, 2500 * 150 * 2);
+    assert!(acks >= 150, "{acks} acknowledgements");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// RD: each side's RD QP sends to the peer's through a pair of EE contexts; every request is
+/// an RD SEND with an RDETH naming the peer's EE context and a DETH with the Q_Key and the
+/// sending QP, every response an RD Acknowledge with an RDETH and zero credit bits.
+#[test]
+fn rd_pingpong_between_two_processes() {
+    let (dir, pcap) = temp_pcap("rd");
+    let common = ["--service", "rd", "-p", "18854", "-n", "150", "-s", "2500"];
+    let (s, c) = pingpong(&common, "127.0.14", pcap.to_str().unwrap());
+    for out in [&s, &c] {
+        assert!(
+            out.contains("   local: LID 0000, QPN 000011, PSN ")
+                && out.contains("  remote: LID 0000, QPN 000011, PSN "),
+            "{out}"
+        );
+        assert!(
+            out.contains("EECN 000001, GID ::ffff:127.0.14.1\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("EECN 000001, GID ::ffff:127.0.14.2\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("\n{} bytes in ", 2500 * 150 * 2)),
+            "{out}"
+        );
+        assert!(out.contains("\n150 iters in "), "{out}");
+    }
+    let bytes = std::fs::read(&pcap).unwrap();
+    let r = PcapReader::new(&bytes).unwrap();
+    let (mut sends, mut acks, mut payload) = (0, 0, 0);
+    for rec in r.records() {
+        let rec = rec.unwrap();
+        let p = RocePacket::parse(rec.data).unwrap();
+        assert!(p.icrc_ok());
+        let h = &p.transport.headers;
+        assert_eq!(p.transport.info().unwrap().service, Service::Rd);
+        assert_eq!(h.rdeth.map(|r| r.eecn.value()), Some(1));
+        match h.bth.opcode.0 {
+            0x40..=0x42 => {
+                let deth = h.deth.unwrap();
+                assert_eq!((deth.qkey, deth.src_qp.value()), (0x1111_1111, 0x11));
+                sends += 1;
+                payload += p.transport.payload.len();
+            }
+            0x51 => {
+                assert_eq!(h.aeth.unwrap().syndrome, 0);
+                acks += 1;
+            }
+            op => panic!("unexpected opcode {op:#x}"),
+        }
+    }
     assert_eq!(sends, 150 * 3 * 2);
     assert_eq!(payload, 2500 * 150 * 2);
     assert!(acks >= 150, "{acks} acknowledgements");

@@ -50,6 +50,8 @@ pub struct Endpoint {
     pub psn: Psn,
     /// Service of the QP.
     pub qp_type: QpType,
+    /// RD: the QP's reliable datagram domain and the EE context it sends through.
+    pub rd: Option<(softib_core::verbs::RddHandle, softib_wire::Eecn)>,
     wcs: Vec<WorkCompletion>,
 }
 
@@ -76,7 +78,15 @@ impl Endpoint {
             max_recv_sge: 1,
             max_inline_data: cfg.max_inline,
         };
-        let qpn = hca.create_qp(pd, &QpInitAttr::new(cfg.qp_type, cq, cap))?;
+        let init = QpInitAttr::new(cfg.qp_type, cq, cap);
+        // An RD QP belongs to a reliable datagram domain, and sends through an EE context.
+        let (qpn, rd) = if cfg.qp_type == QpType::Rd {
+            let rdd = hca.alloc_rdd()?;
+            let qpn = hca.create_rd_qp(pd, rdd, &init)?;
+            (qpn, Some((rdd, hca.create_eec(rdd)?)))
+        } else {
+            (hca.create_qp(pd, &init)?, None)
+        };
         let mut ep = Endpoint {
             dev,
             pd,
@@ -85,6 +95,7 @@ impl Endpoint {
             mr,
             psn,
             qp_type: cfg.qp_type,
+            rd,
             wcs: vec![WorkCompletion::default(); 64],
         };
         ep.init()?;
@@ -116,6 +127,15 @@ impl Endpoint {
             QpType::Ud => {
                 attr.qkey = UD_QKEY;
                 mask |= QpAttrMask::QKEY;
+            }
+            // An RD QP: its Q_Key and rights; the P_Key is its EE context's.
+            QpType::Rd => {
+                attr.qkey = UD_QKEY;
+                attr.qp_access_flags = ConnectOptions::default().access;
+                mask = QpAttrMask::STATE
+                    | QpAttrMask::PORT
+                    | QpAttrMask::QKEY
+                    | QpAttrMask::ACCESS_FLAGS;
             }
             QpType::Uc => {
                 attr.qp_access_flags = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
@@ -150,8 +170,34 @@ impl Endpoint {
                 };
                 hca.modify_qp(qpn, &rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)?;
             }
+            // An RD QP needs only its state; its EE context is connected by `connect_eec`.
+            QpType::Rd => {
+                hca.modify_qp(qpn, &QpAttr::to_state(QpState::Rtr), QpAttrMask::STATE)?;
+                hca.modify_qp(qpn, &QpAttr::to_state(QpState::Rts), QpAttrMask::STATE)?;
+            }
             other => return Err(format!("unsupported QP type {other:?}").into()),
         }
+        Ok(())
+    }
+
+    /// RD: moves the endpoint's EE context from RESET to RTS towards the remote EE context
+    /// numbered `remote_eecn` at `remote` (its GID; `remote.psn` is the remote EE context's
+    /// first PSN), with this endpoint's PSN.
+    pub fn connect_eec(
+        &mut self,
+        remote_eecn: softib_wire::Eecn,
+        remote: &EndpointInfo,
+        o: &ConnectOptions,
+    ) -> Result<(), Error> {
+        let Some((_, eecn)) = self.rd else {
+            return Err("not an RD endpoint".into());
+        };
+        let to = EndpointInfo {
+            qpn: Qpn::new(remote_eecn.value()),
+            ..*remote
+        };
+        let psn = self.psn;
+        softib_core::setup::connect_eec(self.dev.hca_mut(), eecn, psn, &to, o)?;
         Ok(())
     }
 
