@@ -207,10 +207,14 @@ check_wire() { # name pcap
         bad "$name: wire capture ICRC: $out"
     fi
     [ "$HAVE_TSHARK" = 1 ] || { echo "note: no tshark, decode not checked"; return; }
-    local total ib malformed
-    total=$(tshark -r "$pcap" 2>/dev/null | wc -l)
-    ib=$(tshark -r "$pcap" --disable-protocol rpcordma -Y infiniband.bth 2>/dev/null | wc -l)
-    malformed=$(tshark -r "$pcap" --disable-protocol rpcordma -Y _ws.malformed 2>/dev/null | wc -l)
+    # One tshark run: a line per frame with its BTH opcode (empty when no BTH was dissected)
+    # and the malformed marker (empty unless tshark flagged the frame).
+    local fields total ib malformed
+    fields=$(tshark -r "$pcap" --disable-protocol rpcordma -T fields -E separator=/t \
+        -e frame.number -e infiniband.bth.opcode -e _ws.malformed 2>/dev/null)
+    total=$(printf '%s\n' "$fields" | awk -F'\t' 'NF && $1 != "" {n++} END {print n+0}')
+    ib=$(printf '%s\n' "$fields" | awk -F'\t' '$2 != "" {n++} END {print n+0}')
+    malformed=$(printf '%s\n' "$fields" | awk -F'\t' '$3 != "" {n++} END {print n+0}')
     if [ "$total" -gt 0 ] && [ "$ib" = "$total" ] && [ "$malformed" = 0 ]; then
         ok "$name: tshark decodes all $total packets as InfiniBand BTH, none malformed"
     else
