@@ -1,7 +1,8 @@
 //! Automatic path migration of RC QPs (IBA 9.7.6.1.3 o9-82, 9.7.6.1.4 o9-86, and 17.2.8's
 //! migration states). Each side has a primary path (10.0.0.n, GID 1) and an alternate one
 //! (10.0.1.n, GID 2); a filter breaks the primary path. The o9-82 and o9-86 scenarios also run
-//! between an XRC initiator and an XRC target (`o9_82_xrc_...`, `o9_86_xrc_...`).
+//! between an XRC initiator and an XRC target (`o9_82_xrc_...`, `o9_86_xrc_...`) and between
+//! two RD QPs whose EE contexts hold the paths and migrate (`o9_82_rd_...`, `o9_86_rd_...`).
 
 mod common;
 
@@ -42,19 +43,14 @@ fn arm(p: &mut Pair) {
             path_mig_state: PathMigState::Rearm,
             ..QpAttr::default()
         };
-        side.hca
-            .modify_qp(
-                side.qpn,
-                &attr,
-                QpAttrMask::ALT_PATH | QpAttrMask::PATH_MIG_STATE,
-            )
+        side.modify_conn(&attr, QpAttrMask::ALT_PATH | QpAttrMask::PATH_MIG_STATE)
             .unwrap();
     }
 }
 
 fn mig_state(p: &Pair, dir: Dir) -> PathMigState {
     let s = if dir == Dir::AtoB { &p.a } else { &p.b };
-    s.hca.query_qp(s.qpn).unwrap().path_mig_state
+    s.conn_attr().path_mig_state
 }
 
 /// Third octet of the source address of a frame: 0 on the primary path, 1 on the alternate.
@@ -79,6 +75,15 @@ fn break_primary(p: &mut Pair) {
     p.filter = Box::new(|_, f| path_of(f) != 0);
 }
 
+/// The path-migrated event of the side sending `dir`: its QP's, or on RD its EE context's.
+fn migrated(p: &Pair, dir: Dir) -> AsyncEvent {
+    let s = if dir == Dir::AtoB { &p.a } else { &p.b };
+    match s.eecn {
+        Some(eecn) => AsyncEvent::EecPathMigrated { eecn },
+        None => AsyncEvent::PathMigrated { qpn: s.qpn },
+    }
+}
+
 fn events(p: &mut Pair, dir: Dir) -> Vec<AsyncEvent> {
     let s = if dir == Dir::AtoB { &mut p.a } else { &mut p.b };
     std::iter::from_fn(|| s.hca.poll_async_event()).collect()
@@ -100,6 +105,11 @@ fn o9_86_timeouts_exhausting_the_retry_count_migrate_to_the_armed_path() {
 #[test]
 fn o9_86_xrc_timeouts_exhausting_the_retry_count_migrate_to_the_armed_path() {
     o9_86_timeouts_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_86_rd_timeouts_exhausting_the_retry_count_migrate_to_the_armed_path() {
+    o9_86_timeouts_case(Svc::Rd);
 }
 
 fn o9_86_timeouts_case(svc: Svc) {
@@ -138,22 +148,16 @@ fn o9_86_timeouts_case(svc: Svc) {
         mig_req(&tap[0]),
         "the first packet on the new path asks for migration"
     );
-    assert_eq!(
-        events(&mut p, Dir::AtoB),
-        vec![AsyncEvent::PathMigrated { qpn: p.a.qpn }]
-    );
+    assert_eq!(events(&mut p, Dir::AtoB), vec![migrated(&p, Dir::AtoB)]);
     p.run(10_000_000_000);
     assert_eq!(p.a.done(), vec![(7, WcStatus::Success)]);
     assert_eq!(p.b.done(), vec![(1, WcStatus::Success)]);
     // The responder followed the migration request and answers on its new path.
-    assert_eq!(
-        events(&mut p, Dir::BtoA),
-        vec![AsyncEvent::PathMigrated { qpn: p.b.qpn }]
-    );
+    assert_eq!(events(&mut p, Dir::BtoA), vec![migrated(&p, Dir::BtoA)]);
     for d in [Dir::AtoB, Dir::BtoA] {
         assert_eq!(mig_state(&p, d), PathMigState::Migrated);
     }
-    let qa = p.a.hca.query_qp(p.a.qpn).unwrap();
+    let qa = p.a.conn_attr();
     assert_eq!(qa.ah_attr.grh.unwrap().dgid, alt_gid(B_IP));
     assert_eq!(qa.timeout, 12, "the alternate path's timeout came along");
     assert!(p.log.iter().all(|(_, f)| path_of(f) == 1 && mig_req(f)));
@@ -168,6 +172,11 @@ fn o9_82_sequence_naks_exhausting_the_retry_count_migrate_to_the_armed_path() {
 #[test]
 fn o9_82_xrc_sequence_naks_exhausting_the_retry_count_migrate_to_the_armed_path() {
     o9_82_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_82_rd_sequence_naks_exhausting_the_retry_count_migrate_to_the_armed_path() {
+    o9_82_case(Svc::Rd);
 }
 
 fn o9_82_case(svc: Svc) {
@@ -203,10 +212,7 @@ fn o9_82_case(svc: Svc) {
     p.post_a(&[wr]);
     p.run(10_000_000_000);
     assert_eq!(p.a.done(), vec![(7, WcStatus::Success)]);
-    assert_eq!(
-        events(&mut p, Dir::AtoB),
-        vec![AsyncEvent::PathMigrated { qpn: p.a.qpn }]
-    );
+    assert_eq!(events(&mut p, Dir::AtoB), vec![migrated(&p, Dir::AtoB)]);
     assert_eq!(
         p.a.hca.counters().retry_timeouts,
         0,
@@ -229,6 +235,11 @@ fn o9_86_still_failing_after_migration_is_a_locally_detected_error() {
 #[test]
 fn o9_86_xrc_still_failing_after_migration_is_a_locally_detected_error() {
     o9_86_failing_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_86_rd_still_failing_after_migration_is_a_locally_detected_error() {
+    o9_86_failing_case(Svc::Rd);
 }
 
 fn o9_86_failing_case(svc: Svc) {
@@ -329,10 +340,7 @@ fn software_migration_swaps_the_paths_at_once() {
         events(&mut p, Dir::AtoB).is_empty(),
         "no event for a requested migration"
     );
-    assert_eq!(
-        events(&mut p, Dir::BtoA),
-        vec![AsyncEvent::PathMigrated { qpn: p.b.qpn }]
-    );
+    assert_eq!(events(&mut p, Dir::BtoA), vec![migrated(&p, Dir::BtoA)]);
 }
 
 #[test]

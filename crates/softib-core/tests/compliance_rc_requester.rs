@@ -11,6 +11,14 @@
 //! XRC target, `common::Svc::Xrc`) in `<statement>_xrc_...`, or for an HCA RC rule whose XRC
 //! counterpart is an o9 statement, in `<o9 statement>_xrc_...` (C9-62's XRC run is o9-29's
 //! test). On XRC the harness checks every packet for XRC opcodes and the XRCETH.
+//!
+//! A statement that binds RD runs it a third time between two RD QPs whose messages travel
+//! through a pair of EE contexts (`common::Svc::Rd`, `<statement>_rd_...`). Where RD differs,
+//! the scenario says so: an EE context sends one message at a time (a WQE starts once the one
+//! before it has completed), so "several requests outstanding" is several packets of one
+//! message; a WQE that fails leaves its QP in SQE and the EE context in RTS (it resynchronises
+//! and carries on), except when its retries are exhausted, which ends the EE context; and the
+//! PSNs and timers are the EE context's.
 
 mod common;
 
@@ -90,6 +98,38 @@ fn a_state(p: &Pair) -> QpState {
     p.a.hca.query_qp(p.a.qpn).unwrap().qp_state
 }
 
+/// The state a WQE's error completion leaves A's QP in: ERR, or on RD SQE (the failure is the
+/// message's, not the EE context's, docs/rd.md).
+fn failed_state(svc: Svc) -> QpState {
+    match svc {
+        Svc::Rd => QpState::Sqe,
+        _ => QpState::Err,
+    }
+}
+
+/// Injects the READ responses B would send for a READ of `len` bytes at `psn` (the data is
+/// `fill`), at path MTU `mtu`.
+fn answer_read(p: &mut Pair, psn: u32, len: usize, mtu: usize, fill: u8) {
+    let n = len.div_ceil(mtu).max(1);
+    for i in 0..n {
+        let op = match (i == 0, i + 1 == n) {
+            (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+        };
+        let mut h = hdr(op, (psn + i as u32) & 0xff_ffff);
+        if i == 0 || i + 1 == n {
+            h.aeth = Some(Aeth {
+                syndrome: ACK,
+                msn: Msn::new(1),
+            });
+        }
+        let chunk = (len - i * mtu).min(mtu);
+        p.inject(Dir::BtoA, h, &vec![fill; chunk]);
+    }
+}
+
 fn a_timer(p: &Pair) -> Option<u64> {
     p.a.hca.poll_timeout().map(Instant::as_nanos)
 }
@@ -104,6 +144,11 @@ fn c9_60_send_completes_only_after_its_acknowledgement() {
 #[test]
 fn c9_60_xrc_send_completes_only_after_its_acknowledgement() {
     c9_60_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_60_rd_send_completes_only_after_its_acknowledgement() {
+    c9_60_case(Svc::Rd);
 }
 
 fn c9_60_case(svc: Svc) {
@@ -213,6 +258,11 @@ fn c9_61_xrc_at_most_2_23_psns_outstanding() {
     c9_61_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_61_rd_at_most_2_23_psns_outstanding() {
+    c9_61_case(Svc::Rd);
+}
+
 fn c9_61_case(svc: Svc) {
     let mut p = pair_with(
         svc,
@@ -250,6 +300,11 @@ fn c9_62_every_request_and_response_carries_model_psn() {
 #[test]
 fn o9_29_xrc_every_request_and_response_carries_model_psn() {
     c9_62_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_29_rd_every_request_and_response_carries_model_psn() {
+    c9_62_case(Svc::Rd);
 }
 
 fn c9_62_case(svc: Svc) {
@@ -291,6 +346,11 @@ fn o9_30_xrc_every_request_acknowledged_in_psn_order() {
     c9_63_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_30_rd_every_request_acknowledged_in_psn_order() {
+    c9_63_case(Svc::Rd);
+}
+
 fn c9_63_case(svc: Svc) {
     let (_, req, resp) = mixed_workload(svc);
     // Response PSNs never move backwards.
@@ -330,7 +390,15 @@ fn o9_31_xrc_request_carries_current_psn_also_when_retried() {
     c9_64_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_31_rd_request_carries_current_psn_also_when_retried() {
+    c9_64_case(Svc::Rd);
+}
+
 fn c9_64_case(svc: Svc) {
+    if svc == Svc::Rd {
+        return c9_64_rd();
+    }
     let mut p = pair(svc);
     p.a.hca
         .mr_write(p.a.mr.handle, 0, &pattern(300, 3))
@@ -355,6 +423,31 @@ fn c9_64_case(svc: Svc) {
     assert_eq!(p.a.done(), vec![(1, WcStatus::Success)]);
 }
 
+/// C9-64 on RD: the packets outstanding are those of one message (an EE context sends one
+/// message at a time); a sequence NAK in its middle resends from the NAKed PSN, and the next
+/// message starts after the highest PSN sent.
+fn c9_64_rd() {
+    let mut p = pair(Svc::Rd);
+    p.a.hca
+        .mr_write(p.a.mr.handle, 0, &pattern(3 * MTU, 3))
+        .unwrap();
+    let wrs = vec![send(&p, 1, 0, 3 * MTU as u32), send(&p, 2, 0, 8)];
+    p.post_a(&wrs);
+    let first = from_a(&mut p);
+    assert_eq!(
+        first.iter().map(|s| s.psn()).collect::<Vec<_>>(),
+        vec![P, psn(1), psn(2)]
+    );
+    assert_eq!(p.sq_psn_a(), psn(3));
+    to_a(&mut p, psn(1), NAK_SEQ);
+    let again = from_a(&mut p);
+    assert_eq!(again, first[1..].to_vec());
+    assert_eq!(p.sq_psn_a(), psn(3), "the next new PSN is unchanged");
+    to_a(&mut p, psn(2), ACK);
+    assert_eq!(p.a.done(), vec![(1, WcStatus::Success)]);
+    assert_eq!(from_a(&mut p)[0].op_psn(), (Opcode::RC_SEND_ONLY, psn(3)));
+}
+
 #[test]
 fn c9_65_first_request_carries_initial_psn() {
     c9_65_case(Svc::Rc);
@@ -363,6 +456,11 @@ fn c9_65_first_request_carries_initial_psn() {
 #[test]
 fn o9_32_xrc_first_request_carries_initial_psn() {
     c9_65_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_32_rd_first_request_carries_initial_psn() {
+    c9_65_case(Svc::Rd);
 }
 
 fn c9_65_case(svc: Svc) {
@@ -401,6 +499,11 @@ fn o9_33_xrc_psn_after_read_skips_its_response_psns() {
     c9_66_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_33_rd_psn_after_read_skips_its_response_psns() {
+    c9_66_case(Svc::Rd);
+}
+
 fn c9_66_case(svc: Svc) {
     let opts = ConnectOptions {
         path_mtu: Mtu::Mtu2048,
@@ -426,8 +529,15 @@ fn c9_66_case(svc: Svc) {
         .with_sge(p.sge_a(0, len));
         let wr = send(&p, 2, 8192, 16);
         p.post_a(&[read, wr]);
+        let mut out = op_psns(&from_a(&mut p));
+        if svc == Svc::Rd {
+            // The EE context's next message starts once the READ is answered.
+            assert_eq!(p.sq_psn_a(), next, "READ of {len} at {start:#x}");
+            answer_read(&mut p, start, len as usize, 2048, 1);
+            out.extend(op_psns(&from_a(&mut p)));
+        }
         assert_eq!(
-            op_psns(&from_a(&mut p)),
+            out,
             vec![
                 (Opcode::RC_RDMA_READ_REQUEST, start),
                 (Opcode::RC_SEND_ONLY, next)
@@ -475,6 +585,11 @@ fn c9_67_xrc_request_opcode_sequences_are_valid() {
     c9_67_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_67_rd_request_opcode_sequences_are_valid() {
+    c9_67_case(Svc::Rd);
+}
+
 fn c9_67_case(svc: Svc) {
     // Table 47's rules on the stream A emits for a mix of messages: a message starts with
     // FIRST or ONLY, continues with MIDDLE / LAST of the same operation, and ends.
@@ -505,7 +620,20 @@ fn c9_67_case(svc: Svc) {
     .with_sge(p.sge_a(0, 5000));
     wrs.insert(7, read);
     p.post_a(&wrs);
-    let out = from_a(&mut p);
+    let out = if svc == Svc::Rd {
+        // One message at a time: the stream is what A sends while B answers.
+        for i in 0..16 {
+            p.recv_b(100 + i, 0, 4096);
+        }
+        p.run(1_000_000_000);
+        p.log
+            .iter()
+            .filter(|(d, _)| *d == Dir::AtoB)
+            .map(|(_, f)| common::decode(f))
+            .collect()
+    } else {
+        from_a(&mut p)
+    };
     assert_eq!(out.len(), 4 * (1 + 1 + 1 + 2 + 3) + 1);
     let mut open: Option<softib_wire::Operation> = None;
     for s in &out {
@@ -531,12 +659,19 @@ fn c9_68_xrc_request_opcodes_encoded_per_table_38() {
     c9_68_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_68_rd_request_opcodes_encoded_per_table_38() {
+    c9_68_case(Svc::Rd);
+}
+
 fn c9_68_case(svc: Svc) {
     let (p, req, _) = mixed_workload(svc);
-    // Transport class bits [7:5]: 0b000 RC, 0b101 XRC; operation bits [4:0] as RC's.
+    // Transport class bits [7:5]: 0b000 RC, 0b010 RD, 0b101 XRC; operation bits [4:0] as
+    // RC's.
     let (service, class, prefix) = match svc {
-        Svc::Rc => (Service::Rc, 0b000, ""),
-        Svc::Xrc => (Service::Xrc, 0b101, "X"),
+        Svc::Rc => (Service::Rc, 0b000, "RC_"),
+        Svc::Xrc => (Service::Xrc, 0b101, "XRC_"),
+        Svc::Rd => (Service::Rd, 0b010, "RD_"),
     };
     for s in &req {
         let op = s.raw_opcode();
@@ -548,6 +683,13 @@ fn c9_68_case(svc: Svc) {
         // An XRC request names the destination SRQ in its XRCETH; an RC request has none.
         let srqn = s.headers.xrceth.map(|x| x.xrcsrq.value());
         assert_eq!(srqn, p.b_srqn(), "{}", info.name);
+        // An RD request names B's EE context in its RDETH, and the Q_Key and sending QP in
+        // its DETH.
+        let rd = s.headers.rdeth.map(|r| r.eecn);
+        assert_eq!(rd, p.b.eecn, "{}", info.name);
+        let deth = s.headers.deth.map(|d| (d.qkey, d.src_qp));
+        let want = p.b.eecn.map(|_| (common::RD_QKEY, p.a.qpn));
+        assert_eq!(deth, want, "{}", info.name);
     }
     let names: Vec<_> = req.iter().map(|s| s.raw_opcode().name()).collect();
     let want: Vec<String> = [
@@ -560,7 +702,7 @@ fn c9_68_case(svc: Svc) {
         "RC_SEND_ONLY",
     ]
     .iter()
-    .map(|n| format!("{prefix}{n}"))
+    .map(|n| n.replacen("RC_", prefix, 1))
     .collect();
     assert_eq!(names, want);
 }
@@ -573,6 +715,11 @@ fn c9_69_first_and_middle_carry_exactly_pmtu() {
 #[test]
 fn c9_69_xrc_first_and_middle_carry_exactly_pmtu() {
     c9_69_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_69_rd_first_and_middle_carry_exactly_pmtu() {
+    c9_69_case(Svc::Rd);
 }
 
 fn c9_69_case(svc: Svc) {
@@ -601,6 +748,11 @@ fn c9_70_only_carries_0_to_pmtu() {
 #[test]
 fn c9_70_xrc_only_carries_0_to_pmtu() {
     c9_70_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_70_rd_only_carries_0_to_pmtu() {
+    c9_70_case(Svc::Rd);
 }
 
 fn c9_70_case(svc: Svc) {
@@ -633,6 +785,11 @@ fn c9_71_xrc_last_carries_1_to_pmtu() {
     c9_71_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_71_rd_last_carries_1_to_pmtu() {
+    c9_71_case(Svc::Rd);
+}
+
 fn c9_71_case(svc: Svc) {
     for kind in KINDS {
         for (len, last) in [(MTU + 1, 1), (2 * MTU, MTU), (3 * MTU - 1, MTU - 1)] {
@@ -652,6 +809,11 @@ fn c9_72_rdma_write_dma_length_at_most_2_31() {
 #[test]
 fn c9_72_xrc_rdma_write_dma_length_at_most_2_31() {
     c9_72_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_72_rd_rdma_write_dma_length_at_most_2_31() {
+    c9_72_case(Svc::Rd);
 }
 
 fn c9_72_case(svc: Svc) {
@@ -708,6 +870,11 @@ fn c9_120_xrc_reserved_acknowledge_codes_dropped_and_recovered_by_timeout() {
     c9_120_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_120_rd_reserved_acknowledge_codes_dropped_and_recovered_by_timeout() {
+    c9_120_case(Svc::Rd);
+}
+
 fn c9_120_case(svc: Svc) {
     let mut p = one_send(svc);
     let timer = a_timer(&p);
@@ -736,6 +903,11 @@ fn c9_133_xrc_invalid_response_packets_dropped() {
     c9_133_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_133_rd_invalid_response_packets_dropped() {
+    c9_133_case(Svc::Rd);
+}
+
 fn c9_133_case(svc: Svc) {
     let mut p = one_send(svc);
     let good = p.frame(Dir::BtoA, ack_hdr(P, ACK, 1), &[]);
@@ -754,24 +926,48 @@ fn c9_133_case(svc: Svc) {
         t[2..4].copy_from_slice(&0x1234u16.to_be_bytes())
     });
     p.inject_frame(Dir::BtoA, &f);
-    // A UC opcode (wrong transport class for an RC or XRC QP).
+    // A UC opcode (wrong transport class for an RC, RD or XRC QP).
     let mut f = good.clone();
     patch_transport(&mut f, |t| t[0] = 0x20 | 0x04);
     p.inject_frame(Dir::BtoA, &f);
-    // The Acknowledge of the other reliable class (XRC's to an RC QP, RC's to an XRC one).
-    let other = match svc {
-        Svc::Rc => Opcode::XRC_ACKNOWLEDGE,
-        Svc::Xrc => Opcode::RC_ACKNOWLEDGE,
+    // The Acknowledge of another reliable class (XRC's to an RC or RD QP, RC's to an XRC
+    // one).
+    let f = match svc {
+        Svc::Rc | Svc::Xrc => {
+            let other = match svc {
+                Svc::Rc => Opcode::XRC_ACKNOWLEDGE,
+                _ => Opcode::RC_ACKNOWLEDGE,
+            };
+            let mut f = good.clone();
+            patch_transport(&mut f, |t| t[0] = other.0);
+            f
+        }
+        // (Built whole: an RD packet's RDETH would not parse as another class's headers.)
+        Svc::Rd => {
+            let mut h = ack_hdr(P, ACK, 1);
+            h.bth.opcode = Opcode::XRC_ACKNOWLEDGE;
+            p.frame(Dir::BtoA, h, &[])
+        }
     };
-    let mut f = good.clone();
-    patch_transport(&mut f, |t| t[0] = other.0);
     p.inject_frame(Dir::BtoA, &f);
     assert!(p.a.done().is_empty());
     assert!(from_a(&mut p).is_empty());
     let c = p.a.hca.counters();
+    // An RD response reaches A's EE context through its RDETH whatever its DestQP; naming
+    // another QP than the one whose message is outstanding, it is dropped there (o9-79.a1).
+    let (no_qp, other_qp) = match svc {
+        Svc::Rd => (0, 1),
+        _ => (1, 0),
+    };
     assert_eq!(
-        (c.icrc_err, c.no_such_qp, c.bad_pkey, c.wrong_service),
-        (1, 1, 1, 2)
+        (
+            c.icrc_err,
+            c.no_such_qp,
+            c.rd_qpn_mismatch,
+            c.bad_pkey,
+            c.wrong_service
+        ),
+        (1, no_qp, other_qp, 1, 2)
     );
     assert_eq!(good[BTH_AT], p.wire_op(Opcode::RC_ACKNOWLEDGE).0);
     p.inject_frame(Dir::BtoA, &good);
@@ -788,7 +984,15 @@ fn o9_78_xrc_response_psn_checked_for_order_and_coalescing() {
     c9_134_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_78_rd_response_psn_checked_for_order_and_coalescing() {
+    c9_134_case(Svc::Rd);
+}
+
 fn c9_134_case(svc: Svc) {
+    if svc == Svc::Rd {
+        return c9_134_rd();
+    }
     let mut p = pair(svc);
     let wrs: Vec<_> = (0..3).map(|i| send(&p, i + 1, 0, 8)).collect();
     p.post_a(&wrs);
@@ -807,6 +1011,32 @@ fn c9_134_case(svc: Svc) {
     assert_eq!(p.a.done(), vec![(3, WcStatus::Success)]);
 }
 
+/// C9-134 on RD, where the packets outstanding are those of one message: a coalesced ACK for
+/// its second packet completes nothing, a late ACK for its first is ignored, the ACK of its
+/// last completes it, and the next message follows.
+fn c9_134_rd() {
+    let mut p = pair(Svc::Rd);
+    let wrs = vec![send(&p, 1, 0, 3 * MTU as u32), send(&p, 2, 0, 8)];
+    p.post_a(&wrs);
+    assert_eq!(from_a(&mut p).len(), 3);
+    to_a(&mut p, psn(1), ACK);
+    assert!(p.a.done().is_empty());
+    assert!(from_a(&mut p).is_empty());
+    to_a(&mut p, P, ACK);
+    assert!(p.a.done().is_empty());
+    assert!(from_a(&mut p).is_empty());
+    to_a(&mut p, psn(2), ACK);
+    assert_eq!(p.a.done(), vec![(1, WcStatus::Success)]);
+    assert_eq!(
+        op_psns(&from_a(&mut p)),
+        vec![(Opcode::RC_SEND_ONLY, psn(3))]
+    );
+    to_a(&mut p, psn(1), ACK);
+    assert!(p.a.done().is_empty());
+    to_a(&mut p, psn(3), ACK);
+    assert_eq!(p.a.done(), vec![(2, WcStatus::Success)]);
+}
+
 #[test]
 fn c9_135_reserved_nak_codes_dropped() {
     c9_135_case(Svc::Rc);
@@ -815,6 +1045,11 @@ fn c9_135_reserved_nak_codes_dropped() {
 #[test]
 fn o9_79_xrc_reserved_nak_codes_dropped() {
     c9_135_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_79_rd_reserved_nak_codes_dropped() {
+    c9_135_case(Svc::Rd);
 }
 
 fn c9_135_case(svc: Svc) {
@@ -839,6 +1074,11 @@ fn c9_136_ghost_acknowledgements_discarded() {
 #[test]
 fn o9_80_xrc_ghost_acknowledgements_discarded() {
     c9_136_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_80_rd_ghost_acknowledgements_discarded() {
+    c9_136_case(Svc::Rd);
 }
 
 fn c9_136_case(svc: Svc) {
@@ -942,9 +1182,19 @@ fn one_acked_one_outstanding(svc: Svc) -> Pair {
     let mut p = pair(svc);
     let wrs = vec![send(&p, 1, 0, 8), send(&p, 2, 0, 8)];
     p.post_a(&wrs);
-    assert_eq!(from_a(&mut p).len(), 2);
+    let sent = from_a(&mut p).len();
     to_a(&mut p, P, ACK);
     assert_eq!(p.a.done(), vec![(1, WcStatus::Success)]);
+    if p.svc == Svc::Rd {
+        // The EE context's next message starts now.
+        assert_eq!(sent, 1);
+        assert_eq!(
+            op_psns(&from_a(&mut p)),
+            vec![(Opcode::RC_SEND_ONLY, psn(1))]
+        );
+    } else {
+        assert_eq!(sent, 2);
+    }
     p
 }
 
@@ -956,6 +1206,11 @@ fn c9_138_duplicate_acknowledgements_without_side_effects() {
 #[test]
 fn o9_83_xrc_duplicate_acknowledgements_without_side_effects() {
     c9_138_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_83_rd_duplicate_acknowledgements_without_side_effects() {
+    c9_138_case(Svc::Rd);
 }
 
 fn c9_138_case(svc: Svc) {
@@ -1066,6 +1321,11 @@ fn o9_76_a1_xrc_rnr_retry_waits_the_advertised_time() {
     c9_130_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_76_a1_rd_rnr_retry_waits_the_advertised_time() {
+    c9_130_case(Svc::Rd);
+}
+
 fn c9_130_case(svc: Svc) {
     for code in [1u8, 14, 0] {
         let mut p = one_send(svc);
@@ -1119,6 +1379,11 @@ fn o9_77_xrc_rnr_retry_counter() {
     c9_132_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_77_rd_rnr_retry_counter() {
+    c9_132_case(Svc::Rd);
+}
+
 fn c9_132_case(svc: Svc) {
     for n in [0u8, 2, 6] {
         let mut p = rnr_forever(svc, n, 1_000_000_000);
@@ -1130,7 +1395,15 @@ fn c9_132_case(svc: Svc) {
             "rnr_retry {n}"
         );
         assert_eq!(p.a.done(), vec![(1, WcStatus::RnrRetryExcErr)]);
-        assert_eq!(a_state(&p), QpState::Err);
+        assert_eq!(a_state(&p), failed_state(svc));
+        if svc == Svc::Rd {
+            // The message failed, not the EE context: it resynchronised and lives on.
+            assert_eq!(p.a.conn_state(), QpState::Rts);
+            assert_eq!(
+                count(&p, Dir::AtoB, |s| s.raw_opcode() == Opcode::RD_RESYNC),
+                1
+            );
+        }
     }
     // 7: retry forever.
     let mut p = rnr_forever(svc, 7, 3_000_000);
@@ -1144,7 +1417,8 @@ fn c9_132_case(svc: Svc) {
 
 // ----- retries and the transport timer (9.7.6.1.2 – 9.7.6.1.4) --------------------------------
 
-/// A with `n` 8-byte SENDs outstanding (PSNs P, P + 1, ...), with `retry_cnt`.
+/// A with `n` 8-byte SENDs posted (PSNs P, P + 1, ...), with `retry_cnt`: all outstanding, or
+/// on RD, whose EE context sends one message at a time, the first.
 fn sends_outstanding(svc: Svc, n: u64, retry_cnt: u8) -> Pair {
     let mut p = pair_with(
         svc,
@@ -1155,8 +1429,25 @@ fn sends_outstanding(svc: Svc, n: u64, retry_cnt: u8) -> Pair {
     );
     let wrs: Vec<_> = (0..n).map(|i| send(&p, i + 1, 0, 8)).collect();
     p.post_a(&wrs);
-    assert_eq!(from_a(&mut p).len(), n as usize);
+    assert_eq!(from_a(&mut p).len(), in_flight(svc, n));
     p
+}
+
+/// How many of `n` single-packet messages posted together are sent at once: all, or on RD
+/// one (the EE context's message; the next starts when it completes).
+fn in_flight(svc: Svc, n: u64) -> usize {
+    match svc {
+        Svc::Rd => 1,
+        _ => n as usize,
+    }
+}
+
+/// After A's retries are exhausted: its QP in ERR, or on RD its QP in SQE and its EE context
+/// in ERR (the path failed, not the message: docs/rd.md).
+#[track_caller]
+fn assert_retries_exhausted(p: &Pair) {
+    assert_eq!(a_state(p), failed_state(p.svc));
+    assert_eq!(p.a.conn_state(), QpState::Err);
 }
 
 /// Lets A's transport timer expire; returns what A sends then.
@@ -1176,6 +1467,11 @@ fn o9_80_a1_xrc_sequence_nak_retry_counter() {
     c9_137_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_80_a1_rd_sequence_nak_retry_counter() {
+    c9_137_case(Svc::Rd);
+}
+
 fn c9_137_case(svc: Svc) {
     // The NAK consumes one retry of the counter that the timer also uses, and a NAK that
     // arrives once the counter is at zero is a locally detected error.
@@ -1186,7 +1482,7 @@ fn c9_137_case(svc: Svc) {
     to_a(&mut p, P, NAK_SEQ);
     assert!(from_a(&mut p).is_empty());
     assert_eq!(p.a.done(), vec![(1, WcStatus::RetryExcErr)]);
-    assert_eq!(a_state(&p), QpState::Err);
+    assert_retries_exhausted(&p);
     // With one retry, the NAK's retry is the last one: the next expiry fails the WQE.
     let mut p = sends_outstanding(svc, 1, 1);
     to_a(&mut p, P, NAK_SEQ);
@@ -1198,12 +1494,19 @@ fn c9_137_case(svc: Svc) {
     to_a(&mut p, P, NAK_SEQ);
     assert!(from_a(&mut p).is_empty());
     assert_eq!(p.a.done(), vec![(1, WcStatus::RetryExcErr)]);
-    // The counter is reloaded when an outstanding request is cleared.
+    // The counter is reloaded when an outstanding request is cleared (on RD the second
+    // SEND, the EE context's next message, starts with it reloaded).
     let mut p = sends_outstanding(svc, 2, 1);
     to_a(&mut p, P, NAK_SEQ);
-    assert_eq!(from_a(&mut p).len(), 2);
+    assert_eq!(from_a(&mut p).len(), in_flight(svc, 2));
     to_a(&mut p, P, ACK);
     assert_eq!(p.a.done(), vec![(1, WcStatus::Success)]);
+    if svc == Svc::Rd {
+        assert_eq!(
+            op_psns(&from_a(&mut p)),
+            vec![(Opcode::RC_SEND_ONLY, psn(1))]
+        );
+    }
     to_a(&mut p, psn(1), NAK_SEQ);
     assert_eq!(
         op_psns(&from_a(&mut p)),
@@ -1237,8 +1540,18 @@ fn o9_84_xrc_transport_timer_detects_lost_response() {
 }
 
 #[test]
+fn o9_85_rd_transport_timer_detects_lost_response() {
+    c9_139_case(Svc::Rd);
+}
+
+#[test]
 fn o9_87_xrc_transport_timer_detects_lost_response() {
     c9_139_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_88_rd_transport_timer_detects_lost_response() {
+    c9_139_case(Svc::Rd);
 }
 
 fn c9_139_case(svc: Svc) {
@@ -1281,6 +1594,11 @@ fn c9_140_transport_timer_interval() {
 #[test]
 fn o9_87_xrc_transport_timer_interval() {
     c9_140_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_88_rd_transport_timer_interval() {
+    c9_140_case(Svc::Rd);
 }
 
 fn c9_140_case(svc: Svc) {
@@ -1327,6 +1645,11 @@ fn o9_87_xrc_timeout_detected_between_ttr_and_4_ttr() {
     c9_141_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_88_rd_timeout_detected_between_ttr_and_4_ttr() {
+    c9_141_case(Svc::Rd);
+}
+
 fn c9_141_case(svc: Svc) {
     let timeout = 10;
     let ttr = 4096u64 << timeout;
@@ -1360,6 +1683,11 @@ fn o9_87_xrc_timeout_retry_counter() {
     c9_142_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_88_rd_timeout_retry_counter() {
+    c9_142_case(Svc::Rd);
+}
+
 fn c9_142_case(svc: Svc) {
     // Every response lost: retry_cnt retransmissions, all by the timer.
     let mut p = pair_with(
@@ -1378,7 +1706,8 @@ fn c9_142_case(svc: Svc) {
     assert_eq!(count(&p, Dir::AtoB, |s| s.psn() == P), 4);
     assert_eq!(p.a.hca.counters().retry_timeouts, 3);
 
-    // Reloaded when an outstanding request is cleared.
+    // Reloaded when an outstanding request is cleared (on RD the second SEND, the EE
+    // context's next message, starts with it reloaded).
     let mut p = pair_with(
         svc,
         ConnectOptions {
@@ -1389,14 +1718,20 @@ fn c9_142_case(svc: Svc) {
     );
     let wrs = vec![send(&p, 1, 0, 8), send(&p, 2, 0, 8)];
     p.post_a(&wrs);
-    assert_eq!(from_a(&mut p).len(), 2);
+    assert_eq!(from_a(&mut p).len(), in_flight(svc, 2));
     for _ in 0..2 {
         let t = a_timer(&p).unwrap();
         p.advance_to(t);
-        assert_eq!(from_a(&mut p).len(), 2);
+        assert_eq!(from_a(&mut p).len(), in_flight(svc, 2));
     }
     to_a(&mut p, P, ACK);
     assert_eq!(p.a.done(), vec![(1, WcStatus::Success)]);
+    if svc == Svc::Rd {
+        assert_eq!(
+            op_psns(&from_a(&mut p)),
+            vec![(Opcode::RC_SEND_ONLY, psn(1))]
+        );
+    }
     for _ in 0..2 {
         let t = a_timer(&p).unwrap();
         p.advance_to(t);
@@ -1421,6 +1756,11 @@ fn o9_87_xrc_timeout_after_retries_exhausted_is_an_error() {
     c9_143_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_88_rd_timeout_after_retries_exhausted_is_an_error() {
+    c9_143_case(Svc::Rd);
+}
+
 fn c9_143_case(svc: Svc) {
     for retry_cnt in [0u8, 3] {
         let mut p = pair_with(
@@ -1441,7 +1781,7 @@ fn c9_143_case(svc: Svc) {
             vec![(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)],
             "retry_cnt {retry_cnt}"
         );
-        assert_eq!(a_state(&p), QpState::Err);
+        assert_retries_exhausted(&p);
         assert_eq!(
             count(&p, Dir::AtoB, |s| s.psn() == P),
             1 + retry_cnt as usize

@@ -13,6 +13,14 @@
 //! run is o9-39's test; C9-147 … C9-149's are o9-91.a1's). On XRC the requests carry an XRCETH
 //! naming B's SRQ, and the harness checks every response for XRC opcodes and the "invalid"
 //! credit code an SRQ sends.
+//!
+//! A statement that binds RD runs it a third time on an RD pair (`common::Svc::Rd`,
+//! `<statement>_rd_...`, or `<o9 statement>_rd_...` where RD's rule is an o9 twin: C9-76's RD
+//! run is o9-42's, C9-81's o9-48's): B's RD QP receives through B's EE context, which holds
+//! the PSNs, and the harness checks every response for RD opcodes, an RDETH and credit bits 0.
+//! Where RD differs, the scenario says so: an EE context's NAK ends the message, not the EE
+//! context (no ERR, no flush; the requester resynchronises), and faults are armed on the EE
+//! context's responder. RD's own rules are in `compliance_rd.rs`.
 
 mod common;
 
@@ -174,8 +182,27 @@ fn extra_mr(p: &mut Pair, access: AccessFlags, other_pd: bool) -> MrInfo {
         .unwrap()
 }
 
+/// The state of B's connection: its QP's, or on RD its EE context's.
+/// Arms a one-shot responder fault on B's responder: its QP's, or on RD its EE context's.
+fn arm_fault(p: &mut Pair, fault: softib_core::transport::rc::ResponderFault) {
+    match p.b.eecn {
+        Some(e) => p.b.hca.inject_eec_responder_fault(e, fault).unwrap(),
+        None => p.b.hca.inject_responder_fault(p.b.qpn, fault).unwrap(),
+    }
+}
+
 fn b_state(p: &Pair) -> QpState {
-    p.b.hca.query_qp(p.b.qpn).unwrap().qp_state
+    p.b.conn_state()
+}
+
+/// The state B's connection is left in by a NAK that ends an RC or XRC connection (invalid
+/// request, remote access or operational error): ERR, but RTS for an EE context, whose NAKs
+/// end the message only (the requester resynchronises, docs/rd.md).
+fn after_fatal_nak(svc: Svc) -> QpState {
+    match svc {
+        Svc::Rd => QpState::Rts,
+        _ => QpState::Err,
+    }
 }
 
 // ----- PSN classes (9.7.4.1.2) ----------------------------------------------------------------
@@ -188,6 +215,11 @@ fn c9_74_request_psn_compared_with_epsn() {
 #[test]
 fn o9_39_xrc_request_psn_compared_with_epsn() {
     c9_74_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_39_rd_request_psn_compared_with_epsn() {
+    c9_74_case(Svc::Rd);
 }
 
 fn c9_74_case(svc: Svc) {
@@ -222,6 +254,11 @@ fn o9_40_xrc_epsn_skips_read_response_psns() {
     c9_75_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_40_rd_epsn_skips_read_response_psns() {
+    c9_75_case(Svc::Rd);
+}
+
 fn c9_75_case(svc: Svc) {
     let mut p = pair(svc);
     p.recv_b(1, 8192, 256);
@@ -254,6 +291,84 @@ fn o9_41_xrc_epsn_moves_only_in_receiving_states() {
     c9_76_case(Svc::Xrc);
 }
 
+/// o9-42: an EE context updates ePSN only in a state that accepts requests. A second EE
+/// context of B's RDD, in INIT, neither executes a request nor moves its ePSN; in RTR it
+/// does, from its programmed ePSN; B's first EE context in ERR executes nothing and keeps its
+/// ePSN, while the RD QP behind it (which does not enter ERR with it) still receives through
+/// the other.
+#[test]
+fn o9_42_rd_epsn_moves_only_in_receiving_states() {
+    use softib_core::verbs::ah::AhAttr;
+    use softib_core::verbs::qp::{QpAttr, QpAttrMask};
+    let mut p = pair(Svc::Rd);
+    let rdd = p.b.rdd.unwrap();
+    let e2 = p.b.hca.create_eec(rdd).unwrap();
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    let mask = QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX;
+    p.b.hca.modify_eec(e2, &init, mask).unwrap();
+    p.recv_b(21, 0, 64);
+    let via_e2 = |p: &mut Pair, psn: u32| {
+        let mut h = req(Opcode::RC_SEND_ONLY, psn, true);
+        h.rdeth = Some(softib_wire::rdeth::Rdeth { resv8: 0, eecn: e2 });
+        p.inject(Dir::AtoB, h, b"via e2");
+    };
+    let rq_psn = |p: &Pair| p.b.hca.query_eec(e2).unwrap().rq_psn.value();
+    let before = rq_psn(&p);
+    via_e2(&mut p, before);
+    assert!(from_b(&mut p).is_empty());
+    assert!(p.b.done().is_empty(), "nothing executed in INIT");
+    assert_eq!(rq_psn(&p), before);
+    // In RTR it receives, from the programmed ePSN on.
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        ah_attr: AhAttr::global(1, softib_core::gid_of_ipv4(common::IP_A), 1),
+        path_mtu: softib_core::verbs::types::Mtu::Mtu1024,
+        dest_qp_num: p.a.eecn.unwrap().value(),
+        rq_psn: softib_wire::Psn::new(0x4242),
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ..QpAttr::default()
+    };
+    let mask = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MAX_DEST_RD_ATOMIC
+        | QpAttrMask::MIN_RNR_TIMER;
+    p.b.hca.modify_eec(e2, &rtr, mask).unwrap();
+    via_e2(&mut p, 0x4242);
+    let out = from_b(&mut p);
+    assert_eq!(ops(&out), vec![(Opcode::RC_ACKNOWLEDGE, 0x4242, Some(ACK))]);
+    assert_eq!(
+        out[0].headers.rdeth.map(|r| r.eecn),
+        p.a.eecn,
+        "answered through e2's remote EE context"
+    );
+    assert_eq!(p.b.done(), vec![(21, WcStatus::Success)]);
+    assert_eq!(rq_psn(&p), 0x4243);
+    // B's first EE context in ERR: nothing executed, ePSN stays; the RD QP is not in ERR
+    // and keeps its receive.
+    p.recv_b(1, 1024, 64);
+    let err = QpAttr::to_state(QpState::Err);
+    p.b.modify_conn(&err, QpAttrMask::STATE).unwrap();
+    assert!(p.b.done().is_empty());
+    send_only(&mut p, P, true, b"to an EEC in ERR");
+    assert!(from_b(&mut p).is_empty());
+    assert!(p.b.done().is_empty());
+    assert_eq!(p.rq_psn_b(), P);
+    assert_eq!(p.b.hca.query_qp(p.b.qpn).unwrap().qp_state, QpState::Rts);
+    via_e2(&mut p, 0x4243);
+    assert_ack(&from_b(&mut p), ACK, 0x4243);
+    assert_eq!(p.b.done(), vec![(1, WcStatus::Success)]);
+    assert_eq!(p.b.mem(1024, 6), b"via e2");
+}
+
+/// C9-76 on RC and o9-41 on XRC (RD's o9-42 has its own test above).
 fn c9_76_case(svc: Svc) {
     use softib_core::verbs::ah::AhAttr;
     use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
@@ -279,6 +394,7 @@ fn c9_76_case(svc: Svc) {
             let xrcd = p.b.hca.qp(p.b.qpn).unwrap().xrcd().unwrap();
             p.b.hca.create_xrc_tgt_qp(xrcd).unwrap()
         }
+        Svc::Rd => unreachable!("o9_42_rd_epsn_moves_only_in_receiving_states"),
     };
     let init = QpAttr {
         qp_state: QpState::Init,
@@ -300,7 +416,7 @@ fn c9_76_case(svc: Svc) {
                 .post_recv(q2, &[RecvWr::new(21, vec![sge])])
                 .unwrap()
         }
-        Svc::Xrc => p.b.post_recv_wrs(&[RecvWr::new(21, vec![sge])]),
+        _ => p.b.post_recv_wrs(&[RecvWr::new(21, vec![sge])]),
     }
     let to_q2 = |p: &mut Pair, psn: u32| {
         let mut f = p.frame(Dir::AtoB, req(Opcode::RC_SEND_ONLY, psn, true), b"to q2");
@@ -348,7 +464,7 @@ fn c9_76_case(svc: Svc) {
     p.b.hca.modify_qp(p.b.qpn, &err, QpAttrMask::STATE).unwrap();
     let flushed = match svc {
         Svc::Rc => vec![(1, WcStatus::WrFlushErr)],
-        Svc::Xrc => vec![],
+        _ => vec![],
     };
     assert_eq!(p.b.done(), flushed);
     send_only(&mut p, P, true, b"to a QP in ERR");
@@ -372,6 +488,11 @@ fn c9_77_new_request_executed_and_acknowledged() {
 #[test]
 fn o9_43_xrc_new_request_executed_and_acknowledged() {
     c9_77_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_43_rd_new_request_executed_and_acknowledged() {
+    c9_77_case(Svc::Rd);
 }
 
 fn c9_77_case(svc: Svc) {
@@ -406,6 +527,11 @@ fn c9_79_invalid_psn_naks_after_completing_earlier_requests() {
 #[test]
 fn o9_45_xrc_invalid_psn_naks_after_completing_earlier_requests() {
     c9_79_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_45_rd_invalid_psn_naks_after_completing_earlier_requests() {
+    c9_79_case(Svc::Rd);
 }
 
 fn c9_79_case(svc: Svc) {
@@ -454,6 +580,11 @@ fn o9_46_xrc_silent_after_sequence_nak_until_valid_request() {
     c9_80_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_46_rd_silent_after_sequence_nak_until_valid_request() {
+    c9_80_case(Svc::Rd);
+}
+
 fn c9_80_case(svc: Svc) {
     let mut p = after_seq_nak(svc);
     // More ahead-of-sequence packets: silence.
@@ -480,6 +611,11 @@ fn c9_114_no_other_nak_while_sequence_nak_outstanding() {
 #[test]
 fn c9_114_xrc_no_other_nak_while_sequence_nak_outstanding() {
     c9_114_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_114_rd_no_other_nak_while_sequence_nak_outstanding() {
+    c9_114_case(Svc::Rd);
 }
 
 fn c9_114_case(svc: Svc) {
@@ -510,12 +646,23 @@ fn c9_121_xrc_sequence_nak_carries_epsn_of_lost_packet() {
     c9_121_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_121_rd_sequence_nak_carries_epsn_of_lost_packet() {
+    c9_121_case(Svc::Rd);
+}
+
 fn c9_121_case(svc: Svc) {
+    // Three SENDs; on RD, whose EE context sends one message at a time (a lost packet is
+    // detected by the next packet of the same message), each of three packets.
+    let len = match svc {
+        Svc::Rd => 2 * MTU + 100,
+        _ => 100,
+    };
     let mut p = pair(svc);
-    let data = pattern(3 * 100, 9);
+    let data = pattern(3 * len, 9);
     p.a.hca.mr_write(p.a.mr.handle, 0, &data).unwrap();
     for i in 0..3u64 {
-        p.recv_b(i + 1, 1024 * i, 100);
+        p.recv_b(i + 1, 4096 * i, len as u32);
     }
     let mut dropped = false;
     p.filter = Box::new(move |d, f| {
@@ -529,7 +676,7 @@ fn c9_121_case(svc: Svc) {
     let wrs: Vec<_> = (0..3u64)
         .map(|i| {
             softib_core::verbs::wr::SendWr::new(i + 1, softib_core::verbs::wr::WrOpcode::Send)
-                .with_sge(p.sge_a(100 * i, 100))
+                .with_sge(p.sge_a(len as u64 * i, len as u32))
                 .signaled()
         })
         .collect();
@@ -554,11 +701,11 @@ fn c9_121_case(svc: Svc) {
     assert_eq!(
         got,
         (1..=3)
-            .map(|i| (i, WcStatus::Success, 100))
+            .map(|i| (i, WcStatus::Success, len as u32))
             .collect::<Vec<_>>()
     );
     for i in 0..3 {
-        assert_eq!(p.b.mem(1024 * i, 100), data[100 * i..100 * (i + 1)]);
+        assert_eq!(p.b.mem(4096 * i, len), data[len * i..len * (i + 1)]);
     }
     assert_eq!(p.a.done().len(), 3);
 }
@@ -571,6 +718,11 @@ fn c9_122_requests_after_sequence_nak_discarded_unless_epsn_or_duplicate() {
 #[test]
 fn c9_122_xrc_requests_after_sequence_nak_discarded_unless_epsn_or_duplicate() {
     c9_122_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_122_rd_requests_after_sequence_nak_discarded_unless_epsn_or_duplicate() {
+    c9_122_case(Svc::Rd);
 }
 
 fn c9_122_case(svc: Svc) {
@@ -645,6 +797,11 @@ fn o9_47_xrc_opcode_sequence_violations_nak_invalid_request() {
     c9_81_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_48_rd_opcode_sequence_violations_nak_invalid_request() {
+    c9_81_case(Svc::Rd);
+}
+
 fn c9_81_case(svc: Svc) {
     use Opcode as O;
     let cases: Vec<Case> = vec![
@@ -711,6 +868,11 @@ fn c9_82_xrc_function_and_resources_checked_before_execution() {
     c9_82_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_82_rd_function_and_resources_checked_before_execution() {
+    c9_82_case(Svc::Rd);
+}
+
 fn c9_82_case(svc: Svc) {
     // An ATOMIC on a receive queue without remote atomics: refused before it runs.
     let mut p = pair_with(
@@ -755,6 +917,11 @@ fn o9_50_xrc_unsupported_function_naks_invalid_request() {
     c9_83_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_50_rd_unsupported_function_naks_invalid_request() {
+    c9_83_case(Svc::Rd);
+}
+
 fn c9_83_case(svc: Svc) {
     let all = ConnectOptions::default().access;
     for missing in [
@@ -784,13 +951,25 @@ fn c9_83_case(svc: Svc) {
     }
 }
 
-/// Reserved RC opcodes (IBA Table 38): 0x15, 0x18..=0x1B, 0x1E, 0x1F.
+/// Reserved RC opcodes (IBA Table 38): 0x15, 0x18..=0x1B, 0x1E, 0x1F (XRC's are the same
+/// operation bits).
 const RESERVED_RC_OPCODES: [u8; 7] = [0x15, 0x18, 0x19, 0x1a, 0x1b, 0x1e, 0x1f];
+/// The operation bits of the reserved RD opcodes: 0x56 ..= 0x5B, 0x5E, 0x5F (RD has no SEND
+/// with invalidate, and 0x55 is its RESYNC).
+const RESERVED_RD_OPCODES: [u8; 8] = [0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1e, 0x1f];
 
-/// The reserved opcode of operation bits `op` (one of [`RESERVED_RC_OPCODES`]) in `svc`'s
-/// class: 0x15 is RC's, 0xB5 XRC's.
+/// The operation bits of `svc`'s reserved opcodes.
+fn reserved_ops(svc: Svc) -> Vec<u8> {
+    match svc {
+        Svc::Rd => RESERVED_RD_OPCODES.to_vec(),
+        _ => RESERVED_RC_OPCODES.to_vec(),
+    }
+}
+
+/// The reserved opcode of operation bits `op` (one of [`reserved_ops`]) in `svc`'s class:
+/// 0x15 is RC's, 0xB5 XRC's, 0x56 RD's.
 fn reserved(svc: Svc, op: u8) -> u8 {
-    assert!(RESERVED_RC_OPCODES.contains(&op));
+    assert!(reserved_ops(svc).contains(&op));
     svc.opcode(Opcode(op)).0
 }
 
@@ -804,9 +983,14 @@ fn o9_51_xrc_reserved_opcode_naks_invalid_request() {
     c9_84_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_51_rd_reserved_opcode_naks_invalid_request() {
+    c9_84_case(Svc::Rd);
+}
+
 fn c9_84_case(svc: Svc) {
-    // The reserved codes of the QP's own class (RC: 0x15 ..., XRC: 0xB5 ...).
-    for op in RESERVED_RC_OPCODES.map(|op| reserved(svc, op)) {
+    // The reserved codes of the QP's own class (RC: 0x15 ..., XRC: 0xB5 ..., RD: 0x56 ...).
+    for op in reserved_ops(svc).into_iter().map(|op| reserved(svc, op)) {
         let mut p = pair(svc);
         p.recv_b(1, 0, 64);
         let mut f = p.frame(Dir::AtoB, req(Opcode::RC_SEND_ONLY, P, true), b"12345678");
@@ -816,13 +1000,14 @@ fn c9_84_case(svc: Svc) {
         assert_ack(&out, NAK_INV, P);
         assert_eq!(p.b.mem(0, 8), vec![0; 8], "opcode {op:#x} not executed");
         // The QP enters ERR after the NAK: an RC QP's own receive is flushed, an XRC SRQ's
-        // stays posted (the SRQ is not the QP's); neither was consumed by the packet.
+        // stays posted (the SRQ is not the QP's); neither was consumed by the packet. An EE
+        // context stays in RTS and its RD QP keeps its receive.
         let flushed = match svc {
             Svc::Rc => vec![(1, WcStatus::WrFlushErr)],
-            Svc::Xrc => vec![],
+            Svc::Xrc | Svc::Rd => vec![],
         };
         assert_eq!(p.b.done(), flushed, "opcode {op:#x}");
-        assert_eq!(b_state(&p), QpState::Err, "opcode {op:#x}");
+        assert_eq!(b_state(&p), after_fatal_nak(svc), "opcode {op:#x}");
     }
     // Only a packet that is otherwise valid is judged: with a bad ICRC it is just dropped.
     let mut p = pair(svc);
@@ -833,11 +1018,11 @@ fn c9_84_case(svc: Svc) {
     p.inject_frame(Dir::AtoB, &f);
     assert!(from_b(&mut p).is_empty());
     assert_eq!(p.b.hca.counters().malformed, 1);
-    // A reserved code of the other reliable class (XRC's to an RC QP, RC's to an XRC target)
-    // is a packet of the wrong service: dropped by the header checks, not judged.
+    // A reserved code of another reliable class (XRC's to an RC QP, RC's to an XRC target or
+    // an RD QP) is a packet of the wrong service: dropped by the header checks, not judged.
     let other = match svc {
         Svc::Rc => Svc::Xrc,
-        Svc::Xrc => Svc::Rc,
+        Svc::Xrc | Svc::Rd => Svc::Rc,
     };
     let mut f = p.frame(Dir::AtoB, req(Opcode::RC_SEND_ONLY, P, true), b"12345678");
     patch_opcode(&mut f, reserved(other, 0x18));
@@ -855,6 +1040,11 @@ fn c9_85_pad_count_on_first_or_middle_naks_invalid_request() {
 #[test]
 fn o9_52_xrc_pad_count_on_first_or_middle_naks_invalid_request() {
     c9_85_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_52_rd_pad_count_on_first_or_middle_naks_invalid_request() {
+    c9_85_case(Svc::Rd);
 }
 
 fn c9_85_case(svc: Svc) {
@@ -904,6 +1094,11 @@ fn o9_53_xrc_no_read_atomic_resources_naks_invalid_request() {
     c9_86_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_53_rd_no_read_atomic_resources_naks_invalid_request() {
+    c9_86_case(Svc::Rd);
+}
+
 fn c9_86_case(svc: Svc) {
     // max_dest_rd_atomic 1: a second READ while the first response is still owed is refused.
     let mut p = pair(svc);
@@ -947,6 +1142,11 @@ fn o9_54_xrc_requests_before_invalid_opcode_complete_before_nak() {
     c9_87_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_54_rd_requests_before_invalid_opcode_complete_before_nak() {
+    c9_87_case(Svc::Rd);
+}
+
 fn c9_87_case(svc: Svc) {
     let mut p = pair(svc);
     for i in 0..3 {
@@ -981,6 +1181,11 @@ fn c9_88_zero_length_rdma_skips_rkey_check() {
 #[test]
 fn o9_55_xrc_zero_length_rdma_skips_rkey_check() {
     c9_88_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_55_rd_zero_length_rdma_skips_rkey_check() {
+    c9_88_case(Svc::Rd);
 }
 
 fn c9_88_case(svc: Svc) {
@@ -1036,6 +1241,11 @@ fn c9_89_rkey_violations_nak_remote_access_error() {
 #[test]
 fn c9_89_xrc_rkey_violations_nak_remote_access_error() {
     c9_89_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_89_rd_rkey_violations_nak_remote_access_error() {
+    c9_89_case(Svc::Rd);
 }
 
 fn c9_89_case(svc: Svc) {
@@ -1156,6 +1366,11 @@ fn c9_90_xrc_requests_before_rkey_violation_complete_before_nak() {
     c9_90_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_90_rd_requests_before_rkey_violation_complete_before_nak() {
+    c9_90_case(Svc::Rd);
+}
+
 fn c9_90_case(svc: Svc) {
     let mut p = pair(svc);
     p.recv_b(1, 0, 64);
@@ -1187,6 +1402,11 @@ fn c9_124_remote_access_nak_carries_faulting_packet_psn() {
 #[test]
 fn c9_124_xrc_remote_access_nak_carries_faulting_packet_psn() {
     c9_124_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_124_rd_remote_access_nak_carries_faulting_packet_psn() {
+    c9_124_case(Svc::Rd);
 }
 
 fn c9_124_case(svc: Svc) {
@@ -1227,6 +1447,11 @@ fn o9_73_xrc_atomic_remote_access_nak_carries_the_atomic_psn() {
     o9_73_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_73_rd_atomic_remote_access_nak_carries_the_atomic_psn() {
+    o9_73_case(Svc::Rd);
+}
+
 fn o9_73_case(svc: Svc) {
     // softib's responder supports atomics, so o9-73 binds it: a FETCH_ADD with a bad R_Key,
     // behind a good one, is NAKed with its own PSN and leaves memory alone.
@@ -1258,6 +1483,11 @@ fn c9_91_xrc_send_longer_than_receive_buffer_naks_invalid_request() {
     c9_91_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_91_rd_send_longer_than_receive_buffer_naks_invalid_request() {
+    c9_91_case(Svc::Rd);
+}
+
 fn c9_91_case(svc: Svc) {
     let mut p = pair(svc);
     p.recv_b(1, 0, 64);
@@ -1281,6 +1511,11 @@ fn c9_92_payload_length_checked_against_opcode() {
 #[test]
 fn c9_92_xrc_payload_length_checked_against_opcode() {
     c9_92_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_92_rd_payload_length_checked_against_opcode() {
+    c9_92_case(Svc::Rd);
 }
 
 fn c9_92_case(svc: Svc) {
@@ -1362,6 +1597,11 @@ fn c9_93_xrc_length_failure_makes_an_invalid_request() {
     c9_93_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_93_rd_length_failure_makes_an_invalid_request() {
+    c9_93_case(Svc::Rd);
+}
+
 fn c9_93_case(svc: Svc) {
     let mut p = pair(svc);
     let (va, rkey) = (p.b.mr.addr, p.b.mr.rkey);
@@ -1394,6 +1634,11 @@ fn c9_94_xrc_read_dma_length_over_2_31_naks_invalid_request() {
     c9_94_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_94_rd_read_dma_length_over_2_31_naks_invalid_request() {
+    c9_94_case(Svc::Rd);
+}
+
 fn c9_94_case(svc: Svc) {
     for len in [(1u32 << 31) + 1, u32::MAX] {
         let mut p = pair(svc);
@@ -1415,6 +1660,11 @@ fn c9_95_ack_psn_is_latest_new_request_packet() {
 #[test]
 fn c9_95_xrc_ack_psn_is_latest_new_request_packet() {
     c9_95_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_95_rd_ack_psn_is_latest_new_request_packet() {
+    c9_95_case(Svc::Rd);
 }
 
 fn c9_95_case(svc: Svc) {
@@ -1451,6 +1701,11 @@ fn c9_116_xrc_ackreq_forces_a_response_covering_the_packet() {
     c9_116_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_116_rd_ackreq_forces_a_response_covering_the_packet() {
+    c9_116_case(Svc::Rd);
+}
+
 fn c9_116_case(svc: Svc) {
     let mut p = pair(svc);
     p.recv_b(1, 0, 4096);
@@ -1484,8 +1739,18 @@ fn c9_101_xrc_read_validated_first_and_later_acks_follow_read_response() {
 }
 
 #[test]
+fn c9_101_rd_read_validated_first_and_later_acks_follow_read_response() {
+    c9_101_case(Svc::Rd);
+}
+
+#[test]
 fn o9_63_xrc_read_validated_before_later_requests_and_acked_after_its_response() {
     c9_101_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_63_rd_read_validated_before_later_requests_and_acked_after_its_response() {
+    c9_101_case(Svc::Rd);
 }
 
 fn c9_101_case(svc: Svc) {
@@ -1509,7 +1774,20 @@ fn c9_101_case(svc: Svc) {
     let addr = p.b.mr.addr;
     to_b(&mut p, read_req(P, addr, 0x77, 64), &[]);
     send_only(&mut p, psn(1), true, b"behind a bad read");
-    assert_ack(&from_b(&mut p), NAK_ACCESS, P);
+    let out = from_b(&mut p);
+    if svc == Svc::Rd {
+        // The EE context lives on with ePSN at the READ's: the SEND behind it is out of
+        // sequence (the requester resynchronises before anything else).
+        assert_eq!(
+            ops(&out),
+            vec![
+                (Opcode::RC_ACKNOWLEDGE, P, Some(NAK_ACCESS)),
+                (Opcode::RC_ACKNOWLEDGE, P, Some(NAK_SEQ))
+            ]
+        );
+    } else {
+        assert_ack(&out, NAK_ACCESS, P);
+    }
     assert_eq!(p.b.mem(65536, 8), vec![0; 8]);
     assert!(p.b.done().iter().all(|&(_, s)| s == WcStatus::WrFlushErr));
 }
@@ -1533,6 +1811,11 @@ fn c9_96_read_response_psns_consecutive_from_request_psn() {
 #[test]
 fn c9_96_xrc_read_response_psns_consecutive_from_request_psn() {
     c9_96_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_96_rd_read_response_psns_consecutive_from_request_psn() {
+    c9_96_case(Svc::Rd);
 }
 
 fn c9_96_case(svc: Svc) {
@@ -1563,6 +1846,11 @@ fn c9_97_xrc_multi_packet_read_response_has_aeth_first_and_last() {
     c9_97_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_97_rd_multi_packet_read_response_has_aeth_first_and_last() {
+    c9_97_case(Svc::Rd);
+}
+
 fn c9_97_case(svc: Svc) {
     for n in [2usize, 3, 5] {
         let (out, _) = read_shape(svc, P, (n * MTU) as u32);
@@ -1585,6 +1873,11 @@ fn c9_98_xrc_single_packet_read_response_has_aeth() {
     c9_98_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_98_rd_single_packet_read_response_has_aeth() {
+    c9_98_case(Svc::Rd);
+}
+
 fn c9_98_case(svc: Svc) {
     for len in [0, 1, MTU as u32] {
         let (out, _) = read_shape(svc, P, len);
@@ -1602,6 +1895,11 @@ fn c9_99_read_response_payload_sizes() {
 #[test]
 fn c9_99_xrc_read_response_payload_sizes() {
     c9_99_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_99_rd_read_response_payload_sizes() {
+    c9_99_case(Svc::Rd);
 }
 
 fn c9_99_case(svc: Svc) {
@@ -1646,6 +1944,11 @@ fn c9_117_xrc_read_responses_increase_consecutively_across_reads() {
     c9_117_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_117_rd_read_responses_increase_consecutively_across_reads() {
+    c9_117_case(Svc::Rd);
+}
+
 fn c9_117_case(svc: Svc) {
     let mut p = pair_with(svc, deep());
     read(&mut p, P, 0, 2 * MTU as u32);
@@ -1668,6 +1971,11 @@ fn c9_118_read_response_only_carries_ack_aeth() {
 #[test]
 fn c9_118_xrc_read_response_only_carries_ack_aeth() {
     c9_118_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_118_rd_read_response_only_carries_ack_aeth() {
+    c9_118_case(Svc::Rd);
 }
 
 fn c9_118_case(svc: Svc) {
@@ -1696,6 +2004,11 @@ fn o9_58_atomic_response_psn_is_request_psn() {
 #[test]
 fn o9_58_xrc_atomic_response_psn_is_request_psn() {
     o9_58_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_58_rd_atomic_response_psn_is_request_psn() {
+    o9_58_case(Svc::Rd);
 }
 
 fn o9_58_case(svc: Svc) {
@@ -1737,6 +2050,11 @@ fn o9_66_duplicate_atomic_replays_saved_result() {
 #[test]
 fn o9_66_xrc_duplicate_atomic_replays_saved_result() {
     o9_66_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_66_rd_duplicate_atomic_replays_saved_result() {
+    o9_66_case(Svc::Rd);
 }
 
 fn o9_66_case(svc: Svc) {
@@ -1808,6 +2126,11 @@ fn o9_67_xrc_duplicate_atomic_without_saved_result_dropped() {
     o9_67_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_67_rd_duplicate_atomic_without_saved_result_dropped() {
+    o9_67_case(Svc::Rd);
+}
+
 fn o9_67_case(svc: Svc) {
     // max_dest_rd_atomic 1: only the latest atomic's result is kept.
     let mut p = pair(svc);
@@ -1867,6 +2190,11 @@ fn o9_44_xrc_valid_duplicates_answered_per_duplicate_rules() {
     c9_78_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_44_rd_valid_duplicates_answered_per_duplicate_rules() {
+    c9_78_case(Svc::Rd);
+}
+
 fn c9_78_case(svc: Svc) {
     let mut p = four_executed(svc);
     // Memory changes behind the responder's back.
@@ -1910,6 +2238,11 @@ fn c9_102_xrc_valid_duplicate_gets_a_response() {
     c9_102_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_102_rd_valid_duplicate_gets_a_response() {
+    c9_102_case(Svc::Rd);
+}
+
 fn c9_102_case(svc: Svc) {
     let mut p = pair(svc);
     let (va, rkey) = (p.b.mr.addr, p.b.mr.rkey);
@@ -1948,6 +2281,11 @@ fn c9_103_duplicates_leave_epsn_unchanged() {
 #[test]
 fn c9_103_xrc_duplicates_leave_epsn_unchanged() {
     c9_103_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_103_rd_duplicates_leave_epsn_unchanged() {
+    c9_103_case(Svc::Rd);
 }
 
 fn c9_103_case(svc: Svc) {
@@ -1992,6 +2330,11 @@ fn c9_104_xrc_duplicate_read_answered_before_later_duplicate_ack() {
     c9_104_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_104_rd_duplicate_read_answered_before_later_duplicate_ack() {
+    c9_104_case(Svc::Rd);
+}
+
 fn c9_104_case(svc: Svc) {
     let mut p = pair(svc);
     p.recv_b(1, 4096, 64);
@@ -2018,6 +2361,11 @@ fn c9_105_duplicate_send_write_only_acknowledged() {
 #[test]
 fn c9_105_xrc_duplicate_send_write_only_acknowledged() {
     c9_105_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_105_rd_duplicate_send_write_only_acknowledged() {
+    c9_105_case(Svc::Rd);
 }
 
 fn c9_105_case(svc: Svc) {
@@ -2063,6 +2411,11 @@ fn c9_106_xrc_error_answering_duplicate_send_or_write_dropped_silently() {
     c9_106_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_106_rd_error_answering_duplicate_send_or_write_dropped_silently() {
+    c9_106_case(Svc::Rd);
+}
+
 fn c9_106_case(svc: Svc) {
     use softib_core::transport::rc::ResponderFault;
     let mut p = pair(svc);
@@ -2077,9 +2430,7 @@ fn c9_106_case(svc: Svc) {
     send_only(&mut p, P, true, b"hello");
     assert_ack(&from_b(&mut p), ACK, psn(1));
     // With one, the duplicate SEND draws neither ACK nor NAK, and nothing else changes.
-    p.b.hca
-        .inject_responder_fault(p.b.qpn, ResponderFault::DuplicateAckError)
-        .unwrap();
+    arm_fault(&mut p, ResponderFault::DuplicateAckError);
     send_only(&mut p, P, true, b"hello");
     assert!(from_b(&mut p).is_empty());
     assert_eq!(b_state(&p), QpState::Rts);
@@ -2087,9 +2438,7 @@ fn c9_106_case(svc: Svc) {
     assert!(p.b.done().is_empty());
     // The same for a duplicate RDMA WRITE, which is not executed either.
     p.b.hca.mr_write(p.b.mr.handle, 8192, b"xx").unwrap();
-    p.b.hca
-        .inject_responder_fault(p.b.qpn, ResponderFault::DuplicateAckError)
-        .unwrap();
+    arm_fault(&mut p, ResponderFault::DuplicateAckError);
     write_only(&mut p, psn(1), 8192, b"written");
     assert!(from_b(&mut p).is_empty());
     assert_eq!(b_state(&p), QpState::Rts);
@@ -2119,6 +2468,11 @@ fn o9_68_xrc_atomic_result_not_reproducible_duplicate_dropped_silently() {
     o9_68_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_68_rd_atomic_result_not_reproducible_duplicate_dropped_silently() {
+    o9_68_case(Svc::Rd);
+}
+
 fn o9_68_case(svc: Svc) {
     use softib_core::transport::rc::ResponderFault;
     let mut p = pair(svc);
@@ -2133,9 +2487,7 @@ fn o9_68_case(svc: Svc) {
     to_b(&mut p, fetch_add(psn(1), va, rkey, 2), &[]);
     let out = from_b(&mut p);
     assert_eq!(out[0].op_psn(), (Opcode::RC_ATOMIC_ACKNOWLEDGE, psn(1)));
-    p.b.hca
-        .inject_responder_fault(p.b.qpn, ResponderFault::AtomicReplayUnavailable)
-        .unwrap();
+    arm_fault(&mut p, ResponderFault::AtomicReplayUnavailable);
     // The fault is not spent on a duplicate of another kind.
     send_only(&mut p, P, true, b"s");
     assert_ack(&from_b(&mut p), ACK, psn(1));
@@ -2168,6 +2520,11 @@ fn o9_68_xrc_requester_recovers_when_a_duplicate_atomic_is_dropped() {
     o9_68_recovery_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_68_rd_requester_recovers_when_a_duplicate_atomic_is_dropped() {
+    o9_68_recovery_case(Svc::Rd);
+}
+
 fn o9_68_recovery_case(svc: Svc) {
     use softib_core::transport::rc::ResponderFault;
     let mut p = pair_with(
@@ -2190,9 +2547,7 @@ fn o9_68_recovery_case(svc: Svc) {
         }
         true
     });
-    p.b.hca
-        .inject_responder_fault(p.b.qpn, ResponderFault::AtomicReplayUnavailable)
-        .unwrap();
+    arm_fault(&mut p, ResponderFault::AtomicReplayUnavailable);
     let (target, rkey) = (p.b.mr.addr + 64, p.b.mr.rkey);
     let wr = softib_core::verbs::wr::SendWr::new(
         1,
@@ -2233,6 +2588,11 @@ fn c9_107_duplicate_read_rereads_data_from_duplicate_psn() {
 #[test]
 fn c9_107_xrc_duplicate_read_rereads_data_from_duplicate_psn() {
     c9_107_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_107_rd_duplicate_read_rereads_data_from_duplicate_psn() {
+    c9_107_case(Svc::Rd);
 }
 
 fn c9_107_case(svc: Svc) {
@@ -2279,6 +2639,11 @@ fn c9_108_xrc_duplicate_read_failing_before_first_packet_dropped() {
     c9_108_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_108_rd_duplicate_read_failing_before_first_packet_dropped() {
+    c9_108_case(Svc::Rd);
+}
+
 fn c9_108_case(svc: Svc) {
     let mut p = pair(svc);
     p.recv_b(1, 0, 64);
@@ -2301,6 +2666,11 @@ fn c9_109_duplicate_read_failing_midway_stops_without_nak() {
 #[test]
 fn c9_109_xrc_duplicate_read_failing_midway_stops_without_nak() {
     c9_109_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_109_rd_duplicate_read_failing_midway_stops_without_nak() {
+    c9_109_case(Svc::Rd);
 }
 
 fn c9_109_case(svc: Svc) {
@@ -2330,6 +2700,11 @@ fn c9_110_earlier_duplicate_preempts_current_response() {
 #[test]
 fn c9_110_xrc_earlier_duplicate_preempts_current_response() {
     c9_110_preemption_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_110_rd_earlier_duplicate_preempts_current_response() {
+    c9_110_preemption_case(Svc::Rd);
 }
 
 fn c9_110_preemption_case(svc: Svc) {
@@ -2404,6 +2779,11 @@ fn c9_110_xrc_duplicates_answered_in_psn_order_before_queued_responses() {
     c9_110_order_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_110_rd_duplicates_answered_in_psn_order_before_queued_responses() {
+    c9_110_order_case(Svc::Rd);
+}
+
 fn c9_110_order_case(svc: Svc) {
     let mut p = pair_with(svc, deep());
     p.b.hca
@@ -2450,6 +2830,11 @@ fn c9_115_xrc_no_nak_for_errors_while_answering_duplicates() {
     c9_115_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_115_rd_no_nak_for_errors_while_answering_duplicates() {
+    c9_115_case(Svc::Rd);
+}
+
 fn c9_115_case(svc: Svc) {
     let mut p = pair_with(svc, deep());
     p.recv_b(1, 0, 64);
@@ -2494,6 +2879,11 @@ fn c9_123_psn_behind_epsn_is_a_duplicate() {
 #[test]
 fn c9_123_xrc_psn_behind_epsn_is_a_duplicate() {
     c9_123_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_123_rd_psn_behind_epsn_is_a_duplicate() {
+    c9_123_case(Svc::Rd);
 }
 
 fn c9_123_case(svc: Svc) {
@@ -2656,6 +3046,11 @@ fn c9_111_xrc_naks_carry_epsn() {
     c9_111_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_111_rd_naks_carry_epsn() {
+    c9_111_case(Svc::Rd);
+}
+
 fn c9_111_case(svc: Svc) {
     for (what, out) in every_nak(svc) {
         assert_eq!(out.len(), 1, "{what}: {out:?}");
@@ -2672,6 +3067,11 @@ fn c9_113_rnr_nak_carries_psn_of_nakked_request() {
 #[test]
 fn c9_113_xrc_rnr_nak_carries_psn_of_nakked_request() {
     c9_113_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_113_rd_rnr_nak_carries_psn_of_nakked_request() {
+    c9_113_case(Svc::Rd);
 }
 
 fn c9_113_case(svc: Svc) {
@@ -2731,6 +3131,11 @@ fn c9_100_xrc_read_response_error_ends_response_early() {
     c9_100_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_100_rd_read_response_error_ends_response_early() {
+    c9_100_case(Svc::Rd);
+}
+
 fn c9_100_case(svc: Svc) {
     let out = read_interrupted(svc, 1);
     assert_eq!(out.len(), 2, "{out:?}");
@@ -2758,6 +3163,11 @@ fn c9_112_xrc_nak_inside_read_response_carries_failing_packet_psn() {
     c9_112_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_112_rd_nak_inside_read_response_carries_failing_packet_psn() {
+    c9_112_case(Svc::Rd);
+}
+
 fn c9_112_case(svc: Svc) {
     let out = read_interrupted(svc, 2);
     assert_eq!(
@@ -2779,6 +3189,11 @@ fn c9_113_a1_every_nak_uses_acknowledge_opcode() {
 #[test]
 fn c9_113_a1_xrc_every_nak_uses_acknowledge_opcode() {
     c9_113_a1_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_113_a1_rd_every_nak_uses_acknowledge_opcode() {
+    c9_113_a1_case(Svc::Rd);
 }
 
 fn c9_113_a1_case(svc: Svc) {
@@ -2810,6 +3225,11 @@ fn c9_125_xrc_invalid_request_nak_carries_epsn() {
     c9_125_case(Svc::Xrc);
 }
 
+#[test]
+fn c9_125_rd_invalid_request_nak_carries_epsn() {
+    c9_125_case(Svc::Rd);
+}
+
 fn c9_125_case(svc: Svc) {
     let mut p = after_write3(svc);
     let (va, rkey) = (p.b.mr.addr, p.b.mr.rkey);
@@ -2832,6 +3252,11 @@ fn c9_126_remote_operational_error_carries_executing_request_psn() {
 #[test]
 fn c9_126_xrc_remote_operational_error_carries_executing_request_psn() {
     c9_126_case(Svc::Xrc);
+}
+
+#[test]
+fn c9_126_rd_remote_operational_error_carries_executing_request_psn() {
+    c9_126_case(Svc::Rd);
 }
 
 fn c9_126_case(svc: Svc) {
@@ -2900,6 +3325,11 @@ fn o9_71_xrc_aeth_syndrome_encoded_per_table_48() {
     c9_119_case(Svc::Xrc);
 }
 
+#[test]
+fn o9_71_rd_aeth_syndrome_encoded_per_table_48() {
+    c9_119_case(Svc::Rd);
+}
+
 fn c9_119_case(svc: Svc) {
     let all = every_response(svc);
     assert!(all.len() >= 12);
@@ -2938,6 +3368,11 @@ fn c9_119_a1_xrc_aeth_syndrome_bit_7_is_zero() {
 }
 
 #[test]
+fn c9_119_a1_rd_aeth_syndrome_bit_7_is_zero() {
+    c9_119_a1_case(Svc::Rd);
+}
+
+#[test]
 fn o9_71_a1_xrc_aeth_syndrome_bit_7_is_zero() {
     c9_119_a1_case(Svc::Xrc);
 }
@@ -2963,6 +3398,11 @@ fn c9_129_rnr_nak_carries_min_rnr_timer() {
 #[test]
 fn o9_76_xrc_rnr_nak_carries_min_rnr_timer() {
     c9_129_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_76_rd_rnr_nak_carries_min_rnr_timer() {
+    c9_129_case(Svc::Rd);
 }
 
 fn c9_129_case(svc: Svc) {
@@ -3116,6 +3556,7 @@ fn c9_149_case(svc: Svc) {
     let rnr = from_b(&mut p);
     // The duplicate ACK's credit field: no receive left on RC, the "invalid" code on XRC.
     let ack = match svc {
+        Svc::Rd => unreachable!("C9-149 does not bind RD"),
         Svc::Rc => ACK,
         Svc::Xrc => 0x1f,
     };

@@ -26,6 +26,9 @@
 //! After a migration the old primary path is the alternate one; it is used again only after
 //! software re-arms the QP.
 //!
+//! An RD EE context, which holds the path of its RD QPs' messages, migrates the same way and
+//! reports `AsyncEvent::EecPathMigrated` (the event names the EE context, not a QP).
+//!
 //! Linux rxe implements no APM and always sends MigReq = 0; softib follows IBA (MigReq = 1
 //! in the Migrated state), which rxe ignores on receipt (docs/deviations.md).
 
@@ -73,8 +76,12 @@ impl Hca {
             migrate(qp);
         }
         self.counters.path_migrations += 1;
-        self.async_events
-            .push_back(AsyncEvent::PathMigrated { qpn: Qpn::new(qpn) });
+        // An EE context's event names the EE context, not a QP.
+        let event = match super::rd::eecn_of_key(qpn) {
+            Some(eecn) => AsyncEvent::EecPathMigrated { eecn },
+            None => AsyncEvent::PathMigrated { qpn: Qpn::new(qpn) },
+        };
+        self.async_events.push_back(event);
     }
 
     /// A packet for `qpn` from `src` to `dst` did not come on the QP's primary path. If the QP

@@ -41,6 +41,14 @@ impl Hca {
             return;
         }
         let h = &t.headers;
+        // An EE context takes only responses addressed to the QP whose message it is sending
+        // (o9-79.a1).
+        if super::rd::eecn_of_key(qpn).is_some()
+            && qp.sq.front().and_then(|w| w.rd).map(|d| d.src_qpn) != Some(h.bth.dest_qp)
+        {
+            self.counters.rd_qpn_mismatch += 1;
+            return;
+        }
         let psn = h.bth.psn;
         // A response must name a PSN that is outstanding: in [oldest unacked, next_psn).
         let oldest = qp

@@ -180,7 +180,7 @@ impl Hca {
         let parsed = RocePacket::parse(frame);
         let p = match &parsed {
             Ok(p) => p,
-            Err(softib_wire::Error::UnknownOpcode(op)) if matches!(op >> 5, 0 | 3 | 5) => {
+            Err(softib_wire::Error::UnknownOpcode(op)) if matches!(op >> 5, 0 | 2 | 3 | 5) => {
                 self.handle_reserved_opcode(now, frame, *op);
                 return;
             }
@@ -194,7 +194,9 @@ impl Hca {
             return;
         }
         let qpn = p.transport.headers.bth.dest_qp.value();
-        if qpn == super::ud::MCAST_QPN || self.is_ud_qp(qpn) {
+        // (An RD packet goes to the EE context its RDETH names, whatever QP BTH names.)
+        let rd = p.transport.headers.rdeth.is_some();
+        if !rd && (qpn == super::ud::MCAST_QPN || self.is_ud_qp(qpn)) {
             let src = UdSource {
                 from: PacketSource::Roce(&p.ip),
                 sl: p.eth.vlan.map_or(0, |v| v.pcp),
@@ -228,8 +230,9 @@ impl Hca {
             .is_some_and(|p| p.link_layer == LinkLayer::InfiniBand)
     }
 
-    /// A frame (either framing) whose opcode is reserved in the RC or XRC class (answered by
-    /// the responder, C9-84, o9-51) or in the UD class (silently dropped and counted, C9-206).
+    /// A frame (either framing) whose opcode is reserved in the RC, RD or XRC class (answered
+    /// by the responder, C9-84, o9-51) or in the UD class (silently dropped and counted,
+    /// C9-206).
     fn handle_reserved_opcode(&mut self, now: Instant, frame: &[u8], op: u8) {
         if op >> 5 == 3 {
             self.handle_reserved_ud_opcode(frame);
@@ -243,7 +246,7 @@ impl Hca {
         let parsed = NativePacket::parse(frame);
         let p = match &parsed {
             Ok(p) => p,
-            Err(softib_wire::Error::UnknownOpcode(op)) if matches!(op >> 5, 0 | 3 | 5) => {
+            Err(softib_wire::Error::UnknownOpcode(op)) if matches!(op >> 5, 0 | 2 | 3 | 5) => {
                 self.handle_reserved_opcode(now, frame, *op);
                 return;
             }
@@ -286,7 +289,8 @@ impl Hca {
                     grh: grh.as_ref(),
                 };
                 let qpn = transport.headers.bth.dest_qp.value();
-                if qpn == super::ud::MCAST_QPN || self.is_ud_qp(qpn) {
+                let rd = transport.headers.rdeth.is_some();
+                if !rd && (qpn == super::ud::MCAST_QPN || self.is_ud_qp(qpn)) {
                     let src = UdSource { from, sl: p.lrh.sl };
                     self.ud_dispatch(qpn, transport, src);
                     return;
@@ -566,7 +570,7 @@ impl Hca {
     /// it; anything wrong is dropped and counted like any other bad frame.
     fn handle_reserved_rc_opcode(&mut self, now: Instant, frame: &[u8]) {
         if self.native_link() {
-            let Some((bth, lrh, grh)) = reserved_opcode_native(frame) else {
+            let Some((bth, lrh, grh, t)) = reserved_opcode_native(frame) else {
                 self.counters.malformed += 1;
                 return;
             };
@@ -581,26 +585,45 @@ impl Hca {
                 lrh: &lrh,
                 grh: grh.as_ref(),
             };
-            self.handle_reserved_bth(now, &bth, from);
+            self.handle_reserved_bth(now, &bth, t, from);
             return;
         }
-        let Some((bth, ip)) = reserved_opcode_frame(frame) else {
+        let Some((bth, ip, t)) = reserved_opcode_frame(frame) else {
             self.counters.malformed += 1;
             return;
         };
-        self.handle_reserved_bth(now, &bth, PacketSource::Roce(&ip));
+        self.handle_reserved_bth(now, &bth, t, PacketSource::Roce(&ip));
     }
 
-    /// The checks of [`Hca::handle_transport`] for a BTH with a reserved RC or XRC opcode
-    /// (an XRC one is for an XRC target: only a responder judges requests).
-    fn handle_reserved_bth(&mut self, now: Instant, bth: &Bth, from: PacketSource<'_>) {
-        let qpn = bth.dest_qp.value();
+    /// The checks of [`Hca::handle_transport`] for a BTH with a reserved RC, RD or XRC opcode
+    /// (an XRC one is for an XRC target: only a responder judges requests). `t` is the
+    /// transport bytes from the BTH on: every RD packet has an RDETH after the BTH, which names
+    /// the EE context that judges it, and every RD request a DETH after that, which names the
+    /// requesting QP the answer goes to.
+    fn handle_reserved_bth(&mut self, now: Instant, bth: &Bth, t: &[u8], from: PacketSource<'_>) {
+        let mut rd_src = None;
+        let qpn = if bth.opcode.0 >> 5 == 2 {
+            let after = t.get(softib_wire::bth::LEN..).unwrap_or_default();
+            let rdeth = softib_wire::rdeth::Rdeth::parse(after);
+            let deth = after
+                .get(softib_wire::rdeth::LEN..)
+                .and_then(|d| softib_wire::deth::Deth::parse(d).ok());
+            let (Ok(rdeth), Some(deth)) = (rdeth, deth) else {
+                self.counters.malformed += 1;
+                return;
+            };
+            rd_src = Some(deth.src_qp.value());
+            super::rd::eec_key(rdeth.eecn)
+        } else {
+            bth.dest_qp.value()
+        };
         let Some(qp) = self.qps.get(&qpn) else {
             self.counters.no_such_qp += 1;
             return;
         };
         let service_ok = match bth.opcode.0 >> 5 {
             0 => qp.qp_type == QpType::Rc,
+            2 => qpn & super::rd::EEC_KEY != 0,
             5 => qp.qp_type == QpType::XrcRecv,
             _ => false,
         };
@@ -617,7 +640,7 @@ impl Hca {
             return;
         }
         self.counters.rcvd_pkts += 1;
-        self.rc_handle_reserved_opcode(now, qpn, bth);
+        self.rc_handle_reserved_opcode(now, qpn, bth, rd_src);
         self.rearm_timer(qpn);
     }
 
@@ -930,7 +953,8 @@ pub(crate) fn ip_gids(ip: &IpHeader) -> (Gid, Gid) {
 
 /// The BTH and the IP header of a RoCEv2 frame whose opcode the transport parser does not
 /// know, if the frame is otherwise well formed and its ICRC is right.
-pub(crate) fn reserved_opcode_frame(frame: &[u8]) -> Option<(Bth, IpHeader)> {
+/// The third value is the transport bytes from the BTH to the ICRC.
+pub(crate) fn reserved_opcode_frame(frame: &[u8]) -> Option<(Bth, IpHeader, &[u8])> {
     let eth = Ethernet::parse(frame).ok()?;
     let l3 = frame.get(eth.header_len()..)?;
     let (ip, ip_len, total) = match eth.ether_type {
@@ -965,12 +989,14 @@ pub(crate) fn reserved_opcode_frame(frame: &[u8]) -> Option<(Bth, IpHeader)> {
     };
     icrc_ok.ok()?;
     let bth = Bth::parse(body).ok()?;
-    Some((bth, ip))
+    let t = body.get(..body.len().checked_sub(softib_wire::icrc::LEN)?)?;
+    Some((bth, ip, t))
 }
 
 /// The BTH, LRH and GRH of a native IB packet whose opcode the transport parser does not know,
 /// if the packet is otherwise well formed and its VCRC and ICRC are right.
-pub(crate) fn reserved_opcode_native(frame: &[u8]) -> Option<(Bth, Lrh, Option<Grh>)> {
+/// The fourth value is the transport bytes from the BTH to the ICRC.
+pub(crate) fn reserved_opcode_native(frame: &[u8]) -> Option<(Bth, Lrh, Option<Grh>, &[u8])> {
     let lrh = Lrh::parse(frame).ok()?;
     if lrh.lver != 0 || !lrh.lnh.is_iba_transport() {
         return None;
@@ -997,7 +1023,7 @@ pub(crate) fn reserved_opcode_native(frame: &[u8]) -> Option<(Bth, Lrh, Option<G
         return None;
     }
     let bth = Bth::parse(tb).ok()?;
-    Some((bth, lrh, grh))
+    Some((bth, lrh, grh, tb))
 }
 
 #[cfg(test)]

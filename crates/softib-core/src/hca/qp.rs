@@ -271,9 +271,12 @@ impl Hca {
             QpState::Sqd if cur == QpState::Rts => qp.sq_draining = true,
             _ => {}
         }
-        // An EE context in RTS takes its first message.
-        if let (Some(eecn), QpState::Rts) = (super::rd::eecn_of_key(key), next) {
-            self.rd_kick(eecn);
+        // An EE context in RTS takes its first message; one moved to ERR ends the message it
+        // carries and the ones waiting for it.
+        match (super::rd::eecn_of_key(key), next) {
+            (Some(eecn), QpState::Rts) => self.rd_kick(eecn),
+            (Some(eecn), QpState::Err) if cur != QpState::Err => self.rd_eec_error(eecn),
+            _ => {}
         }
         if let Some(qpn) = super::rd::qpn_of_key(key) {
             match next {

@@ -140,11 +140,18 @@ impl Hca {
     /// queue to the EEC's, which the reliable engine then sends like an RC QP's. A QP of
     /// another RDD than the EEC's cannot use it (o9-34): its WQE completes in error
     /// (`IBV_WC_LOC_QP_OP_ERR`) without a packet and the QP enters SQE.
+    ///
+    /// An EE context in ERR takes no more messages: the WQEs waiting for it complete with
+    /// flush error ([`Hca::rd_flush_waiting`]).
     pub(crate) fn rd_kick(&mut self, eecn: Eecn) {
         let key = eec_key(eecn);
         let Some(eec) = self.qps.get(&key) else {
             return;
         };
+        if eec.attr.qp_state == QpState::Err {
+            self.rd_flush_waiting(eecn);
+            return;
+        }
         if eec.attr.qp_state != QpState::Rts || !eec.sq.is_empty() {
             return;
         }
@@ -189,6 +196,66 @@ impl Hca {
         }
     }
 
+    /// EE context `eecn` is in ERR: the send WQEs at the head of RD QPs' send queues that name
+    /// it complete with flush error, in order (they can no longer be sent through it;
+    /// docs/rd.md, softib's choice). Their QPs stay in their state: a WQE behind them for
+    /// another EE context goes on, and that EE context is kicked.
+    pub(crate) fn rd_flush_waiting(&mut self, eecn: Eecn) {
+        let mut flushed = Vec::new();
+        let mut next = Vec::new();
+        let rd_qps = self.qps.count_below(EEC_KEY);
+        for qp in &mut self.qps.qps[..rd_qps] {
+            if qp.qp_type != QpType::Rd {
+                continue;
+            }
+            while qp
+                .sq
+                .front()
+                .is_some_and(|w| w.rd.is_some_and(|d| d.eecn == eecn))
+            {
+                let w = qp.sq.pop_front().expect("looked at");
+                let wc = WorkCompletion::flushed(w.wr_id, w.opcode.wc_opcode(), qp.qpn);
+                flushed.push((qp.send_cq, wc));
+            }
+            if let Some(d) = qp.sq.front().and_then(|w| w.rd) {
+                next.push(d.eecn);
+            }
+        }
+        for (cq, wc) in flushed {
+            let _ = self.push_completion(cq, wc, false);
+        }
+        for e in next {
+            if e != eecn {
+                self.rd_kick(e);
+            }
+        }
+    }
+
+    /// EE context `eecn` enters ERR (its retries ran out, or software moved it there): its
+    /// timers stop, the message it carries completes with flush error on its QP (unless it
+    /// was its RESYNC, which has none), and the WQEs waiting for it are flushed.
+    pub(crate) fn rd_eec_error(&mut self, eecn: Eecn) {
+        let key = eec_key(eecn);
+        let Some(eec) = self.qps.get_mut(&key) else {
+            return;
+        };
+        eec.attr.qp_state = QpState::Err;
+        eec.transport.req = Default::default();
+        eec.transport.req.credits.unlimited = true;
+        let carried = std::mem::take(&mut eec.sq);
+        self.timers.retain(|&(_, k)| k != key);
+        for w in carried {
+            let Some(rd) = w.rd.filter(|d| !d.resync) else {
+                continue;
+            };
+            if let Some((cq, owner)) = self.send_completion_target(key, Some(rd)) {
+                let wc = WorkCompletion::flushed(w.wr_id, w.opcode.wc_opcode(), owner);
+                let _ = self.push_completion(cq, wc, false);
+            }
+        }
+        self.rd_flush_waiting(eecn);
+    }
+
     /// The protection domain of send WQE `i` of `key`'s send queue: its QP's (for an EE
     /// context, the RD QP that posted it).
     pub(crate) fn wqe_pd(&self, key: u32, i: usize) -> PdHandle {
@@ -221,14 +288,15 @@ impl Hca {
     /// A message of EE context `eecn` failed: `wc` (its error completion) goes to the RD QP
     /// that posted it (`rd`), which enters SQE. A failure of the EEC's path (transport retries
     /// exhausted) ends the EEC: it enters ERR. Any other failure belongs to the message: the
-    /// EEC aborts it with a RESYNC (o9-35.a1: at the PSN after the highest the message used,
-    /// which is the EEC's next PSN; o9-35.a2: the aborted request's QPNs) and then serves its
-    /// next message.
+    /// EEC aborts it with a RESYNC (o9-35.a1: at `resync_psn`, the PSN after the highest the
+    /// message used, which is also the response PSN the requester expects next; o9-35.a2:
+    /// the aborted request's QPNs) and then serves its next message.
     pub(crate) fn rd_message_failed(
         &mut self,
         eecn: Eecn,
         rd: Option<crate::verbs::wr::RdWqeDest>,
         mut wc: WorkCompletion,
+        resync_psn: softib_wire::Psn,
     ) {
         let key = eec_key(eecn);
         if let Some(rd) = rd.filter(|d| !d.resync) {
@@ -245,9 +313,7 @@ impl Hca {
         eec.transport.req = Default::default();
         eec.transport.req.credits.unlimited = true;
         if wc.status == WcStatus::RetryExcErr || rd.is_none_or(|d| d.resync) {
-            eec.attr.qp_state = QpState::Err;
-            eec.sq.clear();
-            self.timers.retain(|&(_, k)| k != key);
+            self.rd_eec_error(eecn);
             return;
         }
         let Some(rd) = rd else { return };
@@ -264,6 +330,7 @@ impl Hca {
             state: crate::verbs::wr::WqeState::Posted,
             tx: Default::default(),
         };
+        eec.transport.next_psn = resync_psn;
         eec.sq.push_front(resync);
         self.schedule_tx(key);
     }
@@ -278,8 +345,12 @@ impl Hca {
     ) -> Option<super::responder::RecvTarget> {
         let dest = t.headers.bth.dest_qp.value();
         let qp = self.qps.get(&dest)?;
+        // (SQE stops the send queue only: the receive queue still takes messages.)
         let ok = qp.qp_type == QpType::Rd
-            && matches!(qp.attr.qp_state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+            && matches!(
+                qp.attr.qp_state,
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            )
             && qp.rdd == eec.rdd
             && t.headers.deth.is_some_and(|d| d.qkey == qp.attr.qkey);
         ok.then_some(super::responder::RecvTarget {
@@ -324,6 +395,21 @@ impl Hca {
             .get(&eec_key(eecn))
             .and_then(|e| e.rdd)
             .ok_or(RdError::NoSuchEec(eecn))
+    }
+
+    /// [`Hca::inject_responder_fault`] for the responder of EE context `eecn` (RD requests
+    /// are answered by the EE context they arrive through).
+    pub fn inject_eec_responder_fault(
+        &mut self,
+        eecn: Eecn,
+        fault: crate::transport::rc::ResponderFault,
+    ) -> Result<(), RdError> {
+        let eec = self
+            .qps
+            .get_mut(&eec_key(eecn))
+            .ok_or(RdError::NoSuchEec(eecn))?;
+        eec.transport.resp.faults.arm(fault);
+        Ok(())
     }
 
     /// Destroys an EE context.

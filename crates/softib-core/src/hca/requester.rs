@@ -582,12 +582,22 @@ impl Hca {
         let rd = w.rd;
         let mut wc = WorkCompletion::new(w.wr_id, status, w.opcode.wc_opcode(), qpn_of(qpn))
             .with_byte_len(0);
+        // An EE context's RESYNC takes the PSN after the highest the message used (o9-35.a1):
+        // the last response PSN a READ or ATOMIC reserved, the highest packet sent of others.
+        let resync_psn = if !w.tx.started {
+            qp.transport.next_psn
+        } else if matches!(w.opcode, WrOpcode::RdmaRead { .. }) || w.opcode.is_atomic() {
+            w.tx.first_psn.add(w.tx.npsn)
+        } else {
+            w.tx.first_psn
+                .add(w.tx.sent_once.clamp(1, w.tx.npsn.max(1)))
+        };
         // Remove the failed WQE so the flush does not report it twice; earlier unfinished
         // WQEs (only possible for coalesced errors) are flushed.
         let _ = qp.sq.remove(i);
         qp.transport.req = Default::default();
         if let Some(eecn) = super::rd::eecn_of_key(qpn) {
-            self.rd_message_failed(eecn, rd, wc);
+            self.rd_message_failed(eecn, rd, wc, resync_psn);
             return;
         }
         let cq = qp.send_cq;

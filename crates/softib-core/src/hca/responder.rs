@@ -77,25 +77,39 @@ enum Refusal {
     Fatal(u8, QpErrorCause),
     /// RNR NAK: no receive WQE.
     Rnr,
-    /// Dropped without an answer (an RD packet of another message, o9-38.a1).
-    Ignore,
 }
 
 impl Hca {
     pub(crate) fn rc_handle_request(&mut self, now: Instant, qpn: u32, t: &TransportPacket<'_>) {
-        self.rc_request(now, qpn, &t.headers.bth, Some(t));
+        self.rc_request(now, qpn, &t.headers.bth, Some(t), None);
     }
 
     /// A request whose BTH:OpCode is a reserved RC code (9.7.4.1.4, C9-84). It is classified
     /// by PSN like any request: at ePSN it is an invalid request (NAK-Invalid Request, after
     /// everything received before it); as a duplicate there is nothing to answer and it is
-    /// dropped silently (C9-115); ahead of ePSN it is a PSN sequence error.
-    pub(crate) fn rc_handle_reserved_opcode(&mut self, now: Instant, qpn: u32, bth: &Bth) {
-        self.rc_request(now, qpn, bth, None);
+    /// dropped silently (C9-115); ahead of ePSN it is a PSN sequence error. For an EE context
+    /// (a reserved RD opcode), `rd_src` is the requesting QP its DETH names.
+    pub(crate) fn rc_handle_reserved_opcode(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        bth: &Bth,
+        rd_src: Option<u32>,
+    ) {
+        self.rc_request(now, qpn, bth, None, rd_src);
     }
 
     /// PSN classification and dispatch of a request; `t` is `None` for a reserved opcode.
-    fn rc_request(&mut self, _now: Instant, qpn: u32, bth: &Bth, t: Option<&TransportPacket<'_>>) {
+    /// An EE context's request names its QPs in BTH:DestQP and DETH:SrcQP (`rd_src` when
+    /// there is no parsed packet); responses go to the source QP.
+    fn rc_request(
+        &mut self,
+        _now: Instant,
+        qpn: u32,
+        bth: &Bth,
+        t: Option<&TransportPacket<'_>>,
+        rd_src: Option<u32>,
+    ) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
@@ -106,10 +120,19 @@ impl Hca {
         let psn = bth.psn;
         let epsn = qp.transport.expected_psn;
         let d = psn.distance(epsn);
+        let rd = qp.qp_type == QpType::Rd;
+        let src = t
+            .and_then(|t| t.headers.deth)
+            .map(|d| d.src_qp.value())
+            .or(rd_src)
+            .unwrap_or(0);
+        let ids = (bth.dest_qp.value(), src);
         if bth.opcode == Opcode::RD_RESYNC {
-            self.rd_resync(qpn, psn);
+            self.rd_resync(qpn, psn, ids);
             return;
         }
+        // An EE context answers the QP that asked (0 for a QP: its connection's).
+        let to = if rd { src } else { 0 };
         if d > 0 {
             // Invalid (ahead of ePSN): one NAK-PSN sequence error, then silence (9.7.4.1.2).
             self.counters.rcvd_seq_err += 1;
@@ -125,6 +148,7 @@ impl Hca {
                     syndrome: NAK_PSN_SEQ,
                     msn,
                     base,
+                    to,
                 });
                 self.counters.nak_sent += 1;
                 self.schedule_tx(qpn);
@@ -133,19 +157,39 @@ impl Hca {
         }
         if d < 0 {
             self.counters.duplicate_request += 1;
+            let last = qp.transport.resp.rd.as_ref().map(|d| d.last);
+            if rd && last != Some(ids) {
+                // Not from the QPs of the latest new request: ignored (o9-38.a1).
+                self.counters.rd_qpn_mismatch += 1;
+                return;
+            }
             if let Some(t) = t {
                 self.rc_duplicate(qpn, t);
             }
             return;
         }
         qp.transport.resp.nak_seq_outstanding = false;
+        if rd {
+            let r = qp.transport.resp.rd.get_or_insert_with(Default::default);
+            let pos = t.and_then(|t| t.info().ok()).map(|i| i.position);
+            let continues = matches!(pos, Some(Position::Middle | Position::Last));
+            if continues && r.first.is_some_and(|f| f != ids) {
+                // A MIDDLE or LAST of another message than the latest FIRST's: ignored, and
+                // ePSN stays (o9-38.a1).
+                self.counters.rd_qpn_mismatch += 1;
+                return;
+            }
+            if pos == Some(Position::First) {
+                r.first = Some(ids);
+            }
+            r.last = ids;
+        }
         let result = match t {
             Some(t) => self.rc_execute(qpn, t),
             None => Err(invalid()),
         };
         match result {
             Ok(()) => {}
-            Err(Refusal::Ignore) => return,
             Err(Refusal::Rnr) => {
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 let syndrome = 0x20 | (qp.attr.min_rnr_timer & 0x1f);
@@ -156,6 +200,7 @@ impl Hca {
                     syndrome,
                     msn,
                     base,
+                    to,
                 });
                 self.counters.rnr_nak_sent += 1;
             }
@@ -176,6 +221,7 @@ impl Hca {
                         syndrome,
                         msn,
                         base,
+                        to,
                     });
                 } else {
                     r.responses.push_back(Response::Nak {
@@ -199,46 +245,50 @@ impl Hca {
             return;
         };
         let r = &mut qp.transport.resp;
-        let (cq, owner) = match (r.rd_msg, r.xrc_msg) {
-            (Some((dest, _, cq)), _) => (cq, softib_wire::Qpn::new(dest)),
+        let rd_msg = r.rd.as_mut().and_then(|d| d.msg.take());
+        let (cq, owner) = match (rd_msg, r.xrc_msg) {
+            (Some((dest, cq)), _) => (cq, softib_wire::Qpn::new(dest)),
             (None, Some((_, cq))) => (cq, qp.qpn),
             (None, None) => (qp.recv_cq, qp.qpn),
         };
         r.xrc_msg = None;
-        r.rd_msg = None;
         if let InMessage::Send { wqe, .. } = std::mem::take(&mut r.msg) {
             let wc = WorkCompletion::new(wqe.wr_id, status, WcOpcode::Recv, owner).with_byte_len(0);
             let _ = self.push_completion(cq, wc, false);
         }
     }
 
-    /// An RD RESYNC at `psn` reached EE context `qpn` (o9-38.a2): whatever its QPNs and the
-    /// opcode sequence, if `psn` is at or after ePSN the EEC expects `psn` + 1 next, any
-    /// message in progress is aborted (a partly filled receive WQE completes with
-    /// `IBV_WC_REM_ABORT_ERR`), and the RESYNC is acknowledged with its own PSN; an older one is
-    /// a duplicate, acknowledged as a duplicate SEND is.
-    fn rd_resync(&mut self, qpn: u32, psn: Psn) {
+    /// An RD RESYNC at `psn` from the QPs `ids` (destination, source) reached EE context
+    /// `qpn` (o9-38.a2): whatever its QPNs and the opcode sequence, if `psn` is at or after
+    /// ePSN the EEC expects `psn` + 1 next and any message in progress is aborted (a partly
+    /// filled receive WQE completes with `IBV_WC_REM_ABORT_ERR`); an older one is a duplicate
+    /// and ePSN stays. Either way the RESYNC is acknowledged with its own PSN, to its source
+    /// QP.
+    fn rd_resync(&mut self, qpn: u32, psn: Psn, ids: (u32, u32)) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
         let epsn = qp.transport.expected_psn;
-        let ack_psn = if psn.distance(epsn) >= 0 {
+        if psn.distance(epsn) >= 0 {
             qp.transport.expected_psn = psn.next();
-            qp.transport.resp.nak_seq_outstanding = false;
-            qp.transport.resp.msn = qp.transport.resp.msn.add(1);
+            let r = &mut qp.transport.resp;
+            r.nak_seq_outstanding = false;
+            r.msn = r.msn.add(1);
+            let d = r.rd.get_or_insert_with(Default::default);
+            d.last = ids;
+            d.first = None;
             self.abort_in_message(qpn, WcStatus::RemAbortErr);
-            psn
         } else {
             self.counters.duplicate_request += 1;
-            epsn.sub(1)
-        };
+        }
         let r = &mut self.qps.get_mut(&qpn).expect("checked").transport.resp;
         let (msn, base) = (r.msn, r.credits.consumed);
         r.responses.push_back(Response::Ack {
-            psn: ack_psn,
+            psn,
             syndrome: SYNDROME_ACK,
             msn,
             base,
+            to: ids.1,
         });
         self.schedule_tx(qpn);
     }
@@ -260,18 +310,11 @@ impl Hca {
                 QpErrorCause::InvalidRequest,
             ));
         };
-        if rd {
-            let src = h.deth.map_or(0, |d| d.src_qp.value());
-            let msg = qp.transport.resp.rd_msg;
-            let continues = matches!(info.position, Position::Middle | Position::Last);
-            if continues && msg.map(|(d, s, _)| (d, s)) != Some((target.qpn, src)) {
-                self.counters.rd_qpn_mismatch += 1;
-                return Err(Refusal::Ignore);
-            }
+        if rd && matches!(info.position, Position::First | Position::Only) {
+            // (A MIDDLE or LAST of another message was ignored before, in `rc_request`.)
             let r = &mut self.qps.get_mut(&qpn).expect("checked").transport.resp;
-            r.rd_src_qp = src;
-            if !continues {
-                r.rd_msg = Some((target.qpn, src, target.cq));
+            if let Some(d) = r.rd.as_mut() {
+                d.msg = Some((target.qpn, target.cq));
             }
         }
         let qp = &self.qps[&qpn];
@@ -446,7 +489,9 @@ impl Hca {
             r.msn = r.msn.add(1);
             r.msg = InMessage::None;
             r.xrc_msg = None;
-            r.rd_msg = None;
+            if let Some(d) = r.rd.as_mut() {
+                d.msg = None;
+            }
             // The message is complete: its receive WQE is no longer a credit (C9-157.2.1).
             r.credits.consumed = r.credits.consumed.wrapping_add(1);
             let mut wc = WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, qpn_w)
@@ -589,6 +634,7 @@ impl Hca {
         let mtu = qp.attr.path_mtu.bytes();
         let psn = t.headers.bth.psn;
         let npsn = packets_for(reth.dma_len, mtu);
+        let to = rd_to(qp);
         let r = &mut qp.transport.resp;
         r.msn = r.msn.add(1);
         let msn = r.msn;
@@ -602,6 +648,7 @@ impl Hca {
             msn,
             base,
             fresh: true,
+            to,
         });
         remember(
             r,
@@ -659,6 +706,7 @@ impl Hca {
         mem.copy_from_slice(&new.to_le_bytes());
         let qp = self.qps.get_mut(&qpn).expect("checked");
         let psn = t.headers.bth.psn;
+        let to = rd_to(qp);
         let r = &mut qp.transport.resp;
         r.msn = r.msn.add(1);
         let msn = r.msn;
@@ -669,6 +717,7 @@ impl Hca {
             msn,
             base,
             fresh: true,
+            to,
         });
         remember(
             r,
@@ -719,6 +768,7 @@ impl Hca {
     /// Schedules (or coalesces into the pending one) an ACK for request `psn`.
     fn rc_ack_request(&mut self, qpn: u32, psn: Psn, ack_req: bool) {
         let qp = self.qps.get_mut(&qpn).expect("checked");
+        let to = rd_to(qp);
         let r = &mut qp.transport.resp;
         let msn = r.msn;
         let base = r.credits.consumed;
@@ -727,8 +777,11 @@ impl Hca {
             syndrome: SYNDROME_ACK,
             msn: m,
             base: b,
-        }) = r.responses.back_mut()
-        {
+            ..
+        }) = r.responses.back_mut().filter(|x| {
+            // (An EE context's ACK for another requesting QP is not coalesced.)
+            matches!(x, Response::Ack { to: t, .. } if *t == to)
+        }) {
             // Coalesce: a newer ACK replaces one not yet sent (9.7.5.1.2), an unsolicited
             // one included.
             *p = psn;
@@ -742,6 +795,7 @@ impl Hca {
                 syndrome: SYNDROME_ACK,
                 msn,
                 base,
+                to,
             });
         }
     }
@@ -755,11 +809,17 @@ impl Hca {
         };
         let psn = t.headers.bth.psn;
         let Some(RecvTarget { pd, .. }) = self.recv_target(&self.qps[&qpn], t) else {
-            // An XRCETH violation on a duplicate: dropped, never NAKed (C9-115).
-            self.counters.xrc_bad_srq += 1;
+            // An XRCETH violation (for an EE context, a destination QP that no longer
+            // qualifies) on a duplicate: dropped, never NAKed (C9-115).
+            if self.qps[&qpn].qp_type == QpType::Rd {
+                self.counters.rd_bad_dest += 1;
+            } else {
+                self.counters.xrc_bad_srq += 1;
+            }
             return;
         };
         let qp = &self.qps[&qpn];
+        let to = rd_to(qp);
         let answer = match info.operation {
             Operation::Send | Operation::RdmaWrite => {
                 let qp = self.qps.get_mut(&qpn).expect("checked");
@@ -775,6 +835,7 @@ impl Hca {
                     syndrome: SYNDROME_ACK,
                     msn: r.msn,
                     base: r.credits.consumed,
+                    to,
                 }
             }
             Operation::RdmaReadRequest => {
@@ -818,6 +879,7 @@ impl Hca {
                     msn: r.msn,
                     base: r.credits.consumed,
                     fresh: false,
+                    to,
                 }
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -841,6 +903,7 @@ impl Hca {
                     msn: r.msn,
                     base: r.credits.consumed,
                     fresh: false,
+                    to,
                 }
             }
             _ => return,
@@ -911,8 +974,16 @@ impl Hca {
         // An EE context answers the requesting QP, through the remote EE context.
         let (dest_qp, rdeth) = if rd {
             let eecn = softib_wire::Eecn::new(qp.attr.dest_qp_num);
+            let to = match qp.transport.resp.responses.front() {
+                Some(
+                    Response::Ack { to, .. }
+                    | Response::Read { to, .. }
+                    | Response::Atomic { to, .. },
+                ) => *to,
+                _ => rd_to(qp),
+            };
             (
-                softib_wire::Qpn::new(qp.transport.resp.rd_src_qp),
+                softib_wire::Qpn::new(to),
                 Some(softib_wire::rdeth::Rdeth { resv8: 0, eecn }),
             )
         } else {
@@ -962,6 +1033,7 @@ impl Hca {
                 syndrome,
                 msn,
                 base,
+                ..
             } => {
                 h.bth.opcode = Opcode::RC_ACKNOWLEDGE;
                 h.bth.psn = *psn;
@@ -1019,6 +1091,7 @@ impl Hca {
                 msn,
                 base,
                 fresh,
+                ..
             } => {
                 let first = *next_psn == *first_psn;
                 let plen = (*len - *sent).min(mtu);
@@ -1075,7 +1148,22 @@ impl Hca {
                     return false;
                 }
                 None => {
-                    // The region went away under a READ: answer with a remote access NAK.
+                    // The region went away under a READ: answer with a remote access NAK. An
+                    // EE context's READ response ends there, and the EE context lives on (the
+                    // requester resynchronises); a QP enters ERR.
+                    if rd {
+                        if !done {
+                            self.qps
+                                .get_mut(&qpn)
+                                .expect("checked")
+                                .transport
+                                .resp
+                                .responses
+                                .pop_front();
+                        }
+                    } else {
+                        fatal = Some(QpErrorCause::AccessViolation);
+                    }
                     h = TransportHeaders::new(Bth {
                         opcode: Opcode::RC_ACKNOWLEDGE,
                         dest_qp,
@@ -1087,7 +1175,6 @@ impl Hca {
                         syndrome: NAK_REMOTE_ACCESS,
                         msn,
                     });
-                    fatal = Some(QpErrorCause::AccessViolation);
                 }
             }
         }
@@ -1179,6 +1266,7 @@ impl Hca {
             syndrome: SYNDROME_ACK,
             msn: r.msn,
             base: c.consumed,
+            to: 0,
         });
         self.schedule_tx(qpn);
     }
@@ -1186,6 +1274,14 @@ impl Hca {
     /// Invalidates the memory region whose R_Key is `rkey` in `pd` (SEND with invalidate).
     fn invalidate_rkey(&mut self, pd: crate::verbs::PdHandle, rkey: u32) {
         self.mrs.invalidate_rkey(pd, rkey);
+    }
+}
+
+/// The QP an EE context's response to its latest new request goes to (0 for a QP).
+fn rd_to(qp: &crate::verbs::qp::Qp) -> u32 {
+    match (&qp.transport.resp.rd, qp.qp_type) {
+        (Some(d), QpType::Rd) => d.last.1,
+        _ => 0,
     }
 }
 

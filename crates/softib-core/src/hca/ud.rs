@@ -388,14 +388,14 @@ impl Hca {
     pub(crate) fn handle_reserved_ud_opcode(&mut self, frame: &[u8]) {
         let bth = if self.native_link() {
             match reserved_opcode_native(frame) {
-                Some((_, lrh, _)) if !self.dlid_accepted(lrh.dlid) => {
+                Some((_, lrh, _, _)) if !self.dlid_accepted(lrh.dlid) => {
                     self.counters.wrong_dlid += 1;
                     return;
                 }
-                found => found.map(|(bth, _, _)| bth),
+                found => found.map(|(bth, _, _, _)| bth),
             }
         } else {
-            reserved_opcode_frame(frame).map(|(bth, _)| bth)
+            reserved_opcode_frame(frame).map(|(bth, _, _)| bth)
         };
         let Some(bth) = bth else {
             self.counters.malformed += 1;

@@ -129,8 +129,10 @@ pub struct Counters {
     /// RD EE context: requests for a QP that is not an RD QP able to receive, is of another
     /// RDD than the EE context, or holds another Q_Key (NAK-Invalid RD Request, C9-127, o9-38).
     pub rd_bad_dest: u64,
-    /// RD EE context: MIDDLE / LAST packets whose QPNs are not their message's (ignored,
-    /// o9-38.a1).
+    /// RD EE context: packets ignored because their QPNs are not those they must name: new
+    /// MIDDLE / LAST packets not naming the QPs of the latest FIRST, duplicates not naming
+    /// those of the latest new request (o9-38.a1), responses not addressed to the QP whose
+    /// message the EE context is sending (o9-79.a1).
     pub rd_qpn_mismatch: u64,
 }
 

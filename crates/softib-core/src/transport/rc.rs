@@ -126,6 +126,9 @@ impl SendCredits {
 /// messages up to `msn` consumed; the credit field is filled in when the packet is built, from
 /// the receive WQEs posted by then (9.7.7.2.3: credits are relative to the MSN of the same
 /// AETH).
+///
+/// `to` is, for an EE context, the requesting RD QP the response is addressed to (BTH:DestQP:
+/// the source QP of the request it answers); 0 for QPs, which answer their connection's QP.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Response {
     /// ACK (syndrome class 0b00: its credit bits are replaced when the packet is built), RNR
@@ -135,6 +138,7 @@ pub enum Response {
         syndrome: u8,
         msn: Msn,
         base: u32,
+        to: u32,
     },
     /// A NAK after which the QP enters ERR (invalid request, remote access or operational
     /// error): sent first, then the QP moves to ERR with `cause`.
@@ -156,6 +160,7 @@ pub enum Response {
         base: u32,
         /// False for the answer to a duplicate READ (it holds no new responder resource).
         fresh: bool,
+        to: u32,
     },
     /// ATOMIC acknowledgement carrying the original remote data (`fresh` as for READ).
     Atomic {
@@ -164,6 +169,7 @@ pub enum Response {
         msn: Msn,
         base: u32,
         fresh: bool,
+        to: u32,
     },
 }
 
@@ -215,11 +221,22 @@ pub struct Responder {
     /// CQ. Every packet of a message names the same SRQ; a SEND in progress that is flushed
     /// completes there.
     pub xrc_msg: Option<(crate::verbs::SrqHandle, crate::verbs::CqHandle)>,
-    /// EE context: the message in progress, as (destination QPN, source QPN, the destination
-    /// QP's receive CQ); MIDDLE and LAST packets must name the same QPs (o9-38.a1).
-    pub rd_msg: Option<(u32, u32, crate::verbs::CqHandle)>,
-    /// EE context: the requesting QP of the latest new request, which responses are sent to.
-    pub rd_src_qp: u32,
+    /// EE context: what it keeps of the RD QPs it serves (allocated when it first receives,
+    /// so that QPs do not carry it).
+    pub rd: Option<Box<RdResponder>>,
+}
+
+/// The responder state an EE context keeps beside an RC QP's (`Responder::rd`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RdResponder {
+    /// The message in progress: its destination QPN and that QP's receive CQ.
+    pub msg: Option<(u32, crate::verbs::CqHandle)>,
+    /// The (destination, source) QPNs of the latest new request: its responses go to the
+    /// source, and duplicates must name both (o9-38.a1).
+    pub last: (u32, u32),
+    /// The (destination, source) QPNs of the most recent new FIRST packet, which MIDDLE and
+    /// LAST packets must name (o9-38.a1).
+    pub first: Option<(u32, u32)>,
 }
 
 /// A local error the RC responder can be told to meet, so that the behaviour the IBA demands

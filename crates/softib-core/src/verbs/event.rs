@@ -1,7 +1,7 @@
 //! Asynchronous events (`struct ibv_async_event`).
 
 use super::{CqHandle, SrqHandle};
-use softib_wire::Qpn;
+use softib_wire::{Eecn, Qpn};
 
 /// An affiliated or unaffiliated asynchronous event, with the object it concerns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,6 +44,13 @@ pub enum AsyncEvent {
     PathMigrated {
         /// The QP.
         qpn: Qpn,
+    },
+    /// An RD EE context migrated to its alternate path (IBA 11.6.3's EE-context-affiliated
+    /// Path Migrated event; libibverbs has no EE contexts and reports it as
+    /// `IBV_EVENT_PATH_MIG`).
+    EecPathMigrated {
+        /// The EE context.
+        eecn: Eecn,
     },
     /// Path migration failed (`IBV_EVENT_PATH_MIG_ERR`).
     PathMigrationError {
@@ -91,7 +98,7 @@ impl AsyncEvent {
             AsyncEvent::QpAccessError { .. } => 3,
             AsyncEvent::CommEstablished { .. } => 4,
             AsyncEvent::SqDrained { .. } => 5,
-            AsyncEvent::PathMigrated { .. } => 6,
+            AsyncEvent::PathMigrated { .. } | AsyncEvent::EecPathMigrated { .. } => 6,
             AsyncEvent::PathMigrationError { .. } => 7,
             AsyncEvent::DeviceFatal => 8,
             AsyncEvent::PortActive { .. } => 9,
@@ -111,7 +118,9 @@ impl AsyncEvent {
             AsyncEvent::QpAccessError { .. } => "IBV_EVENT_QP_ACCESS_ERR",
             AsyncEvent::CommEstablished { .. } => "IBV_EVENT_COMM_EST",
             AsyncEvent::SqDrained { .. } => "IBV_EVENT_SQ_DRAINED",
-            AsyncEvent::PathMigrated { .. } => "IBV_EVENT_PATH_MIG",
+            AsyncEvent::PathMigrated { .. } | AsyncEvent::EecPathMigrated { .. } => {
+                "IBV_EVENT_PATH_MIG"
+            }
             AsyncEvent::PathMigrationError { .. } => "IBV_EVENT_PATH_MIG_ERR",
             AsyncEvent::DeviceFatal => "IBV_EVENT_DEVICE_FATAL",
             AsyncEvent::PortActive { .. } => "IBV_EVENT_PORT_ACTIVE",

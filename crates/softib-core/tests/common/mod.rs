@@ -1,16 +1,23 @@
 //! A two-HCA harness: frames move directly between the HCAs (zero latency) through a filter
 //! that can drop, and virtual time jumps to the next timer when nothing moves.
 //!
-//! The pair is an RC connection (A's QP ↔ B's QP) or an XRC one ([`Svc::Xrc`]): A's QP an XRC
-//! initiator, B's an XRC target whose requests land in B's XRC SRQ (CQ `b.cq`, PD `b.pd`).
-//! The harness hides the difference from tests written for RC: A's send WRs name B's SRQ,
-//! receives "posted on B" go to the SRQ, frames built with RC opcodes are sent with the XRC
-//! opcode of the same operation (requests with an XRCETH naming B's SRQ), and
-//! [`Seen::opcode`] reports the RC opcode of an XRC packet ([`Seen::raw_opcode`] the real one).
+//! The pair is an RC connection (A's QP ↔ B's QP), an XRC one ([`Svc::Xrc`]): A's QP an XRC
+//! initiator, B's an XRC target whose requests land in B's XRC SRQ (CQ `b.cq`, PD `b.pd`), or
+//! an RD one ([`Svc::Rd`]): each side has a reliable datagram domain, an RD QP (`qpn`, Q_Key
+//! [`RD_QKEY`]) and an EE context (`eecn`) connected to the other side's, which carries the
+//! path, the PSNs and the timers.
+//! The harness hides the difference from tests written for RC: A's send WRs name B's SRQ (XRC)
+//! or go through A's EE context to B's RD QP (RD), receives "posted on B" go to the SRQ or the
+//! RD QP, frames built with RC opcodes are sent with the XRC or RD opcode of the same
+//! operation (XRC requests with an XRCETH naming B's SRQ; every RD packet with an RDETH naming
+//! the receiver's EE context, RD requests with a DETH carrying the Q_Key and the sender's QP),
+//! the PSNs of [`Pair::sq_psn_a`] / [`Pair::rq_psn_b`] are the EE contexts' on RD, and
+//! [`Seen::opcode`] reports the RC opcode of an XRC or RD packet ([`Seen::raw_opcode`] the real
+//! one).
 
 #![allow(dead_code)]
 
-use softib_core::setup::{connect, ConnectOptions, EndpointInfo};
+use softib_core::setup::{connect, connect_eec, ConnectOptions, EndpointInfo};
 use softib_core::time::Instant;
 use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::device::GidEntry;
@@ -20,7 +27,7 @@ use softib_core::verbs::srq::SrqInitAttr;
 use softib_core::verbs::types::WcStatus;
 use softib_core::verbs::types::{AccessFlags, GidType, Mtu, QpState, QpType};
 use softib_core::verbs::wr::{RecvWr, SendWr, Sge};
-use softib_core::verbs::{CqHandle, PdHandle, SrqHandle};
+use softib_core::verbs::{CqHandle, PdHandle, RddHandle, SrqHandle};
 use softib_core::{gid_of_ipv4, mac_for_gid, udp_source_port, Hca, HcaConfig, MAX_FRAME};
 use softib_wire::aeth::AethSyndrome;
 use softib_wire::bth::Bth;
@@ -29,7 +36,7 @@ use softib_wire::ipv4::Ipv4;
 use softib_wire::opcode::Opcode;
 use softib_wire::roce::{self, IpHeader, RocePacket};
 use softib_wire::transport::{TransportHeaders, TransportPacket};
-use softib_wire::{Psn, Qpn};
+use softib_wire::{Eecn, Psn, Qpn};
 
 pub mod uc;
 
@@ -42,16 +49,26 @@ pub use shuttle::{Dir, Filter};
 pub enum Svc {
     Rc,
     Xrc,
+    Rd,
 }
+
+/// The Q_Key of both sides' RD QPs, which the harness's RD requests carry.
+pub const RD_QKEY: u32 = 0x0011_2233;
 
 impl Svc {
     /// The opcode of RC operation `rc` in this service: itself on RC, the XRC opcode of the
-    /// same operation (0xA0 | operation) on XRC.
+    /// same operation (0xA0 | operation) on XRC, the RD one (0x40 | operation) on RD.
     pub fn opcode(self, rc: Opcode) -> Opcode {
         match self {
             Svc::Rc => rc,
             Svc::Xrc => Opcode(rc.0 | Opcode::XRC_SEND_FIRST.0),
+            Svc::Rd => Opcode(rc.0 | Opcode::RD_SEND_FIRST.0),
         }
+    }
+
+    /// Bits 7:5 of this service's opcodes.
+    pub fn class(self) -> u8 {
+        self.opcode(Opcode(0)).0 >> 5
     }
 }
 
@@ -64,6 +81,9 @@ pub struct Side {
     pub mr: MrInfo,
     /// XRC: B's XRC SRQ, which receives everything B's target QP takes.
     pub srq: Option<SrqHandle>,
+    /// RD: the side's reliable datagram domain and EE context (`qpn` is its RD QP).
+    pub rdd: Option<RddHandle>,
+    pub eecn: Option<Eecn>,
 }
 
 pub struct Pair {
@@ -89,8 +109,8 @@ pub fn alt_gid(ip: [u8; 4]) -> softib_core::verbs::types::Gid {
     gid_of_ipv4([ip[0], ip[1], ip[2] + 1, ip[3]])
 }
 
-/// A side whose QP is of `qp_type`: RC, an XRC initiator, or (`XrcRecv`) an XRC target with
-/// an XRC SRQ in a new XRC domain.
+/// A side whose QP is of `qp_type`: RC, an XRC initiator, (`XrcRecv`) an XRC target with an
+/// XRC SRQ in a new XRC domain, or (`Rd`) an RD QP and an EE context of a new RD domain.
 fn side(node: u32, ip: [u8; 4], mtu: Mtu, qp_type: QpType) -> Side {
     let mut cfg = HcaConfig::new(node);
     cfg.ports[0].gids.push(GidEntry {
@@ -114,7 +134,16 @@ fn side(node: u32, ip: [u8; 4], mtu: Mtu, qp_type: QpType) -> Side {
         max_recv_sge: 4,
         max_inline_data: 64,
     };
-    let (qpn, srq) = if qp_type == QpType::XrcRecv {
+    let (mut rdd, mut eecn) = (None, None);
+    let (qpn, srq) = if qp_type == QpType::Rd {
+        let d = hca.alloc_rdd().unwrap();
+        let qpn = hca
+            .create_rd_qp(pd, d, &QpInitAttr::new(qp_type, cq, cap))
+            .unwrap();
+        eecn = Some(hca.create_eec(d).unwrap());
+        rdd = Some(d);
+        (qpn, None)
+    } else if qp_type == QpType::XrcRecv {
         let xrcd = hca.alloc_xrcd().unwrap();
         let attr = SrqInitAttr {
             max_wr: 1024,
@@ -141,6 +170,8 @@ fn side(node: u32, ip: [u8; 4], mtu: Mtu, qp_type: QpType) -> Side {
         qpn,
         mr,
         srq,
+        rdd,
+        eecn,
     }
 }
 
@@ -151,7 +182,8 @@ impl Pair {
     }
 
     /// [`Pair::new`] for `svc`: with [`Svc::Xrc`], A's QP is an XRC initiator and B's an XRC
-    /// target delivering into B's XRC SRQ.
+    /// target delivering into B's XRC SRQ; with [`Svc::Rd`], A's and B's QPs are RD QPs and
+    /// the connection is between their EE contexts (see the module documentation).
     pub fn new_svc(svc: Svc, psn_a: u32, psn_b: u32, opts: ConnectOptions) -> Pair {
         Pair::new_svc_with_init(svc, psn_a, psn_b, opts, |_, _| {})
     }
@@ -178,6 +210,7 @@ impl Pair {
         let (type_a, type_b) = match svc {
             Svc::Rc => (QpType::Rc, QpType::Rc),
             Svc::Xrc => (QpType::XrcSend, QpType::XrcRecv),
+            Svc::Rd => (QpType::Rd, QpType::Rd),
         };
         let mtu = opts.path_mtu.max(Mtu::Mtu1024);
         let mut a = side(1, [10, 0, 0, 1], mtu, type_a);
@@ -191,15 +224,57 @@ impl Pair {
                 qp_state: QpState::Init,
                 port_num: o.port_num,
                 qp_access_flags: o.access,
+                qkey: RD_QKEY,
                 ..QpAttr::default()
             };
             let mask = QpAttrMask::STATE
                 | QpAttrMask::PORT
                 | QpAttrMask::PKEY_INDEX
                 | QpAttrMask::ACCESS_FLAGS;
+            let mask = if svc == Svc::Rd {
+                mask | QpAttrMask::QKEY
+            } else {
+                mask
+            };
             s.hca.modify_qp(s.qpn, &attr, mask).unwrap();
         }
         init(&mut a, &mut b);
+        if svc == Svc::Rd {
+            // The RD QPs: INIT -> RTR -> RTS with the state alone (their path and PSNs are the
+            // EE contexts'); the EE contexts connect as RC QPs do, naming each other's EECN.
+            for s in [&mut a, &mut b] {
+                for state in [QpState::Rtr, QpState::Rts] {
+                    s.hca
+                        .modify_qp(s.qpn, &QpAttr::to_state(state), QpAttrMask::STATE)
+                        .unwrap();
+                }
+            }
+            let (ea, eb) = (a.eecn.unwrap(), b.eecn.unwrap());
+            let ia = EndpointInfo {
+                qpn: Qpn::new(ea.value()),
+                psn: Psn::new(psn_a),
+                gid: gid_of_ipv4(IP_A),
+                lid: 0,
+            };
+            let ib = EndpointInfo {
+                qpn: Qpn::new(eb.value()),
+                psn: Psn::new(psn_b),
+                gid: gid_of_ipv4(IP_B),
+                lid: 0,
+            };
+            connect_eec(&mut a.hca, ea, ia.psn, &ib, &o).unwrap();
+            connect_eec(&mut b.hca, eb, ib.psn, &ia, &o).unwrap();
+            return Pair {
+                a,
+                b,
+                now: Instant::ZERO,
+                log: Vec::new(),
+                filter: Box::new(|_, _| true),
+                psn_a,
+                psn_b,
+                svc,
+            };
+        }
         let ia = EndpointInfo {
             qpn: a.qpn,
             psn: Psn::new(psn_a),
@@ -259,6 +334,11 @@ impl Pair {
     /// (the target) sends responses without one, every positive acknowledgement with the
     /// "invalid" credit code 0b11111 (an XRC target's receive queue is an SRQ, which
     /// generates no end-to-end credits).
+    ///
+    /// On RD: an opcode of the RD class (0x40) and an RDETH naming an EE context of the
+    /// receiver in every packet; requests (which either side may send) carry a DETH with the
+    /// sending RD QP, responses none, and every positive acknowledgement has credit bits 0
+    /// (RD defines no end-to-end credits, o9-72).
     #[track_caller]
     pub fn check_service(&self, dir: Dir, s: &Seen) {
         let op = s.raw_opcode();
@@ -266,6 +346,42 @@ impl Pair {
         if self.svc == Svc::Rc {
             assert!(!xrc_class, "{dir:?} {op} on an RC pair");
             assert!(s.headers.xrceth.is_none(), "an XRCETH on RC: {s:?}");
+            return;
+        }
+        if self.svc == Svc::Rd {
+            assert_eq!(
+                op.0 & 0xe0,
+                Opcode::RD_SEND_FIRST.0,
+                "{dir:?} {op} on an RD pair"
+            );
+            assert!(s.headers.xrceth.is_none(), "an XRCETH on RD: {s:?}");
+            let (from, to) = match dir {
+                Dir::AtoB => (&self.a, &self.b),
+                Dir::BtoA => (&self.b, &self.a),
+            };
+            let eecn = s.headers.rdeth.expect("an RD packet has an RDETH").eecn;
+            assert!(
+                to.hca.query_eec(eecn).is_ok(),
+                "an RD packet names an EE context of the receiver: {s:?}"
+            );
+            let response = op.info().is_some_and(|i| i.operation.is_response());
+            if response {
+                assert!(
+                    s.headers.deth.is_none(),
+                    "an RD response has no DETH: {s:?}"
+                );
+                if let Some(syn) = s.syndrome().filter(|b| b & 0x60 == 0) {
+                    assert_eq!(syn & 0x1f, 0, "RD generates no credits (o9-72): {s:?}");
+                }
+            } else {
+                let deth = s.headers.deth.expect("an RD request has a DETH");
+                let src = from.hca.qp(deth.src_qp).map(|q| q.qp_type());
+                assert_eq!(
+                    src,
+                    Some(QpType::Rd),
+                    "the DETH names the sending RD QP: {s:?}"
+                );
+            }
             return;
         }
         assert!(xrc_class, "{dir:?} {op} on an XRC pair");
@@ -326,11 +442,14 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// The opcode, an XRC one reported as the RC opcode of the same operation (see the module
-    /// documentation).
+    /// The opcode, an XRC or RD one reported as the RC opcode of the same operation (see the
+    /// module documentation).
     pub fn opcode(&self) -> Opcode {
         let op = self.headers.bth.opcode;
-        if op.0 & 0xe0 == Opcode::XRC_SEND_FIRST.0 {
+        if matches!(
+            op.0 & 0xe0,
+            c if c == Opcode::XRC_SEND_FIRST.0 || c == Opcode::RD_SEND_FIRST.0
+        ) {
             Opcode(op.0 & 0x1f)
         } else {
             op
@@ -428,6 +547,33 @@ impl Pair {
     ) -> Vec<u8> {
         headers.bth.dest_qp = self.receiver(dir).qpn;
         headers.bth.pkey = 0xffff;
+        if self.svc == Svc::Rd && headers.bth.opcode.0 < 0x20 {
+            // The RD opcode of the operation, through the receiver's EE context; a request
+            // carries the RD QPs' Q_Key and the sending QP, a positive acknowledgement no
+            // credits (o9-72).
+            headers.bth.opcode = Opcode(headers.bth.opcode.0 | Opcode::RD_SEND_FIRST.0);
+            if headers.rdeth.is_none() {
+                headers.rdeth = Some(softib_wire::rdeth::Rdeth {
+                    resv8: 0,
+                    eecn: self.receiver(dir).eecn.unwrap(),
+                });
+            }
+            let response = headers
+                .bth
+                .opcode
+                .info()
+                .is_some_and(|i| i.operation.is_response());
+            if !response && headers.deth.is_none() {
+                headers.deth = Some(softib_wire::deth::Deth {
+                    qkey: RD_QKEY,
+                    resv8: 0,
+                    src_qp: self.sender(dir).qpn,
+                });
+            }
+            if let Some(a) = headers.aeth.as_mut().filter(|a| a.syndrome & 0xe0 == 0) {
+                a.syndrome = 0;
+            }
+        }
         if self.svc == Svc::Xrc && headers.bth.opcode.0 < 0x20 {
             // The XRC opcode of the operation; requests to B name B's SRQ.
             headers.bth.opcode = Opcode(headers.bth.opcode.0 | Opcode::XRC_SEND_FIRST.0);
@@ -573,9 +719,12 @@ impl Pair {
 
     /// Tells A's requester that its peer sends no end-to-end credits (the credit code
     /// 0b11111, as Linux rxe does in every ACK), so it sends without regard to credits
-    /// (C9-153) from the first message on.
+    /// (C9-153) from the first message on. On RD, which has no end-to-end credits (o9-72),
+    /// there is nothing to tell.
     pub fn a_without_credits(mut self) -> Pair {
-        self.unsolicited_ack(Dir::BtoA, 0x1f, 0);
+        if self.svc != Svc::Rd {
+            self.unsolicited_ack(Dir::BtoA, 0x1f, 0);
+        }
         self
     }
 
@@ -607,27 +756,105 @@ impl Pair {
         self.a.hca.post_send(self.a.qpn, &wrs).unwrap();
     }
 
-    /// `wrs` as A posts them: on an XRC pair, each names B's SRQ.
+    /// `wrs` as A posts them: on an XRC pair, each names B's SRQ; on an RD pair, each without
+    /// an RD destination goes through A's EE context to B's RD QP with its Q_Key.
     pub fn for_b(&self, wrs: &[SendWr]) -> Vec<SendWr> {
         let srqn = self.b_srqn();
         wrs.iter()
-            .map(|w| match srqn {
-                Some(n) => w.clone().with_xrc_srqn(n),
-                None => w.clone(),
+            .map(|w| match (srqn, self.a.eecn) {
+                (Some(n), _) => w.clone().with_xrc_srqn(n),
+                (None, Some(e)) if w.rd.is_none() => w.clone().with_rd(e, self.b.qpn, RD_QKEY),
+                _ => w.clone(),
             })
             .collect()
     }
 
-    /// A's requester next PSN and B's expected PSN.
+    /// `wrs` as B posts them towards A (on RD through B's EE context to A's RD QP).
+    pub fn for_a(&self, wrs: &[SendWr]) -> Vec<SendWr> {
+        wrs.iter()
+            .map(|w| match self.b.eecn {
+                Some(e) if w.rd.is_none() => w.clone().with_rd(e, self.a.qpn, RD_QKEY),
+                _ => w.clone(),
+            })
+            .collect()
+    }
+
+    /// Posts send WRs on B, towards A.
+    pub fn post_b(&mut self, wrs: &[SendWr]) {
+        let wrs = self.for_a(wrs);
+        self.b.hca.post_send(self.b.qpn, &wrs).unwrap();
+    }
+
+    /// A's requester next PSN and B's expected PSN (on RD, of the EE contexts).
     pub fn sq_psn_a(&self) -> u32 {
-        self.a.hca.query_qp(self.a.qpn).unwrap().sq_psn.value()
+        self.a.conn_attr().sq_psn.value()
     }
     pub fn rq_psn_b(&self) -> u32 {
-        self.b.hca.query_qp(self.b.qpn).unwrap().rq_psn.value()
+        self.b.conn_attr().rq_psn.value()
     }
 }
 
 impl Side {
+    /// The attributes of the side's connection: its QP's, or on RD its EE context's.
+    pub fn conn_attr(&self) -> QpAttr {
+        match self.eecn {
+            Some(e) => self.hca.query_eec(e).unwrap(),
+            None => self.hca.query_qp(self.qpn).unwrap(),
+        }
+    }
+
+    /// The state of the side's connection (on RD, its EE context's).
+    pub fn conn_state(&self) -> QpState {
+        self.conn_attr().qp_state
+    }
+
+    /// Modifies the side's connection: its QP, or on RD its EE context.
+    pub fn modify_conn(
+        &mut self,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), softib_core::error::ModifyQpError> {
+        match self.eecn {
+            Some(e) => self.hca.modify_eec(e, attr, mask),
+            None => self.hca.modify_qp(self.qpn, attr, mask),
+        }
+    }
+
+    /// Creates an RD QP of `rdd` on the side (PD `pd`, CQ `cq` for both queues) with Q_Key
+    /// `qkey` and every remote access, and brings it to RTS.
+    pub fn rd_qp(&mut self, pd: PdHandle, rdd: RddHandle, cq: CqHandle, qkey: u32) -> Qpn {
+        let cap = QpCap {
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 64,
+        };
+        let qpn = self
+            .hca
+            .create_rd_qp(pd, rdd, &QpInitAttr::new(QpType::Rd, cq, cap))
+            .unwrap();
+        let init = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qkey,
+            qp_access_flags: ConnectOptions::default().access,
+            ..QpAttr::default()
+        };
+        let mask = QpAttrMask::STATE
+            | QpAttrMask::PORT
+            | QpAttrMask::PKEY_INDEX
+            | QpAttrMask::QKEY
+            | QpAttrMask::ACCESS_FLAGS;
+        self.hca.modify_qp(qpn, &init, mask).unwrap();
+        for state in [QpState::Rtr, QpState::Rts] {
+            self.hca
+                .modify_qp(qpn, &QpAttr::to_state(state), QpAttrMask::STATE)
+                .unwrap();
+        }
+        qpn
+    }
+
     /// Posts a receive of `len` bytes at byte `offset` of the side's region.
     pub fn post_recv(&mut self, wr_id: u64, offset: u64, len: u32) {
         let sge = Sge {
