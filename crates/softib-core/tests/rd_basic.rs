@@ -428,3 +428,23 @@ fn lossy_path_delivers_every_message_once_in_order() {
     }
     assert!(p.a.hca.counters().retransmitted_pkts > 0);
 }
+
+/// RD has no SEND with invalidate: posting one on an RD QP is refused, nothing is queued.
+#[test]
+fn send_with_invalidate_is_not_an_rd_operation() {
+    let mut p = pair();
+    let wr = p
+        .wr(1, WrOpcode::SendWithInv(0x1234), 0)
+        .with_sge(p.sge_a(0, 8));
+    let e = p.a.hca.post_send(p.a.qps[0], &[wr]);
+    assert!(
+        matches!(
+            e,
+            Err(softib_core::error::PostSendError::OpcodeNotSupported { .. })
+        ),
+        "{e:?}"
+    );
+    p.run();
+    assert_eq!(p.a.hca.counters().sent_pkts, 0);
+    assert_eq!(p.a.hca.query_eec(p.a.eec).unwrap().qp_state, QpState::Rts);
+}

@@ -524,7 +524,11 @@ pub unsafe fn fill_send_wr(
     wr.wr_id = w.wr_id;
     wr.opcode = opcode;
     wr.flags = flags;
+    // The destination is the caller's to add (`post_send_chain`): none is left over from the
+    // WR this buffer held before.
     wr.ud = None;
+    wr.rd = None;
+    wr.xrc_remote_srqn = 0;
     wr.sg_list.clear();
     if flags.contains(SendFlags::INLINE) && !opcode.writes_local_memory() {
         // Inline: the bytes are copied now, the lkeys are ignored (as rdma-core documents).
@@ -564,7 +568,43 @@ pub unsafe extern "C" fn post_send(
     if qp.is_null() {
         return libc::EINVAL;
     }
-    let q = &mut *qp.cast::<SoftQp>();
+    let q = &*qp.cast::<SoftQp>();
+    let qp_type = q.qp_type;
+    if qp_type == QpType::Rd {
+        // An RD WR names an EE context and a remote QP and Q_Key, which `struct ibv_send_wr`
+        // has no room for: RD QPs send with `softib_post_rd_send` (rd.rs). Nothing is posted.
+        if !bad_wr.is_null() {
+            *bad_wr = wr;
+        }
+        return libc::EINVAL;
+    }
+    post_send_chain(q, wr, bad_wr, |one, w, _| {
+        if qp_type == QpType::XrcSend {
+            one.xrc_remote_srqn = w.qp_type.xrc.remote_srqn;
+        }
+        if qp_type == QpType::Ud {
+            let ah = mr::ah_handle(w.wr.ud.ah).ok_or(libc::EINVAL)?;
+            one.ud = Some(UdDest {
+                ah,
+                remote_qpn: Qpn::new(w.wr.ud.remote_qpn),
+                remote_qkey: w.wr.ud.remote_qkey,
+            });
+        }
+        Ok(())
+    })
+}
+
+/// Posts a chain of send WRs on `q` one at a time: each is converted by [`fill_send_wr`] into
+/// the engine's reused WR, given its destination by `dest(wr, ibv_wr, index in the chain)` (a
+/// UD address, an XRC SRQ, an RD destination; `Err(errno)` refuses the WR) and posted. Stops
+/// at the first refused WR, which `bad_wr` then names (those before it stay posted, as
+/// `ibv_post_send` does). Returns 0 or the errno (errno itself is not set).
+pub unsafe fn post_send_chain(
+    q: &SoftQp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+    mut dest: impl FnMut(&mut SendWr, &ibv_send_wr, usize) -> Result<(), i32>,
+) -> i32 {
     let shared: &Shared = &q.shared;
     shared
         .app_polls
@@ -573,6 +613,7 @@ pub unsafe extern "C" fn post_send(
     let (max_inline, max_sge) = (q.max_inline, q.max_send_sge);
     let mut cur = wr;
     let mut rc = 0;
+    let mut index = 0;
     let mut one = std::mem::replace(&mut eng.scratch_send, SendWr::new(0, WrOpcode::Send));
     while !cur.is_null() {
         let w = &*cur;
@@ -580,25 +621,9 @@ pub unsafe extern "C" fn post_send(
             rc = e;
             break;
         }
-        one.xrc_remote_srqn = if q.qp_type == QpType::XrcSend {
-            w.qp_type.xrc.remote_srqn
-        } else {
-            0
-        };
-        if q.qp_type == QpType::Ud {
-            match mr::ah_handle(w.wr.ud.ah) {
-                Some(ah) => {
-                    one.ud = Some(UdDest {
-                        ah,
-                        remote_qpn: Qpn::new(w.wr.ud.remote_qpn),
-                        remote_qkey: w.wr.ud.remote_qkey,
-                    })
-                }
-                None => {
-                    rc = libc::EINVAL;
-                    break;
-                }
-            }
+        if let Err(e) = dest(&mut one, w, index) {
+            rc = e;
+            break;
         }
         if let Err(e) = eng
             .dev
@@ -609,6 +634,7 @@ pub unsafe extern "C" fn post_send(
             break;
         }
         cur = w.next;
+        index += 1;
     }
     eng.scratch_send = one;
     if rc != 0 && !bad_wr.is_null() {

@@ -11,8 +11,12 @@
 //!   ibv_qp_attr` and the `IBV_QP_*` mask bits, `dest_qp_num` naming the remote EECN.
 //! - `softib_create_rd_qp`: an RD QP of a domain, a normal `struct ibv_qp` whose `qp_type` is
 //!   `SOFTIB_QPT_RD` (7); `ibv_modify_qp`, `ibv_query_qp`, `ibv_post_recv`, `ibv_destroy_qp`
-//!   and its CQs work as for any QP (qp.rs). Sending waits for the core's RD data path:
-//!   `ibv_post_send` is refused with EINVAL.
+//!   and its CQs work as for any QP (qp.rs).
+//! - `softib_post_rd_send`: `ibv_post_send` for an RD QP, through one EE context, each WR's
+//!   destination (remote QPN and Q_Key) from its `wr.ud` (SENDs) or from a `struct
+//!   softib_rd_dest` array beside the list (any operation). The WRs are converted and posted
+//!   by the same code as `ibv_post_send`'s (`qp::post_send_chain`). `ibv_post_send` on an RD
+//!   QP is refused with EINVAL: `struct ibv_send_wr` cannot name an EE context.
 //!
 //! Errors follow libibverbs: object-returning functions return NULL with errno set, the others
 //! return 0 or the errno value (errno set too). NULL, pointers this library never handed out
@@ -21,8 +25,10 @@
 
 use std::sync::Arc;
 
+use softib_core::verbs::types::QpType;
+use softib_core::verbs::wr::RdDest;
 use softib_core::verbs::RddHandle;
-use softib_wire::Eecn;
+use softib_wire::{Eecn, Qpn};
 
 use crate::context::Shared;
 use crate::convert;
@@ -253,4 +259,83 @@ pub unsafe extern "C" fn softib_create_rd_qp(
         }
         Err(e) => null_errno(e),
     }
+}
+
+/// `struct softib_rd_dest`: the destination of one RD send WR behind the EE context's remote
+/// end.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct SoftRdDest {
+    /// The destination RD QP (24 bits).
+    pub remote_qpn: u32,
+    /// The Q_Key the message carries; with bit 31 set the sending QP's own.
+    pub remote_qkey: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<SoftRdDest>() == 8);
+
+symver!(softib_post_rd_send);
+/// `int softib_post_rd_send(struct ibv_qp *qp, struct softib_eec *eec, struct ibv_send_wr
+/// *wr, const struct softib_rd_dest *dest, struct ibv_send_wr **bad_wr)`: posts the list `wr`
+/// on RD QP `qp`, every WR through EE context `eec` (of the QP's context). With `dest` NULL
+/// every WR is a SEND or SEND with immediate whose destination is `wr.ud.remote_qpn` /
+/// `wr.ud.remote_qkey` (`wr.ud.ah` is not read); otherwise `dest[i]` is the destination of the
+/// list's `i`-th WR, of any RD operation (`wr.ud` is not read). 0, or the errno value (errno
+/// set too) with `*bad_wr` naming the first WR not posted: EINVAL for a QP that is no live RD
+/// QP, an EE context that is no live one of the QP's context, and every WR `ibv_post_send`
+/// refuses, SEND with invalidate (RD has none), a WR other than SEND with no `dest`, a remote
+/// QPN of 25 bits; ENOMEM when the send queue is full.
+#[export_name = "softib_softib_post_rd_send"]
+pub unsafe extern "C" fn softib_post_rd_send(
+    qp: *mut ibv_qp,
+    eec: *mut SoftEec,
+    wr: *mut ibv_send_wr,
+    dest: *const SoftRdDest,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> i32 {
+    let refuse = |errno: i32| {
+        if !bad_wr.is_null() {
+            *bad_wr = wr;
+        }
+        ret_errno(errno)
+    };
+    let Some(q) = qp::soft_qp(qp) else {
+        return refuse(libc::EINVAL);
+    };
+    if q.qp_type != QpType::Rd {
+        return refuse(libc::EINVAL);
+    }
+    let Some(e) = soft_eec(eec) else {
+        return refuse(libc::EINVAL);
+    };
+    // An EECN is a number of its context's HCA: in another it names another EE context.
+    if !std::ptr::eq(e.context, q.ex.qp_base.context) {
+        return refuse(libc::EINVAL);
+    }
+    let eecn = e.eecn;
+    let rc = qp::post_send_chain(q, wr, bad_wr, |one, w, i| {
+        let (remote_qpn, remote_qkey) = if dest.is_null() {
+            if !matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
+                return Err(libc::EINVAL);
+            }
+            (w.wr.ud.remote_qpn, w.wr.ud.remote_qkey)
+        } else {
+            let d = *dest.add(i);
+            (d.remote_qpn, d.remote_qkey)
+        };
+        // RD has no SEND with invalidate (IBA Table 38: no RD opcode carries an IETH).
+        if w.opcode == IBV_WR_SEND_WITH_INV || remote_qpn >= 1 << 24 {
+            return Err(libc::EINVAL);
+        }
+        one.rd = Some(RdDest {
+            eecn,
+            remote_qpn: Qpn::new(remote_qpn),
+            remote_qkey,
+        });
+        Ok(())
+    });
+    if rc != 0 {
+        set_errno(rc);
+    }
+    rc
 }

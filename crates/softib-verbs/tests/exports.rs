@@ -136,6 +136,7 @@ fn soname_and_exactly_the_table() {
         "softib_eec_num",
         "softib_destroy_eec",
         "softib_create_rd_qp",
+        "softib_post_rd_send",
     ]
     .into_iter()
     .collect();

@@ -2,9 +2,9 @@
 //! installed `<infiniband/verbs.h>` and this crate's `include/softib/rd.h`, and linked with
 //! `-libverbs` against the built `libibverbs.so` (whose `softib_*` symbols are at
 //! `SOFTIB_1.0`), runs one case per test on softib (`LD_LIBRARY_PATH`). The program exits 0
-//! only if every check held; its stderr names each one that did not. Sending on RD QPs waits
-//! for the core's RD data path (docs/rd.md), so the cases cover the objects, their state
-//! machines, receives and the refusal of sends.
+//! only if every check held; its stderr names each one that did not. The cases cover the
+//! objects, their state machines, receives, `softib_post_rd_send` and its bad input, and
+//! messages that really move between RD QPs through a pair of EE contexts (`rd_data`).
 
 mod common;
 
@@ -88,15 +88,33 @@ fn rd_eec_states() {
 /// ordinary `ibv_qp` of type `SOFTIB_QPT_RD`: RD's transition table through `ibv_modify_qp`
 /// (Q_Key at INIT, no path, no SQ PSN), `ibv_query_qp`, `ibv_post_recv` (a bad WR stops the
 /// chain; receives flush into the CQ on ERR, none at destroy), `ibv_post_send` EINVAL with
-/// `bad_wr` in every state, an SRQ; domain, PD, CQ and SRQ busy while the QP lives.
+/// `bad_wr` in every state, `softib_post_rd_send`'s bad input (QP, EE context, each kind of bad
+/// WR: EINVAL, `bad_wr`, nothing posted; a list stops at its bad WR; a WR waiting for an EE
+/// context in RESET, or posted in ERR, flushes), an SRQ; domain, PD, CQ and SRQ busy while
+/// the QP lives.
 #[test]
 fn rd_qps() {
     run_case("rd_qps");
 }
 
 /// Two contexts: each EE context is its own HCA's (modify and destroy never reach the other's,
-/// even with the same EECN); a domain, PD or CQ of another context is refused (EINVAL).
+/// even with the same EECN); a domain, PD or CQ of another context is refused (EINVAL), and
+/// so is an EE context of another context in `softib_post_rd_send`.
 #[test]
 fn rd_contexts() {
     run_case("contexts");
+}
+
+/// Data through RD in one context (its QPs reach each other through its own socket): two EE
+/// contexts connected to each other at the context's GID and three RD QPs. SENDs with and
+/// without immediate from two QPs to two QPs through one EE context (destinations from
+/// `wr.ud`) and back through the other (a destination array, the sender's own Q_Key); RDMA
+/// WRITE, READ, fetch-and-add and WRITE with immediate; completions (`qp_num`, `src_qp`,
+/// `byte_len`, immediate) and bytes checked. A wrong Q_Key fails that QP
+/// (`IBV_WC_REM_INV_RD_REQ_ERR`, SQE, later WRs flushed) while the other QP's next message
+/// arrives and the EE contexts stay in RTS; a bad R_Key (`IBV_WC_REM_ACCESS_ERR`); an EE
+/// context of another domain (`IBV_WC_LOC_QP_OP_ERR`, o9-34).
+#[test]
+fn rd_data() {
+    run_case("rd_data");
 }

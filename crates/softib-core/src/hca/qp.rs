@@ -675,7 +675,8 @@ impl Hca {
         }
         let allowed = match qp.qp_type {
             QpType::Rc | QpType::XrcSend => true,
-            QpType::Rd => true,
+            // RD has no SEND with invalidate (its opcodes 0x56 / 0x57 are reserved).
+            QpType::Rd => !matches!(opcode, WrOpcode::SendWithInv(_)),
             // An XRC target has no send queue.
             QpType::XrcRecv => false,
             QpType::Uc => matches!(

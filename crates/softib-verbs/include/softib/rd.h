@@ -16,9 +16,10 @@
  * errno). NULL, pointers softib did not hand out (or of another kind), destroyed objects and
  * objects of another device context are refused with EINVAL.
  *
- * Status: the objects are complete. Sending on an RD QP waits for softib's RD data path
- * (docs/rd.md, step 2): until it arrives ibv_post_send() on an RD QP fails with EINVAL
- * (*bad_wr = the first WR) and posts nothing.
+ * An RD QP sends with softib_post_rd_send() (below), which names the EE context every WR
+ * goes through and each WR's remote QP and Q_Key. ibv_post_send() on an RD QP fails with
+ * EINVAL (*bad_wr = the first WR) and posts nothing: struct ibv_send_wr has no room for an EE
+ * context.
  */
 #ifndef SOFTIB_RD_H
 #define SOFTIB_RD_H
@@ -99,12 +100,56 @@ int softib_destroy_eec(struct softib_eec *eec);
  *   any   -> ERR (receives flush to the CQ), any -> RESET (except RESET -> ERR)
  * IBV_QP_SQ_PSN (which UD programs pass at RTS) is refused: an RD QP's PSNs are its EE
  * contexts'.
- * The domain is busy (softib_dealloc_rdd: EBUSY) until ibv_destroy_qp(). Sending: see the
- * status above. NULL + errno: EINVAL (a NULL or dead PD, domain, CQ or SRQ, a domain or CQ of
+ * The domain is busy (softib_dealloc_rdd: EBUSY) until ibv_destroy_qp(). It sends with
+ * softib_post_rd_send(), not ibv_post_send() (EINVAL). NULL + errno: EINVAL (a NULL or dead PD, domain, CQ or SRQ, a domain or CQ of
  * another context, NULL attr, another qp_type, capabilities beyond the device's), ENOMEM (no
  * QP number left). */
 struct ibv_qp *softib_create_rd_qp(struct ibv_pd *pd, struct softib_rdd *rdd,
 				   struct ibv_qp_init_attr *attr);
+
+/* The destination of one RD send WR: an RD QP behind the remote end of the EE context the WR
+ * goes through. */
+struct softib_rd_dest {
+	uint32_t remote_qpn;  /* the destination RD QP (24 bits) */
+	uint32_t remote_qkey; /* the Q_Key sent; with bit 31 set, the sending QP's own Q_Key */
+};
+
+/* ibv_post_send() for an RD QP: posts the list `wr` (linked by wr->next) on `qp`, every WR
+ * through EE context `eec`, which must be an EE context of the QP's device context (in any
+ * state: a WR waits in the QP's send queue until the EE context is in RTS and takes it).
+ * The destination of each WR:
+ *   dest == NULL   every WR must be IBV_WR_SEND or IBV_WR_SEND_WITH_IMM; its destination is
+ *                  wr->wr.ud.remote_qpn and wr->wr.ud.remote_qkey, as for UD (wr->wr.ud.ah
+ *                  is not read: the EE context holds the path; leave it NULL).
+ *   dest != NULL   dest[i] is the destination of the i-th WR of the list (counting from 0
+ *                  along wr->next; the array must have an entry for every WR), whatever its
+ *                  opcode; wr->wr is read as usual for the operation (wr->wr.rdma for RDMA
+ *                  WRITE, WRITE with immediate and READ, wr->wr.atomic for the atomics) and
+ *                  wr->wr.ud never.
+ * The operations: IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE,
+ * IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_CMP_AND_SWP,
+ * IBV_WR_ATOMIC_FETCH_AND_ADD; send_flags, sg_list, num_sge and imm_data as for
+ * ibv_post_send() (IBV_SEND_INLINE up to the QP's max_inline_data).
+ * An EE context sends one message at a time, taking them from the RD QPs that have one for it
+ * in turn; completions go to the sending QP's send CQ (qp_num = that QP) and, for SENDs and
+ * WRITEs with immediate, to the destination QP's receive CQ (qp_num = the destination,
+ * src_qp = the sender). A message the destination refuses (another domain, another Q_Key,
+ * not an RD QP, no such QP: IBV_WC_REM_INV_RD_REQ_ERR; a bad R_Key: IBV_WC_REM_ACCESS_ERR;
+ * ...) completes in error and moves the sending QP to IBV_QPS_SQE; the EE context and the
+ * other QPs' messages go on. An EE context of another domain than the QP's completes the WR
+ * in error without sending it (IBV_WC_LOC_QP_OP_ERR, the QP to SQE).
+ * Returns 0, or the errno value (errno set too) with *bad_wr naming the first WR not posted
+ * (those before it are posted, as with ibv_post_send()): EINVAL for a qp that is not a live
+ * RD QP, an eec that is not a live EE context of the QP's context (*bad_wr = wr then), a QP
+ * in RESET, INIT or RTR, and for a WR ibv_post_send() refuses (unknown opcode, num_sge above
+ * the QP's max_send_sge, inline data beyond max_inline_data, an atomic not of 8 bytes, a
+ * message above the port's max_msg_sz), IBV_WR_SEND_WITH_INV (RD has no SEND with
+ * invalidate), an opcode other than SEND with dest == NULL, a remote_qpn of more than 24
+ * bits; ENOMEM when the send queue is full. An empty list (wr NULL) posts nothing and
+ * returns 0. In IBV_QPS_SQE and IBV_QPS_ERR the WRs are accepted and complete with
+ * IBV_WC_WR_FLUSH_ERR. */
+int softib_post_rd_send(struct ibv_qp *qp, struct softib_eec *eec, struct ibv_send_wr *wr,
+			const struct softib_rd_dest *dest, struct ibv_send_wr **bad_wr);
 
 #ifdef __cplusplus
 }
