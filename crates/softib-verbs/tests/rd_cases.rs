@@ -9,7 +9,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -17,50 +16,21 @@ use std::time::Duration;
 fn program() -> &'static Result<(PathBuf, PathBuf), String> {
     static P: OnceLock<Result<(PathBuf, PathBuf), String>> = OnceLock::new();
     P.get_or_init(|| {
-        if let Some(h) = common::missing_header(&["infiniband/verbs.h"]) {
-            return Err(format!("{h} is not installed (Debian: libibverbs-dev)"));
-        }
-        if !common::have_cc() {
-            return Err("no C compiler (cc)".into());
-        }
-        let Some(lib) = common::built_lib() else {
-            return Err("no built libibverbs.so (cargo build -p softib-verbs)".into());
-        };
-        let dir = common::scratch("rd_cases");
-        let libdir = common::link_dir(&lib, &dir);
-        let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let src = crate_dir.join("tests/c/rd_cases.c");
-        let exe = dir.join("rd_cases");
-        let include = format!("-I{}", crate_dir.join("include").display());
-        let l = format!("-L{}", libdir.display());
-        if let Err(e) = common::cc(&src, &exe, &[&include, &l, "-libverbs"]) {
-            panic!("{e}");
-        }
-        Ok((exe, libdir))
+        let include = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("include");
+        common::verbs_program("rd_cases", &[&format!("-I{}", include.display())])
     })
 }
 
 fn run_case(case: &str) {
-    let (exe, libdir) = match program() {
-        Ok(v) => v,
-        Err(reason) => return common::skip(reason),
-    };
-    let (status, stderr) = common::run_limited(
-        Command::new(exe)
-            .arg(case)
-            .env("LD_LIBRARY_PATH", libdir)
-            .env("SOFTIB_CONFIG", "/nonexistent")
+    common::run_c_case(
+        program(),
+        case,
+        &[
+            ("SOFTIB_CONFIG", "/nonexistent"),
             // A path MTU above the port's is refused: the port's is 1024 here.
-            .env("SOFTIB_MTU", "1024")
-            .env_remove("SOFTIB_BIND"),
+            ("SOFTIB_MTU", "1024"),
+        ],
         Duration::from_secs(60),
-    );
-    let Some(status) = status else {
-        panic!("{case}: no exit within 60 s\n{stderr}");
-    };
-    assert!(
-        status.success(),
-        "{case}: {status} (a signal means softib crashed on bad input)\n{stderr}"
     );
 }
 

@@ -8,54 +8,21 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The compiled program and the directory of the library, or why the tests cannot run.
 fn program() -> &'static Result<(PathBuf, PathBuf), String> {
     static P: OnceLock<Result<(PathBuf, PathBuf), String>> = OnceLock::new();
-    P.get_or_init(|| {
-        if let Some(h) = common::missing_header(&["infiniband/verbs.h"]) {
-            return Err(format!("{h} is not installed (Debian: libibverbs-dev)"));
-        }
-        if !common::have_cc() {
-            return Err("no C compiler (cc)".into());
-        }
-        let Some(lib) = common::built_lib() else {
-            return Err("no built libibverbs.so (cargo build -p softib-verbs)".into());
-        };
-        let dir = common::scratch("xrc_cases");
-        let libdir = common::link_dir(&lib, &dir);
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/xrc_cases.c");
-        let exe = dir.join("xrc_cases");
-        let l = format!("-L{}", libdir.display());
-        if let Err(e) = common::cc(&src, &exe, &[&l, "-libverbs"]) {
-            panic!("{e}");
-        }
-        Ok((exe, libdir))
-    })
+    P.get_or_init(|| common::verbs_program("xrc_cases", &[]))
 }
 
 fn run_case(case: &str) {
-    let (exe, libdir) = match program() {
-        Ok(v) => v,
-        Err(reason) => return common::skip(reason),
-    };
-    let (status, stderr) = common::run_limited(
-        Command::new(exe)
-            .arg(case)
-            .env("LD_LIBRARY_PATH", libdir)
-            .env("SOFTIB_CONFIG", "/nonexistent")
-            .env_remove("SOFTIB_BIND"),
+    common::run_c_case(
+        program(),
+        case,
+        &[("SOFTIB_CONFIG", "/nonexistent")],
         Duration::from_secs(60),
-    );
-    let Some(status) = status else {
-        panic!("{case}: no exit within 60 s\n{stderr}");
-    };
-    assert!(
-        status.success(),
-        "{case}: {status} (a signal means softib crashed on bad input)\n{stderr}"
     );
 }
 

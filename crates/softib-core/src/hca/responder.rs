@@ -310,14 +310,6 @@ impl Hca {
                 QpErrorCause::InvalidRequest,
             ));
         };
-        if rd && matches!(info.position, Position::First | Position::Only) {
-            // (A MIDDLE or LAST of another message was ignored before, in `rc_request`.)
-            let r = &mut self.qps.get_mut(&qpn).expect("checked").transport.resp;
-            if let Some(d) = r.rd.as_mut() {
-                d.msg = Some((target.qpn, target.cq));
-            }
-        }
-        let qp = &self.qps[&qpn];
         let mtu = qp.attr.path_mtu.bytes() as usize;
         let pd = target.pd;
         // The access rights are the receiving QP's (an EE context has none of its own).
@@ -376,6 +368,14 @@ impl Hca {
             if let Some(srq) = target.srq {
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 qp.transport.resp.xrc_msg = Some((srq, target.cq));
+            }
+        }
+        if rd && matches!(pos, Position::First | Position::Only) {
+            // The RD QP this message is for (a MIDDLE or LAST of another message was ignored
+            // before, in `rc_request`).
+            let r = &mut self.qps.get_mut(&qpn).expect("checked").transport.resp;
+            if let Some(d) = r.rd.as_mut() {
+                d.msg = Some((target.qpn, target.cq));
             }
         }
         match op {

@@ -23,37 +23,7 @@
 
 #include <infiniband/verbs.h>
 
-static int failures;
-static int checks;
-
-#define CHECK(cond, ...)                                                              \
-	do {                                                                              \
-		checks++;                                                                     \
-		if (!(cond)) {                                                                \
-			failures++;                                                               \
-			fprintf(stderr, "FAIL %s:%d: %s: ", __func__, __LINE__, #cond);          \
-			fprintf(stderr, __VA_ARGS__);                                             \
-			fprintf(stderr, "\n");                                                    \
-		}                                                                             \
-	} while (0)
-
-#define DIE(...)                                                                      \
-	do {                                                                              \
-		fprintf(stderr, "SETUP FAILED %s:%d: ", __func__, __LINE__);                 \
-		fprintf(stderr, __VA_ARGS__);                                                 \
-		fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno));                  \
-		exit(2);                                                                      \
-	} while (0)
-
-/* A pointer-returning verb failed with exactly errno `want`. */
-#define CHECK_NULL_ERRNO(expr, want)                                                  \
-	do {                                                                              \
-		errno = 0;                                                                    \
-		void *p_ = (void *)(expr);                                                    \
-		int e_ = errno;                                                               \
-		CHECK(p_ == NULL && e_ == (want), "%s gave %p errno %d (%s), want NULL and %s", \
-		      #expr, p_, e_, strerror(e_), #want);                                   \
-	} while (0)
+#include "check.h"
 
 /* An int verb that returns 0 or the errno value failed with exactly `want`. */
 #define CHECK_RET(expr, want)                                                         \
@@ -62,41 +32,6 @@ static int checks;
 		CHECK(r_ == (want), "%s returned %d (%s), want %s", #expr, r_,                \
 		      r_ > 0 ? strerror(r_) : "", #want);                                    \
 	} while (0)
-
-static struct ibv_context *open_ctx(void)
-{
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		DIE("no device");
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	if (!ctx)
-		DIE("ibv_open_device");
-	ibv_free_device_list(list);
-	return ctx;
-}
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Polls one completion within `secs`; 1 if one came. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, double secs)
-{
-	double end = now() + secs;
-	while (now() < end) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n < 0)
-			DIE("ibv_poll_cq %d", n);
-		if (n == 1)
-			return 1;
-		usleep(100);
-	}
-	return 0;
-}
 
 /* A fresh file for a domain: its fd (O_RDONLY, as ibv_xsrq_pingpong opens its file). */
 static int domain_file(char *path, size_t len)

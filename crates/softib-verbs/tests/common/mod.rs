@@ -87,6 +87,21 @@ pub fn link_dir(lib: &Path, dir: &Path) -> PathBuf {
     d
 }
 
+/// Compiles `tests/c/<name>.c` against the installed `<infiniband/verbs.h>` and links it with
+/// `-libverbs` (and `extra`, flags before the libraries) against this build's libibverbs.so,
+/// linked into a scratch directory: the program and that directory, or why the tests cannot
+/// run.
+#[allow(dead_code)] // each test crate compiles this module; not all of them use this
+pub fn verbs_program(name: &str, extra: &[&str]) -> Result<(PathBuf, PathBuf), String> {
+    c_program(
+        name,
+        &["infiniband/verbs.h"],
+        "libibverbs-dev",
+        false,
+        extra,
+    )
+}
+
 /// Compiles `tests/c/<name>.c` against the installed `headers` and links it with `-lrdmacm
 /// -libverbs` (and `extra`) against this build's librdmacm.so and libibverbs.so, linked into
 /// a scratch directory: the program and that directory, or why the tests cannot run.
@@ -96,8 +111,20 @@ pub fn rdmacm_program(
     headers: &[&str],
     extra: &[&str],
 ) -> Result<(PathBuf, PathBuf), String> {
+    c_program(name, headers, "librdmacm-dev", true, extra)
+}
+
+/// [`verbs_program`], also with softib's librdmacm when `rdmacm`; `package` names what
+/// provides the `headers`.
+fn c_program(
+    name: &str,
+    headers: &[&str],
+    package: &str,
+    rdmacm: bool,
+    extra: &[&str],
+) -> Result<(PathBuf, PathBuf), String> {
     if let Some(h) = missing_header(headers) {
-        return Err(format!("{h} is not installed (Debian: librdmacm-dev)"));
+        return Err(format!("{h} is not installed (Debian: {package})"));
     }
     if !have_cc() {
         return Err("no C compiler (cc)".into());
@@ -105,25 +132,65 @@ pub fn rdmacm_program(
     let Some(lib) = built_lib() else {
         return Err("no built libibverbs.so (cargo build -p softib-verbs)".into());
     };
-    let Some(cm) = built_rdmacm() else {
-        return Err("no built librdmacm.so (cargo build -p softib-rdmacm)".into());
+    let cm = if rdmacm {
+        let Some(cm) = built_rdmacm() else {
+            return Err("no built librdmacm.so (cargo build -p softib-rdmacm)".into());
+        };
+        Some(cm.canonicalize().unwrap())
+    } else {
+        None
     };
     let dir = scratch(name);
     let libdir = link_dir(&lib, &dir);
-    let cm = cm.canonicalize().unwrap();
-    for n in ["librdmacm.so", "librdmacm.so.1"] {
-        let _ = std::fs::remove_file(libdir.join(n));
-        std::os::unix::fs::symlink(&cm, libdir.join(n)).unwrap();
+    if let Some(cm) = &cm {
+        for n in ["librdmacm.so", "librdmacm.so.1"] {
+            let _ = std::fs::remove_file(libdir.join(n));
+            std::os::unix::fs::symlink(cm, libdir.join(n)).unwrap();
+        }
     }
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let exe = dir.join(name);
     let l = format!("-L{}", libdir.display());
-    let mut args = vec![l.as_str(), "-lrdmacm", "-libverbs"];
+    let mut args = vec![l.as_str()];
+    if rdmacm {
+        args.push("-lrdmacm");
+    }
+    args.push("-libverbs");
     args.extend_from_slice(extra);
     if let Err(e) = cc(&src, &exe, &args) {
         panic!("{e}");
     }
     Ok((exe, libdir))
+}
+
+/// Runs case `case` of a C test program built by [`verbs_program`] or [`rdmacm_program`] on
+/// softib (its library directory first on `LD_LIBRARY_PATH`, no `SOFTIB_BIND`, `env` added),
+/// killing it after `limit`. Skips when the program could not be built; fails when it does
+/// not exit 0 (every check held).
+#[allow(dead_code)] // each test crate compiles this module; not all of them use this
+pub fn run_c_case(
+    program: &Result<(PathBuf, PathBuf), String>,
+    case: &str,
+    env: &[(&str, &str)],
+    limit: Duration,
+) {
+    let (exe, libdir) = match program {
+        Ok(v) => v,
+        Err(reason) => return skip(reason),
+    };
+    let mut cmd = Command::new(exe);
+    cmd.arg(case)
+        .env("LD_LIBRARY_PATH", libdir)
+        .env_remove("SOFTIB_BIND")
+        .envs(env.iter().copied());
+    let (status, stderr) = run_limited(&mut cmd, limit);
+    let Some(status) = status else {
+        panic!("{case}: no exit within {} s\n{stderr}", limit.as_secs());
+    };
+    assert!(
+        status.success(),
+        "{case}: {status} (a signal means softib crashed on bad input)\n{stderr}"
+    );
 }
 
 /// Compiles `src` to `out` with `args` appended; the compiler's output on failure.
