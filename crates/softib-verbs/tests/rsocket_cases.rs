@@ -74,7 +74,7 @@ fn rsocket_shutdown() {
 }
 
 /// SOCK_NONBLOCK and rfcntl(F_SETFL, O_NONBLOCK) both show in F_GETFL; raccept with nothing
-/// pending and rrecv with no data are EAGAIN; a non-blocking rconnect is EINPROGRESS, then
+/// pending and rrecv with no data are EAGAIN; a non-blocking rconnect is EINPROGRESS (or, if the peer answered at once, already connected), then
 /// rpoll(POLLOUT) and SO_ERROR 0; rsend of 8 MiB to a peer that does not read gives a
 /// partial count, then EAGAIN, never a wait (MSG_DONTWAIT likewise on a blocking socket), and
 /// POLLOUT again once the peer read the bytes, which arrive intact; an accepted socket starts
