@@ -448,3 +448,75 @@ fn send_with_invalidate_is_not_an_rd_operation() {
     assert_eq!(p.a.hca.counters().sent_pkts, 0);
     assert_eq!(p.a.hca.query_eec(p.a.eec).unwrap().qp_state, QpState::Rts);
 }
+
+/// A's QP 0 sends a 5-packet SEND to B's QP 0 and A's QP 1 a short one to B's QP 1, through
+/// the one EE context; after the first two packets of QP 0's message, `stop` ends QP 0 (destroys
+/// it, or moves it to ERR). The EE context aborts the message with a RESYNC and carries QP 1's
+/// message; B's QP 0 sees its partly filled receive complete in error, B's QP 1 its message.
+/// Returns A's completions.
+fn qp_ends_mid_message(stop: impl FnOnce(&mut Hca, Qpn)) -> Vec<(u64, WcStatus, Qpn)> {
+    let mut p = pair();
+    let (a0, a1) = (p.a.qps[0], p.a.qps[1]);
+    p.recv_b(0, 10, 0, 8192);
+    p.recv_b(1, 11, 0x4000, 4096);
+    let d1 = pattern(700, 9);
+    p.a.hca.mr_write(p.a.mr.handle, 0x4000, &d1).unwrap();
+    let w0 = p.wr(1, WrOpcode::Send, 0).with_sge(p.sge_a(0, 5000));
+    let w1 = p.wr(2, WrOpcode::Send, 1).with_sge(p.sge_a(0x4000, 700));
+    p.a.hca.post_send(a0, &[w0]).unwrap();
+    p.a.hca.post_send(a1, &[w1]).unwrap();
+    let mut buf = Vec::new();
+    for _ in 0..2 {
+        assert!(p.a.hca.poll_transmit(p.now, &mut buf));
+        p.b.hca.handle_frame(p.now, &buf);
+    }
+    stop(&mut p.a.hca, a0);
+    p.run();
+    let a = Pair::done(&mut p.a.hca, p.a.cq);
+    assert!(a.contains(&(2, WcStatus::Success, a1)), "{a:?}");
+    assert_eq!(p.a.hca.query_eec(p.a.eec).unwrap().qp_state, QpState::Rts);
+    let b = Pair::done(&mut p.b.hca, p.b.cq);
+    assert_eq!(b.len(), 2, "{b:?}");
+    assert!(b.contains(&(11, WcStatus::Success, p.b.qps[1])), "{b:?}");
+    let partial = b.iter().find(|w| w.0 == 10).expect("B's QP 0 receive");
+    assert_ne!(partial.1, WcStatus::Success, "{b:?}");
+    let mem = p.b.hca.mr_bytes(p.b.mr.handle).unwrap();
+    assert_eq!(&mem[0x4000..0x4000 + 700], &d1[..]);
+    let resyncs = p
+        .log
+        .iter()
+        .filter(|(d, f)| {
+            *d == Dir::AtoB
+                && RocePacket::parse(f).unwrap().transport.headers.bth.opcode == Opcode::RD_RESYNC
+        })
+        .count();
+    assert_eq!(resyncs, 1);
+    a
+}
+
+/// A QP destroyed while an EE context carries its message: the message is flushed with the
+/// rest of its send queue (as `destroy_qp` flushes every QP's queues).
+#[test]
+fn destroying_a_qp_mid_message_aborts_it_and_the_ee_context_goes_on() {
+    let mut a0 = None;
+    let a = qp_ends_mid_message(|h, q| {
+        a0 = Some(q);
+        h.destroy_qp(q).unwrap();
+    });
+    assert!(a.contains(&(1, WcStatus::WrFlushErr, a0.unwrap())), "{a:?}");
+    assert_eq!(a.len(), 2, "{a:?}");
+}
+
+/// A QP moved to ERR while an EE context carries its message: the message completes with
+/// flush error on that QP.
+#[test]
+fn a_qp_moved_to_err_mid_message_flushes_it_and_the_ee_context_goes_on() {
+    let mut a0 = None;
+    let a = qp_ends_mid_message(|h, q| {
+        a0 = Some(q);
+        h.modify_qp(q, &QpAttr::to_state(QpState::Err), QpAttrMask::STATE)
+            .unwrap();
+    });
+    assert!(a.contains(&(1, WcStatus::WrFlushErr, a0.unwrap())), "{a:?}");
+    assert_eq!(a.len(), 2, "{a:?}");
+}

@@ -565,6 +565,10 @@ impl Hca {
     }
 
     fn flush_send_queue(&mut self, qpn: Qpn) {
+        if self.qp(qpn).is_some_and(|q| q.qp_type == QpType::Rd) {
+            // Its oldest WQE may be travelling through an EE context.
+            self.rd_abort_carried(qpn);
+        }
         let Some(qp) = self.qps.get_mut(&qpn.value()) else {
             return;
         };

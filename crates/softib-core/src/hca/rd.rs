@@ -231,6 +231,27 @@ impl Hca {
         }
     }
 
+    /// The send queue of RD QP `qpn` is flushed (it entered SQE or ERR, or is being destroyed):
+    /// a message of it that an EE context carries belongs to that queue too. The EE context
+    /// stops sending it, the WQE completes with flush error on the QP, and the EE context
+    /// aborts the message with a RESYNC (o9-35) and serves its next one, as after a
+    /// QP-level failure (docs/rd.md, softib's choice).
+    pub(crate) fn rd_abort_carried(&mut self, qpn: Qpn) {
+        let carried: Vec<u32> = self.qps.qps[self.qps.count_below(EEC_KEY)..]
+            .iter()
+            .filter(|eec| {
+                eec.sq
+                    .front()
+                    .and_then(|w| w.rd)
+                    .is_some_and(|d| d.src_qpn == qpn && !d.resync)
+            })
+            .map(|eec| eec_key(Eecn::new(eec.qpn.value())))
+            .collect();
+        for key in carried {
+            self.rc_complete_error(key, 0, WcStatus::WrFlushErr);
+        }
+    }
+
     /// EE context `eecn` enters ERR (its retries ran out, or software moved it there): its
     /// timers stop, the message it carries completes with flush error on its QP (unless it
     /// was its RESYNC, which has none), and the WQEs waiting for it are flushed.
