@@ -29,6 +29,7 @@ fields=(
     infiniband.aeth.syndrome infiniband.aeth.msn
     infiniband.reth.va infiniband.reth.r_key infiniband.reth.dmalen
     infiniband.atomiceth.swapdt infiniband.atomiceth.cmpdt
+    infiniband.deth.q_key infiniband.deth.srcqp
     data.len frame.protocols
 )
 eargs=()

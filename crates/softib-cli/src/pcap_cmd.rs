@@ -222,6 +222,9 @@ fn record(frame: usize, t: &TransportPacket<'_>, crc_ok: bool) -> Value {
         "reth_rkey": reth.map(|r| r.rkey),
         "reth_len": reth.map(|r| r.dma_len),
         "xrcsrq": h.xrceth.map(|x| x.xrcsrq.value()),
+        "eecn": h.rdeth.map(|r| r.eecn.value()),
+        "qkey": h.deth.map(|d| d.qkey),
+        "src_qp": h.deth.map(|d| d.src_qp.value()),
         "icrc_ok": crc_ok,
     })
 }
@@ -251,6 +254,16 @@ fn text_line(frame: usize, t: &TransportPacket<'_>, crc_ok: bool) -> String {
     }
     if let Some(x) = &h.xrceth {
         line += &format!(" xrcsrq={}", hex(x.xrcsrq.value().into(), 6));
+    }
+    if let Some(r) = &h.rdeth {
+        line += &format!(" eecn={}", hex(r.eecn.value().into(), 6));
+    }
+    if let Some(d) = &h.deth {
+        line += &format!(
+            " qkey={} srcqp={}",
+            hex(d.qkey.into(), 8),
+            hex(d.src_qp.value().into(), 6)
+        );
     }
     if let Some(r) = &h.reth {
         line += &format!(
