@@ -106,7 +106,8 @@ pub struct Common {
     #[arg(long, default_value_t = 32)]
     window: u32,
     /// Transport timer exponent: Ttr = 4.096 us x 2^timeout (0 = never). Default: derived
-    /// from the path (about twice the worst round trip with a full window in flight).
+    /// from the path (about twice the worst round trip, with what every QP or EE context may
+    /// have in flight queued on the link).
     #[arg(long)]
     timeout: Option<u8>,
     /// Transport retry count (0..=7).

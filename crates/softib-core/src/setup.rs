@@ -110,6 +110,27 @@ pub fn connect_from_init(
     )
 }
 
+/// Moves an RD QP from RESET through INIT (port 1, P_Key index 0, `qkey`, `access`) and RTR to
+/// RTS. An RD QP has no path and no PSNs: those are its EE contexts' ([`connect_eec`]).
+pub fn ready_rd_qp(
+    hca: &mut Hca,
+    qpn: Qpn,
+    qkey: u32,
+    access: AccessFlags,
+) -> Result<(), ModifyQpError> {
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qkey,
+        qp_access_flags: access,
+        ..QpAttr::default()
+    };
+    let m = QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::QKEY | QpAttrMask::ACCESS_FLAGS;
+    hca.modify_qp(qpn, &init, m)?;
+    hca.modify_qp(qpn, &QpAttr::to_state(QpState::Rtr), QpAttrMask::STATE)?;
+    hca.modify_qp(qpn, &QpAttr::to_state(QpState::Rts), QpAttrMask::STATE)
+}
+
 /// Moves EE context `eecn` from RESET to RTS towards the remote EE context `remote.qpn` (its
 /// EECN), as [`connect`] moves an RC QP: the same path, PSN, timer and retry attributes, no
 /// access flags (they are the RD QPs').

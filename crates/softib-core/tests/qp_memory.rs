@@ -1,37 +1,15 @@
 //! Memory per idle RC QP, measured with a counting allocator over 100 000 QPs brought to RTS:
 //! at most 1 KiB each (queues are empty and allocate nothing).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+mod alloc_count;
+
+use alloc_count::{retained_by, Counting};
 
 use softib_core::setup::{connect, ConnectOptions, EndpointInfo};
 use softib_core::verbs::qp::{QpCap, QpInitAttr};
 use softib_core::verbs::types::QpType;
 use softib_core::{gid_of_ipv4, Hca, HcaConfig};
 use softib_wire::{Psn, Qpn};
-
-struct Counting;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator and only counts bytes.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, new) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -55,21 +33,22 @@ fn idle_rc_qp_costs_at_most_1_kib() {
         gid: gid_of_ipv4([10, 0, 0, 2]),
         lid: 0,
     };
-    let before = LIVE.load(Ordering::Relaxed);
-    for i in 0..N {
-        let qpn = hca
-            .create_qp(pd, &QpInitAttr::new(QpType::Rc, cq, cap))
+    let ((), bytes) = retained_by(|| {
+        for i in 0..N {
+            let qpn = hca
+                .create_qp(pd, &QpInitAttr::new(QpType::Rc, cq, cap))
+                .unwrap();
+            connect(
+                &mut hca,
+                qpn,
+                Psn::new(i as u32),
+                &remote,
+                &ConnectOptions::default(),
+            )
             .unwrap();
-        connect(
-            &mut hca,
-            qpn,
-            Psn::new(i as u32),
-            &remote,
-            &ConnectOptions::default(),
-        )
-        .unwrap();
-    }
-    let per_qp = (LIVE.load(Ordering::Relaxed) - before) as f64 / N as f64;
+        }
+    });
+    let per_qp = bytes as f64 / N as f64;
     eprintln!("bytes per idle RC QP (in RTS, empty queues): {per_qp:.0}");
     assert!(per_qp <= 1024.0, "{per_qp} bytes per QP");
     assert_eq!(

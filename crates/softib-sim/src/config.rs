@@ -164,13 +164,24 @@ impl Default for SimConfig {
 
 impl SimConfig {
     /// The smallest transport timer exponent whose Ttr is at least twice the worst round trip
-    /// of this path: four link latencies plus jitter, plus a full PSN window of MTU-sized
-    /// packets serialised on one link. Go-back-N then recovers quickly from a lost NAK or a
-    /// lost retransmission (after which the responder stays silent, C9-80), without timing
-    /// out on a healthy path.
+    /// of this path: four link latencies plus jitter, plus every packet the connections
+    /// sharing node A's link may have in flight at once, MTU-sized and serialised on that
+    /// link (each QP's PSN window, or fewer when its queue depth of messages is shorter; an
+    /// RD EE context carries one message at a time). Go-back-N then recovers quickly from a
+    /// lost NAK or a lost retransmission (after which the responder stays silent, C9-80),
+    /// without timing out on a healthy path where many connections queue behind each other.
     pub fn path_timeout(&self) -> u8 {
-        let bits =
-            (u64::from(self.window_psns) * (u64::from(self.mtu.bytes()) + 100)).saturating_mul(8);
+        let per_msg = match self.op {
+            OpKind::Cas | OpKind::Faa => 1,
+            _ => u64::from(self.size.div_ceil(self.mtu.bytes())).max(1),
+        };
+        let (connections, messages) = match self.service {
+            Service::Rd => (self.eecs.min(self.qps), 1),
+            _ => (self.qps, self.depth),
+        };
+        let per_conn = u64::from(self.window_psns).min(per_msg * u64::from(messages));
+        let packets = per_conn * u64::from(connections);
+        let bits = (packets * (u64::from(self.mtu.bytes()) + 100)).saturating_mul(8);
         let ser = bits
             .saturating_mul(1_000_000_000)
             .checked_div(self.bandwidth_bps)

@@ -13,6 +13,7 @@ pub mod config;
 mod node;
 mod pattern;
 pub mod run;
+pub mod scaling;
 pub mod svg;
 
 pub use config::{LinkLayer, OpKind, Service, SimConfig};

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use serde_json::{json, Value};
-use softib_core::setup::{connect, connect_eec, ConnectOptions, EndpointInfo};
+use softib_core::setup::{connect, connect_eec, ready_rd_qp, ConnectOptions, EndpointInfo};
 use softib_core::transport::Counters;
 use softib_core::verbs::ah::AhAttr;
 use softib_core::verbs::device::GidEntry;
@@ -327,8 +327,8 @@ pub fn build(cfg: &SimConfig) -> Result<Fabric<SimNode>, String> {
             let qa = a.create_rd_qp(pa, ra, &init).map_err(|e| err(&e))?;
             let init = QpInitAttr::new(QpType::Rd, cb, cap);
             let qb = b.create_rd_qp(pb, rb, &init).map_err(|e| err(&e))?;
-            rd_ready(&mut a, qa, access).map_err(|e| err(&e))?;
-            rd_ready(&mut b, qb, access).map_err(|e| err(&e))?;
+            ready_rd_qp(&mut a, qa, RD_QKEY, access).map_err(|e| err(&e))?;
+            ready_rd_qp(&mut b, qb, RD_QKEY, access).map_err(|e| err(&e))?;
             rd_dests.push(softib_core::verbs::wr::RdDest {
                 eecn: rd_eecs[i as usize % rd_eecs.len()],
                 remote_qpn: qb,
@@ -758,26 +758,6 @@ fn report(
                 .collect()
         }),
     }
-}
-
-/// RESET -> INIT (port 1, Q_Key [`RD_QKEY`], `access`) -> RTR -> RTS for an RD QP (its path
-/// and PSNs are its EE contexts').
-fn rd_ready(
-    hca: &mut Hca,
-    qpn: softib_wire::Qpn,
-    access: AccessFlags,
-) -> Result<(), softib_core::error::ModifyQpError> {
-    use softib_core::verbs::qp::QpAttrMask as M;
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qkey: RD_QKEY,
-        qp_access_flags: access,
-        ..QpAttr::default()
-    };
-    hca.modify_qp(qpn, &init, M::STATE | M::PORT | M::QKEY | M::ACCESS_FLAGS)?;
-    hca.modify_qp(qpn, &QpAttr::to_state(QpState::Rtr), M::STATE)?;
-    hca.modify_qp(qpn, &QpAttr::to_state(QpState::Rts), M::STATE)
 }
 
 /// RESET -> INIT (port 1, P_Key index 0, `qkey`) -> RTR -> RTS (first PSN `psn`) for a UD QP.

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use softib_core::verbs::types::Mtu;
 use softib_sim::{run, LinkLayer, OpKind, Service, SimConfig};
-use softib_wire::native::NativePacket;
+use softib_wire::native::{NativeBody, NativePacket};
 use softib_wire::pcap::{PcapReader, LINKTYPE_USER0};
 
 #[derive(Clone, Default)]
@@ -58,6 +58,37 @@ fn rc_over_native_ib_is_verified_and_captured_as_dlt_user0() {
         assert!(r.verified, "{op:?}\n{}", r.to_text());
         let n = check_capture(&sink.0.borrow());
         assert_eq!(n as u64, r.fabric.delivered_frames);
+    }
+}
+
+/// XRC (XRCETH) and RD (RDETH, DETH; several QPs over two EE contexts) frame natively too:
+/// every operation verified, every packet of the capture a native IB packet with good CRCs
+/// whose opcode is of the service.
+#[test]
+fn xrc_and_rd_over_native_ib_are_verified_and_captured() {
+    for (service, class) in [(Service::Xrc, 0xa0), (Service::Rd, 0x40)] {
+        for op in [OpKind::Send, OpKind::Write, OpKind::Read, OpKind::Cas] {
+            let c = SimConfig {
+                qps: 3,
+                eecs: 2,
+                srqs: 2,
+                loss: 0.01,
+                ..ib(service, op, 3000, 30)
+            };
+            let sink = Shared::default();
+            let r = run(&c, Some(Box::new(sink.clone())), &mut |_, _| {}).unwrap();
+            assert!(r.verified, "{service:?} {op:?}\n{}", r.to_text());
+            let bytes = sink.0.borrow();
+            assert_eq!(check_capture(&bytes) as u64, r.fabric.delivered_frames);
+            for rec in PcapReader::new(&bytes[..]).unwrap().records() {
+                let p = NativePacket::parse_verified(rec.unwrap().data).unwrap();
+                let NativeBody::Iba { transport, .. } = p.body else {
+                    panic!("{service:?}: not a transport packet");
+                };
+                let op = transport.headers.bth.opcode.0;
+                assert_eq!(op & 0xe0, class, "{service:?}: opcode {op:#x}");
+            }
+        }
     }
 }
 
