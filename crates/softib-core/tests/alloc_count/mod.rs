@@ -1,6 +1,10 @@
 //! A global allocator that counts the bytes live on the heap, for the memory measurements
 //! (`qp_memory`, the RD scaling bench). A binary that includes this module installs it with
-//! `#[global_allocator] static GLOBAL: Counting = Counting;` and reads [`live_bytes`].
+//! `#[global_allocator] static GLOBAL: Counting = Counting;` and reads [`live_bytes`] or
+//! [`allocations`].
+
+// Each measuring binary reads some of these, not all.
+#![allow(dead_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -8,10 +12,16 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 pub struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+static CALLS: AtomicIsize = AtomicIsize::new(0);
 
 /// Bytes allocated and not yet freed, over the whole process.
 pub fn live_bytes() -> isize {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// Allocations (`alloc` and `realloc` calls) made so far, over the whole process.
+pub fn allocations() -> isize {
+    CALLS.load(Ordering::Relaxed)
 }
 
 /// The heap bytes `f` leaves allocated (its result included, if it keeps any).
@@ -25,6 +35,7 @@ pub fn retained_by<T>(f: impl FnOnce() -> T) -> (T, isize) {
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        CALLS.fetch_add(1, Ordering::Relaxed);
         LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(l) }
@@ -35,6 +46,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        CALLS.fetch_add(1, Ordering::Relaxed);
         LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(p, l, new) }
