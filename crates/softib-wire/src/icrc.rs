@@ -675,36 +675,54 @@ impl Ipv4IdentDeltas {
 /// multiplications of the bits it adds. Every answer is exactly [`Ipv4IdentShift::delta`].
 #[derive(Debug, Clone, Default)]
 pub struct Ipv4IdentDeltaCache {
-    /// Most recently used first: (UDP payload length, deltas for a header without options).
+    /// (UDP payload length, deltas for a header without options), filled in place.
     slots: [Option<(usize, Ipv4IdentDeltas)>; 2],
+    /// The slot used last; a new size replaces the other one.
+    mru: usize,
 }
 
 impl Ipv4IdentDeltaCache {
     /// The deltas of packets with `udp_payload_len` bytes of UDP payload (BTH .. ICRC) behind
-    /// a 20-byte IPv4 header, made to cover `change` by table when it is below 256.
+    /// a 20-byte IPv4 header, made to cover `change` by table when it is below 256. A hit is
+    /// a comparison or two: the tables stay where they are.
+    #[inline]
     pub fn get(&mut self, udp_payload_len: usize, change: u16) -> &Ipv4IdentDeltas {
         let want = u8::try_from(change).unwrap_or(u8::MAX);
-        let hit = self
-            .slots
-            .iter()
-            .position(|s| s.is_some_and(|(len, _)| len == udp_payload_len));
-        let deltas = match hit.and_then(|i| self.slots[i]) {
-            Some((_, d)) if d.covers(u16::from(want)) => d,
-            // Widen: the bits covered so far and those of `want`.
-            Some((_, d)) => d.shift.deltas(want | ((1u32 << d.bits) - 1) as u8),
-            None => Ipv4IdentShift::new(ipv4::LEN, udp_payload_len).deltas(want),
+        let at = match (&self.slots[self.mru], &self.slots[self.mru ^ 1]) {
+            (Some((len, d)), _) if *len == udp_payload_len && d.covers(u16::from(want)) => {
+                self.mru
+            }
+            (_, Some((len, d))) if *len == udp_payload_len && d.covers(u16::from(want)) => {
+                self.mru ^ 1
+            }
+            _ => self.fill(udp_payload_len, want),
         };
-        // Most recent first; the other size stays, the older one of a miss goes.
-        let other = if hit == Some(0) {
-            self.slots[1]
-        } else {
-            self.slots[0]
+        self.mru = at;
+        match &self.slots[at] {
+            Some((_, d)) => d,
+            None => unreachable!("slot {at} was just filled"),
+        }
+    }
+
+    /// Makes the deltas of `udp_payload_len` cover `want` in the slot that holds that size
+    /// (widening it: the bits covered so far and those of `want`), or in the older slot;
+    /// returns the slot.
+    #[cold]
+    fn fill(&mut self, udp_payload_len: usize, want: u8) -> usize {
+        let hit = (0..2).find(|&i| {
+            self.slots[i].is_some_and(|(len, _)| len == udp_payload_len)
+        });
+        let (at, deltas) = match hit.and_then(|i| self.slots[i].map(|(_, d)| (i, d))) {
+            Some((i, d)) => (i, d.shift.deltas(want | ((1u32 << d.bits) - 1) as u8)),
+            None => (
+                self.mru ^ 1,
+                Ipv4IdentShift::new(ipv4::LEN, udp_payload_len).deltas(want),
+            ),
         };
-        self.slots = [Some((udp_payload_len, deltas)), other];
-        let [Some((_, d)), _] = &self.slots else {
-            unreachable!("slot 0 was just set")
-        };
-        d
+        // A fresh cache fills slot 0 first.
+        let at = if self.slots[0].is_none() { 0 } else { at };
+        self.slots[at] = Some((udp_payload_len, deltas));
+        at
     }
 
     /// [`Ipv4IdentShift::delta`] of `change` for packets of `udp_payload_len` bytes of UDP
