@@ -1,5 +1,6 @@
 //! Memory per idle RC QP, measured with a counting allocator over 100 000 QPs brought to RTS:
-//! at most 1 KiB each (queues are empty and allocate nothing).
+//! at most 1 KiB each (queues are empty and allocate nothing); then what a 1024-entry send
+//! queue posted full of 64-byte SENDs adds.
 
 mod alloc_count;
 
@@ -7,7 +8,8 @@ use alloc_count::{retained_by, Counting};
 
 use softib_core::setup::{connect, ConnectOptions, EndpointInfo};
 use softib_core::verbs::qp::{QpCap, QpInitAttr};
-use softib_core::verbs::types::QpType;
+use softib_core::verbs::types::{AccessFlags, QpType};
+use softib_core::verbs::wr::{SendWr, Sge, WrOpcode};
 use softib_core::{gid_of_ipv4, Hca, HcaConfig};
 use softib_wire::{Psn, Qpn};
 
@@ -57,4 +59,38 @@ fn idle_rc_qp_costs_at_most_1_kib() {
             .qp_state,
         softib_core::verbs::types::QpState::Rts
     );
+
+    // A QP with a 1024-entry send queue posted full of 64-byte SENDs (one gather entry
+    // each, nothing sent yet): the queued WQEs are what it adds.
+    let cap = QpCap {
+        max_send_wr: 1024,
+        ..cap
+    };
+    let qpn = hca
+        .create_qp(pd, &QpInitAttr::new(QpType::Rc, cq, cap))
+        .unwrap();
+    connect(
+        &mut hca,
+        qpn,
+        Psn::new(0),
+        &remote,
+        &ConnectOptions::default(),
+    )
+    .unwrap();
+    let mr = hca
+        .reg_mr(pd, vec![0u8; 4096], AccessFlags::LOCAL_WRITE, None)
+        .unwrap();
+    let wrs: Vec<SendWr> = (0..1024u64)
+        .map(|i| {
+            SendWr::new(i, WrOpcode::Send)
+                .signaled()
+                .with_sge(Sge::new(mr.addr, 64, mr.lkey))
+        })
+        .collect();
+    let ((), bytes) = retained_by(|| hca.post_send(qpn, &wrs).unwrap());
+    let per_wqe = bytes as f64 / 1024.0;
+    eprintln!(
+        "a 1024-entry send queue posted full: {bytes} bytes ({per_wqe:.0} per WQE) on top of the idle QP"
+    );
+    assert!(per_wqe <= 256.0, "{per_wqe} bytes per queued send WQE");
 }

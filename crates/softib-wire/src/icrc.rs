@@ -689,9 +689,7 @@ impl Ipv4IdentDeltaCache {
     pub fn get(&mut self, udp_payload_len: usize, change: u16) -> &Ipv4IdentDeltas {
         let want = u8::try_from(change).unwrap_or(u8::MAX);
         let at = match (&self.slots[self.mru], &self.slots[self.mru ^ 1]) {
-            (Some((len, d)), _) if *len == udp_payload_len && d.covers(u16::from(want)) => {
-                self.mru
-            }
+            (Some((len, d)), _) if *len == udp_payload_len && d.covers(u16::from(want)) => self.mru,
             (_, Some((len, d))) if *len == udp_payload_len && d.covers(u16::from(want)) => {
                 self.mru ^ 1
             }
@@ -709,9 +707,7 @@ impl Ipv4IdentDeltaCache {
     /// returns the slot.
     #[cold]
     fn fill(&mut self, udp_payload_len: usize, want: u8) -> usize {
-        let hit = (0..2).find(|&i| {
-            self.slots[i].is_some_and(|(len, _)| len == udp_payload_len)
-        });
+        let hit = (0..2).find(|&i| self.slots[i].is_some_and(|(len, _)| len == udp_payload_len));
         let (at, deltas) = match hit.and_then(|i| self.slots[i].map(|(_, d)| (i, d))) {
             Some((i, d)) => (i, d.shift.deltas(want | ((1u32 << d.bits) - 1) as u8)),
             None => (

@@ -77,21 +77,29 @@ pub(crate) struct Pd {
 pub(crate) struct CqOverrunError;
 
 /// QPs by QPN value: a vector sorted by QPN, so a lookup is a binary search over a few
-/// contiguous keys (the data path looks a QP up several times per packet) and iteration
-/// order is deterministic.
+/// contiguous keys and iteration order is deterministic. The data path looks the same QP up
+/// several times per packet: the position of the latest hit is tried first.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct QpMap {
     keys: Vec<u32>,
     pub(crate) qps: Vec<Qp>,
+    /// Index of the latest key found (checked against the key before use, so insertions and
+    /// removals that move it cost a search, never a wrong QP).
+    last: std::cell::Cell<usize>,
 }
 
 impl QpMap {
     #[inline]
     fn position(&self, qpn: u32) -> Result<usize, usize> {
-        match self.keys.as_slice() {
-            [k] if *k == qpn => Ok(0),
-            keys => keys.binary_search(&qpn),
+        let last = self.last.get();
+        if self.keys.get(last) == Some(&qpn) {
+            return Ok(last);
         }
+        let found = self.keys.binary_search(&qpn);
+        if let Ok(i) = found {
+            self.last.set(i);
+        }
+        found
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -279,10 +279,14 @@ impl Hca {
 
     /// The protection domain of send WQE `i` of `key`'s send queue: its QP's (for an EE
     /// context, the RD QP that posted it).
+    #[inline]
     pub(crate) fn wqe_pd(&self, key: u32, i: usize) -> PdHandle {
         let qp = &self.qps[&key];
+        if key & EEC_KEY == 0 {
+            return qp.pd;
+        }
         match qp.sq.get(i).and_then(|w| w.rd) {
-            Some(rd) if key & EEC_KEY != 0 => self
+            Some(rd) => self
                 .qps
                 .get(&rd.src_qpn.value())
                 .map_or(PdHandle(Key::NONE), |q| q.pd),

@@ -1235,26 +1235,30 @@ impl Hca {
             return;
         }
         let r = &mut qp.transport.resp;
-        let owed = r.responses.iter().any(|x| match x {
-            Response::Ack { syndrome, .. } => *syndrome == SYNDROME_ACK,
-            Response::Read { .. } | Response::Atomic { .. } => true,
-            Response::Nak { .. } => false,
-        });
-        if owed {
-            return;
-        }
-        let rnr_owed = r.responses.iter().any(|x| {
-            matches!(x, Response::Ack { syndrome, .. }
-                if *syndrome & SYNDROME_CLASS == SYNDROME_RNR_NAK)
-        });
         let c = r.credits;
         // Receive WQEs the requester's messages hold as far as the responder knows: those of
         // completed messages and the one a SEND in progress landed in.
         let held = c
             .consumed
             .wrapping_add(u32::from(matches!(r.msg, InMessage::Send { .. })));
-        let starved = c.advertised.wrapping_sub(held) as i32 <= 0
-            && (initial || c.requester_waits || rnr_owed);
+        if c.advertised.wrapping_sub(held) as i32 > 0 {
+            // Credits it was told about are left: not waiting (the common case, decided
+            // before any scan).
+            return;
+        }
+        // One pass over the owed responses: one that carries credits anyway ends it here.
+        let mut rnr_owed = false;
+        for x in &r.responses {
+            match x {
+                Response::Ack { syndrome, .. } if *syndrome == SYNDROME_ACK => return,
+                Response::Read { .. } | Response::Atomic { .. } => return,
+                Response::Ack { syndrome, .. } => {
+                    rnr_owed |= *syndrome & SYNDROME_CLASS == SYNDROME_RNR_NAK;
+                }
+                Response::Nak { .. } => {}
+            }
+        }
+        let starved = initial || c.requester_waits || rnr_owed;
         let code = CreditCode::encode_floor(c.available(c.consumed));
         let limit = c.consumed.wrapping_add(code.credits().unwrap_or(0));
         let news = limit.wrapping_sub(c.advertised) as i32 > 0;
