@@ -9,7 +9,8 @@
 #   --check   compare with the committed figures in FILE (lines "OP SIDE IR"): exit 1 when any
 #             figure grew by more than 10 %
 # Env: SOFTIB (binary; default target/release/softib, built if missing), N1 / N2 (run lengths,
-#      default 10000 / 30000).
+#      default 10000 / 30000), TRANSPORT (udp, the default, or shm: the path between the two
+#      processes).
 #
 # Prints one line per operation and side: "OP requester|responder IR_PER_MESSAGE".
 # For SEND and WRITE the requester is the client (it sends the data), for READ it receives it.
@@ -25,6 +26,7 @@ ops=("$@")
 [ ${#ops[@]} -gt 0 ] || ops=(send write read)
 n1="${N1:-10000}"
 n2="${N2:-30000}"
+transport="${TRANSPORT:-udp}"
 bin="${SOFTIB:-$repo/target/release/softib}"
 if [ ! -x "$bin" ]; then
     (cd "$repo" && cargo build --release -q -p softib)
@@ -44,7 +46,7 @@ run() {
     port=$((port + 1))
     local srv="$work/srv.$op.$n" cli="$work/cli.$op.$n"
     valgrind --tool=callgrind --callgrind-out-file="$srv.out" \
-        "$bin" bench "$op" -s 64 -n "$n" -e -p "$port" --bind 127.0.0.61 --timeout 600 \
+        "$bin" bench "$op" -s 64 -n "$n" -e -p "$port" --bind 127.0.0.61 --timeout 600 --transport "$transport" \
         >"$srv.log" 2>&1 &
     local spid=$!
     # The server listens once valgrind has started it.
@@ -54,7 +56,7 @@ run() {
         sleep 0.1
     done
     valgrind --tool=callgrind --callgrind-out-file="$cli.out" \
-        "$bin" bench "$op" -s 64 -n "$n" -e -p "$port" --bind 127.0.0.62 --timeout 600 127.0.0.61 \
+        "$bin" bench "$op" -s 64 -n "$n" -e -p "$port" --bind 127.0.0.62 --timeout 600 --transport "$transport" 127.0.0.61 \
         >"$cli.log" 2>&1 || { cat "$cli.log" >&2; echo "instructions: $op client failed" >&2; exit 1; }
     wait "$spid" || { cat "$srv.log" >&2; echo "instructions: $op server failed" >&2; exit 1; }
     SRV_IR="$(total_ir "$srv.out")"

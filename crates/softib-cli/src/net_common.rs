@@ -50,6 +50,10 @@ pub struct DeviceArgs {
     /// Print the runtime's and the HCA's counters to stderr at the end.
     #[arg(long)]
     pub stats: bool,
+    /// Path to same-host softib peers: `shm` (shared memory), `udp` (the kernel's UDP
+    /// stack), or `auto`: shared memory to a peer that offers it, UDP otherwise.
+    #[arg(long, default_value_t = softib_udp::Transport::Auto)]
+    pub transport: softib_udp::Transport,
 }
 
 impl DeviceArgs {
@@ -66,6 +70,7 @@ impl DeviceArgs {
             stats: false,
             window: 128,
             busy_yields: softib_udp::BUSY_YIELDS,
+            transport: softib_udp::Transport::Auto,
         }
     }
 
@@ -88,6 +93,7 @@ impl DeviceArgs {
         c.gso = !self.no_gso;
         c.max_unacked_psns = self.window;
         c.busy_yields = self.busy_yields;
+        c.transport = self.transport;
         if self.no_ipv4_icrc_check {
             c.icrc = IcrcPolicy::AcceptIpv4Unverified;
         }

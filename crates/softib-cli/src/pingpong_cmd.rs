@@ -295,8 +295,11 @@ fn pingpong(args: &PingpongArgs) -> Result<(), Error> {
         usec / 1e6,
         usec / f64::from(iters)
     );
-    // Let the last ACK leave before the process exits (the peer may still wait for it).
-    let linger = Instant::now() + Duration::from_millis(20);
+    // Let the last ACK leave before the process exits (the peer may still wait for it), and
+    // answer the peer's retransmission if that ACK was lost: two transport timer periods of
+    // the connection, at most 500 ms.
+    let ttr = Duration::from_nanos(4096 << opts.timeout.min(20));
+    let linger = Instant::now() + (2 * ttr).min(Duration::from_millis(500));
     while Instant::now() < linger {
         ep.dev.progress(mode, Duration::from_millis(5))?;
     }

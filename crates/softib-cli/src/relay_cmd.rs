@@ -23,6 +23,10 @@ pub struct RelayArgs {
     /// Stop after this many seconds.
     #[arg(long, default_value_t = 600)]
     duration: u64,
+    /// Offer a shared-memory inbox on each side as well: same-host softib peers (in
+    /// `--transport auto` or `shm`) then reach the relay, and are reached, without UDP.
+    #[arg(long)]
+    shm: bool,
     /// Side facing peer A: `LISTEN=PEER`, e.g. `127.0.0.3:4791=127.0.0.1:4791` (peer A runs
     /// with `--peer-via 127.0.0.3:4791`).
     side_a: String,
@@ -47,7 +51,12 @@ pub fn run(args: RelayArgs) -> ExitCode {
             reorder: args.reorder,
             seed: args.seed,
         };
-        let mut relay = Relay::bind(la, pa, lb, pb, cfg)?;
+        let mut relay = if args.shm {
+            Relay::bind_shm(la, pa, lb, pb, cfg)?
+        } else {
+            Relay::bind(la, pa, lb, pb, cfg)?
+        };
+        softib_udp::relay::stop_on_signals();
         let stop = AtomicBool::new(false);
         let s = relay.run(&stop, Duration::from_secs(args.duration))?;
         println!("{s:?}");

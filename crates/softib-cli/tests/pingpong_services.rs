@@ -75,41 +75,69 @@ fn temp_pcap(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     (dir, pcap)
 }
 
+/// UC and UD run over both paths between the processes: the kernel's UDP stack and shared
+/// memory (`--transport`); the capture is the same either way.
 #[test]
 fn uc_pingpong_between_two_processes() {
-    let (dir, pcap) = temp_pcap("uc");
-    let common = ["--service", "uc", "-p", "18851", "-n", "150", "-s", "2500"];
-    let (s, c) = pingpong(&common, "127.0.11", pcap.to_str().unwrap());
-    check_lines(&s, "127.0.11.1", "127.0.11.2", 2500 * 150 * 2, 150);
-    check_lines(&c, "127.0.11.2", "127.0.11.1", 2500 * 150 * 2, 150);
-    // 2500 bytes at MTU 1024: SEND First, Middle, Last (UC opcodes 0x20..0x22), both ways.
-    let frames = captured(&pcap);
-    assert_eq!(frames.len(), 150 * 3 * 2);
-    assert!(frames.iter().all(|f| f.0 == Service::Uc), "{frames:?}");
-    let mut ops: Vec<u8> = frames.iter().map(|f| f.1).collect();
-    ops.sort_unstable();
-    ops.dedup();
-    assert_eq!(ops, vec![0x20, 0x21, 0x22]);
-    let bytes: usize = frames.iter().map(|f| f.2).sum();
-    assert_eq!(bytes, 2500 * 150 * 2);
-    let _ = std::fs::remove_dir_all(&dir);
+    for (transport, port, net) in [("udp", "18851", "127.0.11"), ("shm", "18861", "127.0.21")] {
+        let (dir, pcap) = temp_pcap(&format!("uc-{transport}"));
+        let common = [
+            "--service",
+            "uc",
+            "-p",
+            port,
+            "-n",
+            "150",
+            "-s",
+            "2500",
+            "--transport",
+            transport,
+        ];
+        let (s, c) = pingpong(&common, net, pcap.to_str().unwrap());
+        let (a, b) = (format!("{net}.1"), format!("{net}.2"));
+        check_lines(&s, &a, &b, 2500 * 150 * 2, 150);
+        check_lines(&c, &b, &a, 2500 * 150 * 2, 150);
+        // 2500 bytes at MTU 1024: SEND First, Middle, Last (UC opcodes 0x20..0x22), both ways.
+        let frames = captured(&pcap);
+        assert_eq!(frames.len(), 150 * 3 * 2, "{transport}");
+        assert!(frames.iter().all(|f| f.0 == Service::Uc), "{frames:?}");
+        let mut ops: Vec<u8> = frames.iter().map(|f| f.1).collect();
+        ops.sort_unstable();
+        ops.dedup();
+        assert_eq!(ops, vec![0x20, 0x21, 0x22]);
+        let bytes: usize = frames.iter().map(|f| f.2).sum();
+        assert_eq!(bytes, 2500 * 150 * 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[test]
 fn ud_pingpong_between_two_processes() {
-    let (dir, pcap) = temp_pcap("ud");
-    // The ibv_ud_pingpong default size: 2048 bytes, one datagram each.
-    let common = ["--service", "ud", "-p", "18852", "-n", "150"];
-    let (s, c) = pingpong(&common, "127.0.12", pcap.to_str().unwrap());
-    check_lines(&s, "127.0.12.1", "127.0.12.2", 2048 * 150 * 2, 150);
-    check_lines(&c, "127.0.12.2", "127.0.12.1", 2048 * 150 * 2, 150);
-    let frames = captured(&pcap);
-    assert_eq!(frames.len(), 150 * 2);
-    for f in &frames {
-        // SEND Only, 2048 bytes, the Q_Key of ibv_ud_pingpong.
-        assert_eq!(*f, (Service::Ud, 0x64, 2048, Some(0x1111_1111)));
+    for (transport, port, net) in [("udp", "18852", "127.0.12"), ("shm", "18862", "127.0.22")] {
+        let (dir, pcap) = temp_pcap(&format!("ud-{transport}"));
+        // The ibv_ud_pingpong default size: 2048 bytes, one datagram each.
+        let common = [
+            "--service",
+            "ud",
+            "-p",
+            port,
+            "-n",
+            "150",
+            "--transport",
+            transport,
+        ];
+        let (s, c) = pingpong(&common, net, pcap.to_str().unwrap());
+        let (a, b) = (format!("{net}.1"), format!("{net}.2"));
+        check_lines(&s, &a, &b, 2048 * 150 * 2, 150);
+        check_lines(&c, &b, &a, 2048 * 150 * 2, 150);
+        let frames = captured(&pcap);
+        assert_eq!(frames.len(), 150 * 2, "{transport}");
+        for f in &frames {
+            // SEND Only, 2048 bytes, the Q_Key of ibv_ud_pingpong.
+            assert_eq!(*f, (Service::Ud, 0x64, 2048, Some(0x1111_1111)));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// XRC: each side's initiator sends to the peer's XRC SRQ through the peer's target QP; the

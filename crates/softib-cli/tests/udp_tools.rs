@@ -1,5 +1,6 @@
 //! The real-UDP tools as two processes on loopback: `softib pingpong` (RC) prints the lines of
-//! `ibv_rc_pingpong` on both sides, `softib bench` completes every operation with `--json`,
+//! `ibv_rc_pingpong` on both sides, `softib bench` completes every operation with `--json`
+//! over UDP and over shared memory,
 //! `--pcap` captures frames whose ICRC verifies, and a pingpong through `softib relay` with
 //! seeded loss still completes.
 //!
@@ -129,13 +130,26 @@ fn bench_speaks_perftests_exchange() {
     }
 }
 
+/// Every operation over each path between the two processes: the kernel's UDP stack
+/// (`--transport udp`) and shared memory (`--transport shm`); `--stats` shows which carried
+/// the datagrams.
 #[test]
 fn bench_runs_every_operation() {
-    for (k, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
-        let port = (18821 + k).to_string();
-        let (_s, c) = pair(
-            &["bench", op, "--bind", "127.0.5.1", "-p", &port],
-            &[
+    for (t, transport) in ["udp", "shm"].iter().enumerate() {
+        for (k, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
+            let port = (18821 + 4 * t + k).to_string();
+            let s = spawn(&[
+                "bench",
+                op,
+                "--bind",
+                "127.0.5.1",
+                "-p",
+                &port,
+                "--transport",
+                transport,
+            ]);
+            sleep(Duration::from_millis(300));
+            let c = spawn(&[
                 "bench",
                 op,
                 "--bind",
@@ -147,16 +161,30 @@ fn bench_runs_every_operation() {
                 "-n",
                 "300",
                 "--json",
-            ],
-            "127.0.5.1",
-        );
-        let v: serde_json::Value = serde_json::from_str(c.trim()).expect("JSON result");
-        assert_eq!(v["op"], *op);
-        assert_eq!(v["iterations"], 300);
-        assert!(v["bw_avg_gbps"].as_f64().unwrap() > 0.0, "{v}");
-        assert!(v["msg_rate_mpps"].as_f64().unwrap() > 0.0, "{v}");
-        let expected_bytes = if *op == "atomic" { 8 } else { 8192 };
-        assert_eq!(v["bytes"], expected_bytes);
+                "--stats",
+                "--transport",
+                transport,
+                "127.0.5.1",
+            ]);
+            let cout = finish(c, "client");
+            ok(&finish(s, "server"), "server");
+            let c = ok(&cout, "client");
+            let v: serde_json::Value = serde_json::from_str(c.trim()).expect("JSON result");
+            assert_eq!(v["op"], *op);
+            assert_eq!(v["iterations"], 300);
+            assert!(v["bw_avg_gbps"].as_f64().unwrap() > 0.0, "{v}");
+            assert!(v["msg_rate_mpps"].as_f64().unwrap() > 0.0, "{v}");
+            let expected_bytes = if *op == "atomic" { 8 } else { 8192 };
+            assert_eq!(v["bytes"], expected_bytes);
+            let stats = String::from_utf8_lossy(&cout.stderr);
+            let shm_used = !stats.contains("tx_shm: 0,") && !stats.contains("rx_shm: 0,");
+            assert!(stats.contains("DeviceStats"), "{stats}");
+            assert_eq!(shm_used, *transport == "shm", "{transport} {op}: {stats}");
+            assert!(
+                stats.contains("tx_dropped: 0,"),
+                "{transport} {op}: {stats}"
+            );
+        }
     }
     // Latency mode and the table.
     let (_s, c) = pair(
@@ -182,56 +210,63 @@ fn bench_runs_every_operation() {
     );
 }
 
+/// A pingpong through `softib relay` with seeded loss and reordering: over UDP, and over
+/// shared memory (`relay --shm`, `pingpong --transport shm`: every datagram through inboxes).
 #[test]
 fn pingpong_through_a_lossy_relay() {
-    let relay = spawn(&[
-        "relay",
-        "--loss",
-        "0.02",
-        "--reorder",
-        "0.01",
-        "--seed",
-        "9",
-        "--duration",
-        "60",
-        "127.0.6.3:4791=127.0.6.1:4791",
-        "127.0.6.4:4791=127.0.6.2:4791",
-    ]);
-    sleep(Duration::from_millis(200));
-    let (s, c) = pair(
-        &[
-            "pingpong",
-            "--bind",
-            "127.0.6.1",
+    for (net, port, transport) in [("127.0.6", "18831", "udp"), ("127.0.9", "18832", "shm")] {
+        let side = |n: u8, peer: u8| format!("{net}.{n}:4791={net}.{peer}:4791");
+        let mut relay_args = vec![
+            "relay".to_string(),
+            "--loss".into(),
+            "0.02".into(),
+            "--reorder".into(),
+            "0.01".into(),
+            "--seed".into(),
+            "9".into(),
+            "--duration".into(),
+            "60".into(),
+            side(3, 1),
+            side(4, 2),
+        ];
+        if transport == "shm" {
+            relay_args.push("--shm".into());
+        }
+        let relay = spawn(&relay_args.iter().map(String::as_str).collect::<Vec<_>>());
+        sleep(Duration::from_millis(200));
+        let (a, b) = (format!("{net}.1"), format!("{net}.2"));
+        let (via_a, via_b) = (format!("{net}.3:4791"), format!("{net}.4:4791"));
+        let common = [
             "-p",
-            "18831",
+            port,
             "-n",
             "300",
             "-s",
             "2000",
-            "--peer-via",
-            "127.0.6.3:4791",
-        ],
-        &[
-            "pingpong",
-            "--bind",
-            "127.0.6.2",
-            "-p",
-            "18831",
-            "-n",
-            "300",
-            "-s",
-            "2000",
-            "--peer-via",
-            "127.0.6.4:4791",
-        ],
-        "127.0.6.1",
-    );
-    let mut relay = relay;
-    let _ = relay.kill();
-    let _ = relay.wait();
-    check_pingpong_lines(&s, 2000 * 300 * 2, 300);
-    check_pingpong_lines(&c, 2000 * 300 * 2, 300);
+            "--transport",
+            transport,
+        ];
+        let server: Vec<&str> = ["pingpong", "--bind", &a, "--peer-via", &via_a]
+            .into_iter()
+            .chain(common)
+            .collect();
+        let client: Vec<&str> = ["pingpong", "--bind", &b, "--peer-via", &via_b]
+            .into_iter()
+            .chain(common)
+            .collect();
+        let (s, c) = pair(&server, &client, &a);
+        // SIGTERM: the relay ends in order and removes its inboxes.
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &relay.id().to_string()])
+            .status();
+        let out = finish(relay, "relay");
+        ok(&out, "relay");
+        if transport == "shm" {
+            assert!(!std::path::Path::new(&format!("/dev/shm/softib-{net}.3-4791")).exists());
+        }
+        check_pingpong_lines(&s, 2000 * 300 * 2, 300);
+        check_pingpong_lines(&c, 2000 * 300 * 2, 300);
+    }
 }
 
 #[test]

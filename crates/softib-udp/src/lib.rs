@@ -18,12 +18,14 @@
 //! drives the verbs through [`Device::hca_mut`] and calls [`Device::progress`] (busy-poll or
 //! blocking) whenever it waits for completions.
 
-// No unsafe code except the one `setsockopt` call of `sockopt` (which allows it).
+// No unsafe code except the one `setsockopt` call of `sockopt` and the shared-memory mapping
+// of `shm` (which allow it).
 #![deny(unsafe_code)]
 
 pub mod endpoint;
 pub mod frame;
 pub mod relay;
+pub mod shm;
 mod sockopt;
 
 use std::fs::File;
@@ -137,6 +139,42 @@ pub enum PollMode {
     Blocking,
 }
 
+/// Which path datagrams take to other softib devices on this host ([`shm`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// Shared memory to a peer that has an inbox (a softib device of this host, same user),
+    /// UDP to any other peer; the device has an inbox of its own.
+    #[default]
+    Auto,
+    /// UDP only, and no inbox: peers reach this device over UDP too.
+    Udp,
+    /// Shared memory only: a datagram to a peer without an inbox is dropped (counted in
+    /// [`DeviceStats::tx_dropped`]); for tests and measurements that must not fall back.
+    Shm,
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Transport, String> {
+        match s {
+            "auto" => Ok(Transport::Auto),
+            "udp" => Ok(Transport::Udp),
+            "shm" => Ok(Transport::Shm),
+            other => Err(format!("transport {other:?}: auto, udp or shm")),
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Auto => "auto",
+            Transport::Udp => "udp",
+            Transport::Shm => "shm",
+        })
+    }
+}
+
 /// Configuration of a [`Device`].
 #[derive(Debug, Clone)]
 pub struct DeviceConfig {
@@ -159,6 +197,8 @@ pub struct DeviceConfig {
     /// Idle rounds a busy-polling [`Device::progress`] yields the CPU for before it sleeps
     /// (see [`idle_step`]); `u32::MAX` never sleeps.
     pub busy_yields: u32,
+    /// UDP, shared memory to same-host peers, or either ([`Transport::Auto`]).
+    pub transport: Transport,
 }
 
 impl DeviceConfig {
@@ -183,6 +223,7 @@ impl DeviceConfig {
             pcap: None,
             socket_buffer: 4 << 20,
             busy_yields: BUSY_YIELDS,
+            transport: Transport::Auto,
         }
     }
 
@@ -221,6 +262,14 @@ pub struct DeviceStats {
     /// Datagrams dropped because the socket refused them (full buffer after waiting, or an
     /// error such as no route); the transport recovers them like any loss.
     pub tx_dropped: u64,
+    /// Datagrams sent through a peer's shared-memory inbox (counted in `tx_datagrams` too).
+    pub tx_shm: u64,
+    /// Datagrams taken from this device's inbox (counted in `rx_datagrams` too).
+    pub rx_shm: u64,
+    /// Doorbells sent to sleeping same-host peers, and received (empty UDP datagrams,
+    /// counted in `rx_datagrams` too).
+    pub doorbells_sent: u64,
+    pub doorbells_received: u64,
 }
 
 /// One datagram waiting in the send batch.
@@ -261,7 +310,45 @@ pub struct Device {
     /// Consecutive idle rounds of [`Device::progress`].
     idle_polls: u32,
     busy_yields: u32,
+    transport: Transport,
+    /// This device's shared-memory inbox (not with [`Transport::Udp`], or where `/dev/shm`
+    /// is unavailable in [`Transport::Auto`]).
+    inbox: Option<shm::Inbox>,
+    /// The inbox's sleeping flag (set around sleeps in poll(2)).
+    waker: Option<shm::Waker>,
+    /// How each destination seen so far is reached.
+    peers: Vec<(SocketAddr, Peer)>,
+    /// Receive buffer of inbox datagrams, with headroom for the rebuilt header.
+    rx_shm: Vec<u8>,
+    /// Peers to ring after this flush.
+    doorbells: Vec<SocketAddr>,
+    /// Empty socket reads in a row, and when the quiet socket is read next (ns, HCA clock).
+    udp_quiet: u32,
+    udp_next_check: u64,
 }
+
+/// How a destination is reached.
+enum Peer {
+    /// Through its shared-memory inbox.
+    Shm(shm::Outbox),
+    /// Over UDP; looked for an inbox again after this time ([`Transport::Auto`]).
+    Udp(Instant),
+}
+
+/// How often a destination reached over UDP is looked at again for an inbox (a softib peer
+/// that started after the first datagram to it).
+const SHM_LOOK_AGAIN_NS: u64 = 1_000_000_000;
+
+/// Empty socket reads in a row after which a device with an inbox reads its socket only
+/// every [`UDP_QUIET_CHECK_NS`].
+const UDP_QUIET_ROUNDS: u32 = 8;
+const UDP_QUIET_CHECK_NS: u64 = 50_000;
+
+/// Most datagrams one round takes from the inbox (what one GRO receive batch may hold).
+const SHM_RX_BATCH: usize = 1024;
+
+/// How long an idle busy poller with an inbox spins on it before it yields the CPU.
+const SHM_SPIN_NS: u64 = 20_000;
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -307,6 +394,11 @@ impl Device {
             )?,
         }
         let local = socket.local_addr()?;
+        let inbox = match cfg.transport {
+            Transport::Udp => None,
+            Transport::Auto => shm::Inbox::create(local).ok(),
+            Transport::Shm => Some(shm::Inbox::create(local)?),
+        };
         let pcap = match &cfg.pcap {
             Some(p) => Some(PcapWriter::new(
                 BufWriter::new(File::create(p)?),
@@ -337,7 +429,27 @@ impl Device {
             stats: DeviceStats::default(),
             idle_polls: 0,
             busy_yields: cfg.busy_yields,
+            transport: cfg.transport,
+            waker: inbox.as_ref().map(shm::Inbox::waker),
+            inbox,
+            peers: Vec::new(),
+            rx_shm: vec![0u8; RX_HEADROOM + shm::SLOT_PAYLOAD],
+            doorbells: Vec::new(),
+            udp_quiet: 0,
+            udp_next_check: 0,
         })
+    }
+
+    /// The inbox's sleeping flag, for a thread that sleeps on [`Device::socket_fd`] in the
+    /// device's place (the C library's progress thread): `None` without an inbox.
+    pub fn shm_waker(&self) -> Option<shm::Waker> {
+        self.waker.clone()
+    }
+
+    /// True when this device has a shared-memory inbox (same-host softib peers reach it
+    /// without the kernel's UDP stack).
+    pub fn has_inbox(&self) -> bool {
+        self.inbox.is_some()
     }
 
     /// The UDP socket, for a caller that sleeps in poll(2)/epoll on it (the C library's
@@ -432,13 +544,25 @@ impl Device {
             .poll_timeout()
             .map(|t| t.duration_since(now))
             .unwrap_or(max_wait);
-        idle_step(
-            &self.socket,
-            mode,
-            self.idle_polls,
-            self.busy_yields,
-            max_wait.min(until_timer),
-        )?;
+        // A sleep in poll(2) (not a yield) is announced in the inbox, so that same-host
+        // senders ring the doorbell; a datagram that arrived meanwhile cancels it.
+        if mode == PollMode::Busy && self.spin_on_inbox() {
+            return Ok(());
+        }
+        let sleeps = mode == PollMode::Blocking || self.idle_polls > self.busy_yields;
+        let waker = self.waker.as_ref().filter(|_| sleeps);
+        if waker.is_none_or(shm::Waker::sleep_begin) {
+            idle_step(
+                &self.socket,
+                mode,
+                self.idle_polls,
+                self.busy_yields,
+                max_wait.min(until_timer),
+            )?;
+            if let Some(w) = waker {
+                w.sleep_end();
+            }
+        }
         if mode == PollMode::Blocking {
             self.poll_io()?;
         }
@@ -461,8 +585,15 @@ impl Device {
             tv_sec: d.as_secs() as _,
             tv_nsec: d.subsec_nanos() as _,
         };
+        if self.waker.as_ref().is_some_and(|w| !w.sleep_begin()) {
+            return Ok(());
+        }
         let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&ts)) {
+        let r = rustix::event::poll(&mut fds, Some(&ts));
+        if let Some(w) = &self.waker {
+            w.sleep_end();
+        }
+        match r {
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -506,6 +637,21 @@ impl Device {
                     }
                 },
             };
+            if self.transport != Transport::Udp {
+                let path = shm_send(
+                    &mut self.peers,
+                    self.transport,
+                    self.local,
+                    dest,
+                    payload,
+                    now,
+                    &mut self.stats,
+                    &mut self.doorbells,
+                );
+                if path != ShmSend::Udp {
+                    continue;
+                }
+            }
             let start = self.tx_buf.len();
             let len = payload.len();
             let request = payload.first().is_some_and(|&op| !is_response(op));
@@ -519,6 +665,11 @@ impl Device {
             }
         }
         sent += self.send_batch()?;
+        for peer in self.doorbells.drain(..) {
+            // An empty datagram: the peer's poll(2) returns and it looks at its inbox.
+            self.stats.doorbells_sent += 1;
+            let _ = self.socket.send_to(&[], peer);
+        }
         Ok(sent)
     }
 
@@ -565,12 +716,7 @@ impl Device {
     }
 
     fn route_from(&self, from: SocketAddr) -> IpAddr {
-        let from_c = SocketAddr::new(frame::canonical_ip(from.ip()), from.port());
-        self.routes
-            .iter()
-            .find(|(_, via)| *via == from_c)
-            .map(|&(p, _)| p)
-            .unwrap_or(from_c.ip())
+        route_from(&self.routes, from)
     }
 
     /// Sends the queued datagrams: GSO runs when available, else `sendmmsg`.
@@ -706,6 +852,105 @@ impl Device {
     /// (already handed to the HCA) for the others. Only frames shorter than the Ethernet
     /// minimum, whose padding would overwrite the next segment, are copied.
     fn receive(&mut self, now: Instant) -> io::Result<usize> {
+        // With an inbox, a socket that has been quiet for a while is read once every
+        // UDP_QUIET_CHECK_NS, not on every round: its empty `recvmmsg` would be most of a
+        // busy-polling round between same-host peers. Any datagram from it (a UDP peer)
+        // brings back a read per round.
+        let udp = if self.inbox.is_some()
+            && self.udp_quiet >= UDP_QUIET_ROUNDS
+            && now.as_nanos() < self.udp_next_check
+        {
+            0
+        } else {
+            let n = self.receive_udp(now)?;
+            if n == 0 {
+                self.udp_quiet = self.udp_quiet.saturating_add(1);
+                self.udp_next_check = now.as_nanos() + UDP_QUIET_CHECK_NS;
+            } else {
+                self.udp_quiet = 0;
+            }
+            n
+        };
+        Ok(udp + self.receive_shm(now)?)
+    }
+
+    /// Busy polling between same-host peers: waits up to `SHM_SPIN_NS` for a datagram in
+    /// the inbox, without a system call, before the round's yield or sleep.
+    /// Returns true when one arrived.
+    fn spin_on_inbox(&self) -> bool {
+        let Some(inbox) = &self.inbox else {
+            return false;
+        };
+        let start = std::time::Instant::now();
+        loop {
+            for _ in 0..64 {
+                if inbox.ready() {
+                    return true;
+                }
+                std::hint::spin_loop();
+            }
+            if start.elapsed() >= Duration::from_nanos(SHM_SPIN_NS) {
+                return false;
+            }
+        }
+    }
+
+    /// Takes up to [`SHM_RX_BATCH`] datagrams from the inbox and hands them to the HCA as
+    /// [`Device::receive_udp`] does with datagrams from the socket: the same rebuilt header
+    /// (the sender's bound address and port), the same ICRC check.
+    fn receive_shm(&mut self, now: Instant) -> io::Result<usize> {
+        let Some(inbox) = self.inbox.as_mut() else {
+            return Ok(0);
+        };
+        let mut count = 0;
+        while count < SHM_RX_BATCH {
+            let Some(got) = inbox.pop(&mut self.rx_shm[RX_HEADROOM..]) else {
+                break;
+            };
+            count += 1;
+            self.stats.rx_datagrams += 1;
+            self.stats.rx_shm += 1;
+            let Some((src, len)) = got else {
+                self.stats.rx_unframed += 1;
+                continue;
+            };
+            let dst = self.local.ip();
+            // A relay's datagrams stand for its peer's, as over UDP.
+            let ip = route_from(&self.routes, src);
+            let Some(header) = self.rx_builder.header(ip, src.port(), dst, len) else {
+                self.stats.rx_unframed += 1;
+                continue;
+            };
+            let (start, end) = (RX_HEADROOM, RX_HEADROOM + len);
+            let at = start - header.len();
+            let frame = if end - at >= softib_wire::ethernet::MIN_FRAME_LEN {
+                put_header(&mut self.rx_shm[at..start], header);
+                &mut self.rx_shm[at..end]
+            } else {
+                self.rx_frame.clear();
+                self.rx_frame.extend_from_slice(header);
+                self.rx_frame.extend_from_slice(&self.rx_shm[start..end]);
+                self.rx_frame
+                    .resize(softib_wire::ethernet::MIN_FRAME_LEN, 0);
+                &mut self.rx_frame[..]
+            };
+            // Not a GRO segment: its Identification is 0, as the sender sealed it.
+            self.rx_idents.start();
+            deliver(
+                &mut self.hca,
+                &mut self.pcap,
+                self.icrc,
+                &mut self.rx_idents,
+                now,
+                frame,
+            )?;
+        }
+        Ok(count)
+    }
+
+    /// Receives one batch from the socket and hands every datagram to the HCA; returns the
+    /// datagram count.
+    fn receive_udp(&mut self, now: Instant) -> io::Result<usize> {
         const STRIDE: usize = RX_HEADROOM + RX_SLOT;
         let n = {
             let mut chunks = self.rx_buf.chunks_exact_mut(STRIDE);
@@ -729,6 +974,13 @@ impl Device {
         let mut count = 0;
         for i in 0..n {
             let meta = self.rx_meta[i];
+            if meta.len == 0 {
+                // A same-host peer's doorbell: its datagrams are in the inbox.
+                self.stats.rx_datagrams += 1;
+                self.stats.doorbells_received += 1;
+                count += 1;
+                continue;
+            }
             let src = self.route_from(meta.addr);
             let dst = meta.dst_ip.unwrap_or(self.local.ip());
             let data = i * STRIDE + RX_HEADROOM;
@@ -770,25 +1022,127 @@ impl Device {
                         .resize(softib_wire::ethernet::MIN_FRAME_LEN, 0);
                     &mut self.rx_frame[..]
                 };
-                // IPv4: the runtime checks (or, opted out, reseals) the ICRC, so the HCA need
-                // not compute it again; a frame that fails goes to the HCA as it is, which
-                // drops and counts it. IPv6: the HCA checks.
-                let checked = match self.icrc {
-                    IcrcPolicy::Verify => self.rx_idents.verify(frame),
-                    IcrcPolicy::AcceptIpv4Unverified => frame::reseal_ipv4_icrc(frame),
-                };
-                if let Some(p) = &mut self.pcap {
-                    p.write_record(unix_ns(), frame)?;
-                }
-                if checked {
-                    self.hca.handle_frame_icrc_verified(now, frame);
-                } else {
-                    self.hca.handle_frame(now, frame);
-                }
+                deliver(
+                    &mut self.hca,
+                    &mut self.pcap,
+                    self.icrc,
+                    &mut self.rx_idents,
+                    now,
+                    frame,
+                )?;
             }
         }
         Ok(count)
     }
+}
+
+/// Hands a received frame (rebuilt header and datagram) to the HCA. IPv4: the runtime checks
+/// (or, opted out, reseals) the ICRC, so the HCA need not compute it again; a frame that
+/// fails goes to the HCA as it is, which drops and counts it. IPv6: the HCA checks.
+#[inline(always)]
+fn deliver(
+    hca: &mut Hca,
+    pcap: &mut Option<PcapWriter<BufWriter<File>>>,
+    icrc: IcrcPolicy,
+    idents: &mut frame::GroIdents,
+    now: Instant,
+    frame: &mut [u8],
+) -> io::Result<()> {
+    let checked = match icrc {
+        IcrcPolicy::Verify => idents.verify(frame),
+        IcrcPolicy::AcceptIpv4Unverified => frame::reseal_ipv4_icrc(frame),
+    };
+    if let Some(p) = pcap {
+        p.write_record(unix_ns(), frame)?;
+    }
+    if checked {
+        hca.handle_frame_icrc_verified(now, frame);
+    } else {
+        hca.handle_frame(now, frame);
+    }
+    Ok(())
+}
+
+/// The peer whose datagrams come from `from` (a relay's address stands for its peer).
+fn route_from(routes: &[(IpAddr, SocketAddr)], from: SocketAddr) -> IpAddr {
+    let from_c = SocketAddr::new(frame::canonical_ip(from.ip()), from.port());
+    routes
+        .iter()
+        .find(|(_, via)| *via == from_c)
+        .map(|&(p, _)| p)
+        .unwrap_or(from_c.ip())
+}
+
+/// Where [`shm_send`] put a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ShmSend {
+    /// Into the peer's inbox.
+    Sent,
+    /// Nowhere (shared memory forced, and the peer has no inbox or it is full).
+    Dropped,
+    /// Send it over UDP.
+    Udp,
+}
+
+/// Puts `datagram` for `dest` into `dest`'s inbox when it has one (looked for on the first
+/// datagram and, while there is none, again every [`SHM_LOOK_AGAIN_NS`]); for a peer reached
+/// through a route, `dest` is the relay, which may have an inbox too. A full ring sends over UDP ([`Transport::Auto`]) or
+/// drops ([`Transport::Shm`]); a ring whose owner has gone is forgotten.
+#[allow(clippy::too_many_arguments)]
+fn shm_send(
+    peers: &mut Vec<(SocketAddr, Peer)>,
+    transport: Transport,
+    local: SocketAddr,
+    dest: SocketAddr,
+    datagram: &[u8],
+    now: Instant,
+    stats: &mut DeviceStats,
+    doorbells: &mut Vec<SocketAddr>,
+) -> ShmSend {
+    let fallback = |stats: &mut DeviceStats| {
+        if transport == Transport::Shm {
+            stats.tx_dropped += 1;
+            ShmSend::Dropped
+        } else {
+            ShmSend::Udp
+        }
+    };
+    let i = match peers.iter().position(|(a, _)| *a == dest) {
+        Some(i) => i,
+        None => {
+            peers.push((dest, Peer::Udp(Instant::ZERO)));
+            peers.len() - 1
+        }
+    };
+    let again = now.saturating_add(std::time::Duration::from_nanos(SHM_LOOK_AGAIN_NS));
+    if let Peer::Udp(next) = peers[i].1 {
+        if now >= next {
+            peers[i].1 = match shm::Outbox::attach(dest) {
+                Some(o) => Peer::Shm(o),
+                None => Peer::Udp(again),
+            };
+        }
+    }
+    let Peer::Shm(out) = &peers[i].1 else {
+        return fallback(stats);
+    };
+    match out.push(local, datagram) {
+        shm::Pushed::Queued => {}
+        shm::Pushed::QueuedRing => {
+            if !doorbells.contains(&dest) {
+                doorbells.push(dest);
+            }
+        }
+        shm::Pushed::Full => {
+            if !out.still_valid() {
+                peers[i].1 = Peer::Udp(again);
+            }
+            return fallback(stats);
+        }
+    }
+    stats.tx_shm += 1;
+    stats.tx_datagrams += 1;
+    ShmSend::Sent
 }
 
 /// Copies a rebuilt header (`dst` is as long) in front of a datagram: the IPv4 header, the

@@ -7,6 +7,10 @@
 //! `side_a` ([`crate::Device::add_route`]) and B routes A's address via `side_b`. All four
 //! sockets use the same port, so the UDP source port each device sees is the one its peer
 //! sent from, and the ICRC of every relayed packet still verifies.
+//!
+//! With shared memory ([`Relay::bind_shm`]) each side also has an inbox
+//! ([`crate::shm`]): devices that find it send their datagrams there, and the relay forwards
+//! into the peer's inbox when it has one, so the same faults apply to the same-host path.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -38,6 +42,25 @@ pub struct RelayStats {
     pub reordered: u64,
 }
 
+/// Set by SIGTERM or SIGINT once [`stop_on_signals`] installed the handlers.
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    SIGNALLED.store(true, Ordering::Relaxed);
+}
+
+/// Makes SIGTERM and SIGINT stop [`Relay::run`] in an orderly way (its inboxes are removed),
+/// for a relay process that is told to end rather than killed.
+#[allow(unsafe_code)]
+pub fn stop_on_signals() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(sig, on_stop_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
 /// splitmix64: small, seedable, good enough to pick losses.
 #[derive(Debug, Clone)]
 struct Rng(u64);
@@ -58,7 +81,6 @@ impl Rng {
 }
 
 /// A two-sided lossy relay (see the module documentation).
-#[derive(Debug)]
 pub struct Relay {
     sockets: [UdpSocket; 2],
     /// Peer of each side.
@@ -68,6 +90,20 @@ pub struct Relay {
     /// A datagram held back per direction (index = receiving side).
     held: [Option<Vec<u8>>; 2],
     stats: RelayStats,
+    /// Shared memory: each side's inbox, and each peer's inbox once found.
+    inboxes: Option<[crate::shm::Inbox; 2]>,
+    outboxes: [Option<crate::shm::Outbox>; 2],
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("peers", &self.peers)
+            .field("cfg", &self.cfg)
+            .field("shm", &self.inboxes.is_some())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Relay {
@@ -90,7 +126,25 @@ impl Relay {
             rng: Rng(cfg.seed),
             held: [None, None],
             stats: RelayStats::default(),
+            inboxes: None,
+            outboxes: [None, None],
         })
+    }
+
+    /// [`Relay::bind`], with a shared-memory inbox on each side as well.
+    pub fn bind_shm(
+        side_a: SocketAddr,
+        peer_a: SocketAddr,
+        side_b: SocketAddr,
+        peer_b: SocketAddr,
+        cfg: RelayConfig,
+    ) -> io::Result<Relay> {
+        let mut r = Relay::bind(side_a, peer_a, side_b, peer_b, cfg)?;
+        r.inboxes = Some([
+            crate::shm::Inbox::create(side_a)?,
+            crate::shm::Inbox::create(side_b)?,
+        ]);
+        Ok(r)
     }
 
     /// Counters so far.
@@ -102,11 +156,16 @@ impl Relay {
     pub fn run(&mut self, stop: &AtomicBool, limit: Duration) -> io::Result<RelayStats> {
         let start = Instant::now();
         let mut buf = vec![0u8; 65_536];
-        while !stop.load(Ordering::Relaxed) && start.elapsed() < limit {
+        while !stop.load(Ordering::Relaxed)
+            && !SIGNALLED.load(Ordering::Relaxed)
+            && start.elapsed() < limit
+        {
             let mut moved = false;
             for side in 0..2 {
                 loop {
                     let n = match self.sockets[side].recv_from(&mut buf) {
+                        // An empty datagram is a doorbell (for the inbox), not data.
+                        Ok((0, _)) => continue,
                         Ok((n, from)) if from == self.peers[side] => n,
                         Ok(_) => continue,
                         Err(e)
@@ -126,7 +185,27 @@ impl Relay {
                     self.forward(side, &buf[..n]);
                 }
             }
+            for side in 0..2 {
+                while let Some(got) = self.inboxes.as_mut().and_then(|ib| ib[side].pop(&mut buf)) {
+                    moved = true;
+                    if let Some((from, n)) = got {
+                        if from == self.peers[side] {
+                            self.forward(side, &buf[..n]);
+                        }
+                    }
+                }
+            }
             if !moved {
+                let wakers: Vec<_> = self
+                    .inboxes
+                    .iter()
+                    .flatten()
+                    .map(crate::shm::Inbox::waker)
+                    .collect();
+                if !wakers.iter().all(crate::shm::Waker::sleep_begin) {
+                    wakers.iter().for_each(crate::shm::Waker::sleep_end);
+                    continue;
+                }
                 // Sleep until either side has a datagram (at most 5 ms, to see `stop`).
                 let ts = rustix::event::Timespec {
                     tv_sec: 0,
@@ -137,13 +216,37 @@ impl Relay {
                     rustix::event::PollFd::new(a, rustix::event::PollFlags::IN),
                     rustix::event::PollFd::new(b, rustix::event::PollFlags::IN),
                 ];
-                match rustix::event::poll(&mut fds, Some(&ts)) {
+                let r = rustix::event::poll(&mut fds, Some(&ts));
+                wakers.iter().for_each(crate::shm::Waker::sleep_end);
+                match r {
                     Ok(_) | Err(rustix::io::Errno::INTR) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
         }
         Ok(self.stats)
+    }
+
+    /// Sends `data` out of side `out` to its peer: into the peer's inbox when the relay has
+    /// inboxes and the peer one (ringing its doorbell if it sleeps), else over UDP.
+    fn send(&mut self, out: usize, data: &[u8]) -> bool {
+        if self.inboxes.is_some() {
+            if self.outboxes[out].is_none() {
+                self.outboxes[out] = crate::shm::Outbox::attach(self.peers[out]);
+            }
+            if let Some(o) = &self.outboxes[out] {
+                let me = self.sockets[out].local_addr().unwrap_or(self.peers[out]);
+                match o.push(me, data) {
+                    crate::shm::Pushed::Queued => return true,
+                    crate::shm::Pushed::QueuedRing => {
+                        let _ = self.sockets[out].send_to(&[], self.peers[out]);
+                        return true;
+                    }
+                    crate::shm::Pushed::Full => {}
+                }
+            }
+        }
+        self.sockets[out].send_to(data, self.peers[out]).is_ok()
     }
 
     /// Applies loss / reordering to a datagram received on `side` and sends the survivors out
@@ -161,11 +264,11 @@ impl Relay {
             return;
         }
         // Send errors (the peer not listening yet) are a loss like any other.
-        if self.sockets[out].send_to(data, self.peers[out]).is_ok() {
+        if self.send(out, data) {
             self.stats.forwarded += 1;
         }
         if let Some(h) = self.held[side].take() {
-            if self.sockets[out].send_to(&h, self.peers[out]).is_ok() {
+            if self.send(out, &h) {
                 self.stats.forwarded += 1;
             }
         }

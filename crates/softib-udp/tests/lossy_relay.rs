@@ -1,6 +1,7 @@
 //! Two softib devices (127.0.1.1 and 127.0.1.2, port 4791) talk RC through a relay that drops
 //! 1 % of the datagrams and reorders another 1 %, chosen by a seed: WRITE, READ, SEND and both
-//! atomics complete successfully and every byte is checked.
+//! atomics complete successfully and every byte is checked. Once over UDP, once over shared
+//! memory (devices and relay with inboxes, 127.0.8.x).
 
 mod common;
 
@@ -12,15 +13,39 @@ use common::*;
 use softib_core::verbs::types::{WcOpcode, WcStatus};
 use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, WrOpcode};
 use softib_udp::relay::{Relay, RelayConfig};
+use softib_udp::{DeviceStats, Transport};
 
 const SLOT: usize = 8192;
 const SLOTS: usize = 64;
 
 #[test]
 fn rc_operations_complete_verified_under_one_percent_loss() {
-    let (a_addr, b_addr) = (addr(1, 1), addr(1, 2));
-    let (side_a, side_b) = (addr(1, 3), addr(1, 4));
-    let mut relay = Relay::bind(
+    lossy_run(1, Transport::Udp);
+}
+
+/// The same run with the devices and the relay on shared memory: every datagram goes
+/// through the inboxes (none over UDP), with the same faults.
+#[test]
+fn rc_operations_complete_verified_under_one_percent_loss_over_shm() {
+    let (a, b) = lossy_run(8, Transport::Shm);
+    for s in [a, b] {
+        assert!(s.tx_shm > 0 && s.rx_shm > 0, "{s:?}");
+        assert_eq!(s.tx_shm, s.tx_datagrams, "{s:?}");
+        assert_eq!(s.rx_shm, s.rx_datagrams - s.doorbells_received, "{s:?}");
+        assert_eq!(s.tx_dropped, 0, "{s:?}");
+    }
+}
+
+/// Every RC operation through a relay losing and reordering 1 % on 127.0.`net`.x; returns
+/// both devices' runtime counters.
+fn lossy_run(net: u8, transport: Transport) -> (DeviceStats, DeviceStats) {
+    let (a_addr, b_addr) = (addr(net, 1), addr(net, 2));
+    let (side_a, side_b) = (addr(net, 3), addr(net, 4));
+    let bind = match transport {
+        Transport::Udp => Relay::bind,
+        _ => Relay::bind_shm,
+    };
+    let mut relay = bind(
         side_a,
         a_addr,
         side_b,
@@ -37,8 +62,8 @@ fn rc_operations_complete_verified_under_one_percent_loss() {
     let relay_thread =
         std::thread::spawn(move || relay.run(&stop2, Duration::from_secs(120)).unwrap());
 
-    let mut a = endpoint(a_addr, 0x00_1000, SLOT * SLOTS, None);
-    let mut b = endpoint(b_addr, 0xff_fff0, SLOT * SLOTS, None);
+    let mut a = endpoint_on(a_addr, 0x00_1000, SLOT * SLOTS, None, transport);
+    let mut b = endpoint_on(b_addr, 0xff_fff0, SLOT * SLOTS, None, transport);
     a.dev.add_route(b_addr.ip(), side_a);
     b.dev.add_route(a_addr.ip(), side_b);
     connect(&mut a, &mut b);
@@ -223,6 +248,7 @@ fn rc_operations_complete_verified_under_one_percent_loss() {
         a.dev.hca().counters(),
         b.dev.hca().counters()
     );
+    (a.dev.stats(), b.dev.stats())
 }
 
 /// Posts `n` requests built by `make` on A, at most `depth` outstanding, and waits until all

@@ -17,7 +17,7 @@ use softib_core::verbs::types::{Mtu, QpType, WcFlags, WcOpcode, WcStatus};
 use softib_core::verbs::wr::{RecvWr, SendWr, Sge, WrOpcode};
 use softib_udp::endpoint::{Endpoint, EndpointConfig, UD_QKEY};
 use softib_udp::relay::{Relay, RelayConfig, RelayStats};
-use softib_udp::{Device, DeviceConfig};
+use softib_udp::{Device, DeviceConfig, Transport};
 use softib_wire::Psn;
 
 /// Bytes of one receive slot (room for the 40-byte GRH area and the largest UC message).
@@ -33,9 +33,15 @@ const WINDOW: u64 = 8;
 /// Quiet time after which A sends on regardless.
 const GIVE_UP: Duration = Duration::from_millis(20);
 
-fn unreliable_endpoint(bind: SocketAddr, qp_type: QpType, psn: u32) -> Endpoint {
+fn unreliable_endpoint(
+    bind: SocketAddr,
+    qp_type: QpType,
+    psn: u32,
+    transport: Transport,
+) -> Endpoint {
     let mut cfg = DeviceConfig::new(bind);
     cfg.active_mtu = Mtu::Mtu1024;
+    cfg.transport = transport;
     let dev = Device::open(&cfg).expect("bind the RoCEv2 socket");
     let ecfg = EndpointConfig {
         qp_type,
@@ -70,10 +76,19 @@ fn post_slot(b: &mut Endpoint, slot: usize) {
 
 /// Runs `MESSAGES` SENDs of `size_of(i)` bytes from A to B through a lossy relay and returns
 /// the indices B received (each checked byte for byte) and the relay's statistics.
-fn run(qp_type: QpType, net: u8, size_of: impl Fn(u64) -> usize) -> (Vec<u64>, RelayStats) {
+fn run(
+    qp_type: QpType,
+    net: u8,
+    transport: Transport,
+    size_of: impl Fn(u64) -> usize,
+) -> (Vec<u64>, RelayStats) {
     let (a_addr, b_addr) = (addr(net, 1), addr(net, 2));
     let (side_a, side_b) = (addr(net, 3), addr(net, 4));
-    let mut relay = Relay::bind(
+    let bind = match transport {
+        Transport::Udp => Relay::bind,
+        _ => Relay::bind_shm,
+    };
+    let mut relay = bind(
         side_a,
         a_addr,
         side_b,
@@ -90,8 +105,8 @@ fn run(qp_type: QpType, net: u8, size_of: impl Fn(u64) -> usize) -> (Vec<u64>, R
     let relay_thread =
         std::thread::spawn(move || relay.run(&stop2, Duration::from_secs(120)).unwrap());
 
-    let mut a = unreliable_endpoint(a_addr, qp_type, 0x00_0100);
-    let mut b = unreliable_endpoint(b_addr, qp_type, 0xff_fffa);
+    let mut a = unreliable_endpoint(a_addr, qp_type, 0x00_0100, transport);
+    let mut b = unreliable_endpoint(b_addr, qp_type, 0xff_fffa, transport);
     a.dev.add_route(b_addr.ip(), side_a);
     b.dev.add_route(a_addr.ip(), side_b);
     let (ia, ib): (EndpointInfo, EndpointInfo) = (a.info(), b.info());
@@ -208,20 +223,27 @@ fn check(got: &[u64], rs: &RelayStats, what: &str) {
     );
 }
 
+/// UD and UC, each over UDP and over shared memory (devices and relay with inboxes).
 #[test]
 fn ud_through_a_lossy_relay_delivers_intact_datagrams() {
-    // 8 .. 1024 bytes: every size up to the MTU, one packet each (C9-200).
-    let (got, rs) = run(QpType::Ud, 21, |i| 8 + (i as usize * 37) % 1017);
-    check(&got, &rs, "UD");
-    // One datagram per message: every datagram the relay forwarded was delivered.
-    assert_eq!(got.len() as u64, rs.forwarded, "{rs:?}");
+    for (net, transport) in [(21, Transport::Udp), (23, Transport::Shm)] {
+        // 8 .. 1024 bytes: every size up to the MTU, one packet each (C9-200).
+        let (got, rs) = run(QpType::Ud, net, transport, |i| 8 + (i as usize * 37) % 1017);
+        check(&got, &rs, &format!("UD over {transport}"));
+        // One datagram per message: every datagram the relay forwarded was delivered.
+        assert_eq!(got.len() as u64, rs.forwarded, "{rs:?}");
+    }
 }
 
 #[test]
 fn uc_through_a_lossy_relay_delivers_intact_messages() {
-    // 8 .. 3000 bytes: up to three packets per message at MTU 1024.
-    let (got, rs) = run(QpType::Uc, 22, |i| 8 + (i as usize * 211) % 2993);
-    check(&got, &rs, "UC");
-    // A multi-packet message survives only if all its packets arrive: some do.
-    assert!(got.iter().any(|&i| 8 + (i as usize * 211) % 2993 > 2048));
+    for (net, transport) in [(22, Transport::Udp), (24, Transport::Shm)] {
+        // 8 .. 3000 bytes: up to three packets per message at MTU 1024.
+        let (got, rs) = run(QpType::Uc, net, transport, |i| {
+            8 + (i as usize * 211) % 2993
+        });
+        check(&got, &rs, &format!("UC over {transport}"));
+        // A multi-packet message survives only if all its packets arrive: some do.
+        assert!(got.iter().any(|&i| 8 + (i as usize * 211) % 2993 > 2048));
+    }
 }

@@ -17,6 +17,8 @@
 //! `PATH.<pid>.<n>.pcap`; `SOFTIB_MTU=256..4096` caps the port's active MTU (otherwise it is
 //! the largest IB MTU the bound interface's MTU allows, as rxe does); `SOFTIB_WINDOW=N` sets
 //! the requester's PSN window (default [`DEFAULT_WINDOW`], as the CLI tools).
+//! `SOFTIB_TRANSPORT=auto|udp|shm` chooses the path to softib peers on the same host (shared
+//! memory when both ends offer it, by default; see softib-udp's `shm`).
 //! `SOFTIB_PEER_VIA=PEER=VIA[,PEER=VIA...]` sends what is for the peer at address PEER to the
 //! UDP address VIA instead (a relay such as `softib relay`), and takes what comes from VIA as
 //! sent by PEER.
@@ -162,6 +164,15 @@ pub fn parse_peer_via(v: &str) -> Vec<(IpAddr, SocketAddr)> {
             Some((p.trim().parse().ok()?, parse_bind(via)?))
         })
         .collect()
+}
+
+/// `SOFTIB_TRANSPORT=auto|udp|shm`: the path to same-host softib peers (default auto:
+/// shared memory to a peer that offers it, UDP otherwise).
+pub fn transport() -> softib_udp::Transport {
+    std::env::var("SOFTIB_TRANSPORT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_default()
 }
 
 /// `SOFTIB_PCAP`, if set.

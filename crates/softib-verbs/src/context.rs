@@ -102,6 +102,8 @@ pub struct Shared {
     pub async_q: Mutex<VecDeque<AsyncItem>>,
     /// The socket, for the progress thread's poll(2).
     pub sock_fd: RawFd,
+    /// The device's shared-memory inbox flag, set while this thread sleeps for it.
+    pub shm_waker: Option<softib_udp::shm::Waker>,
 }
 
 /// An async event waiting for `ibv_get_async_event`.
@@ -419,7 +421,15 @@ fn progress_loop(shared: &Shared) {
     let mut park = PARK_MIN;
     while !shared.stop.load(Ordering::Acquire) {
         if !wait.is_zero() {
-            sleep_on(&[shared.sock_fd, shared.wake_fd], wait);
+            // Announced in the device's shared-memory inbox, so that same-host peers ring
+            // the socket; a datagram already there cancels the sleep.
+            let waker = shared.shm_waker.as_ref();
+            if waker.is_none_or(softib_udp::shm::Waker::sleep_begin) {
+                sleep_on(&[shared.sock_fd, shared.wake_fd], wait);
+                if let Some(w) = waker {
+                    w.sleep_end();
+                }
+            }
         }
         util::drain(shared.wake_fd);
         // Is the application polling right now? Then its own calls move the packets (no
@@ -526,6 +536,7 @@ fn sleep_on(fds: &[RawFd], d: Duration) {
 /// Builds the shared state of a new context around an opened device.
 pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
     let sock_fd = dev.socket_fd().as_raw_fd();
+    let shm_waker = dev.shm_waker();
     let wake_fd = util::wake_eventfd()?;
     let async_fd = match util::semaphore_eventfd() {
         Ok(fd) => fd,
@@ -555,5 +566,6 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
         async_fd,
         async_q: Mutex::new(VecDeque::new()),
         sock_fd,
+        shm_waker,
     }))
 }

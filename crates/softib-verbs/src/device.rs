@@ -270,6 +270,7 @@ fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
         let mut cfg = DeviceConfig::new(addr);
         cfg.active_mtu = interface_mtu(addr.ip());
         cfg.max_unacked_psns = config::window();
+        cfg.transport = config::transport();
         if let Some(base) = config::pcap_base() {
             let n = PCAP_SEQ.fetch_add(1, Ordering::Relaxed);
             cfg.pcap = Some(format!("{base}.{}.{n}.pcap", std::process::id()).into());
@@ -377,6 +378,8 @@ extern "C" fn wind_up_at_exit() {
             wind_up(&sc.shared);
         }
     }
+    // A program that exits with its contexts open leaves no shared-memory inbox behind.
+    softib_udp::shm::remove_inboxes();
 }
 
 /// What a context does when it closes, or at exit if the connection manager still holds it:

@@ -17,10 +17,23 @@ pub fn addr(a: u8, b: u8) -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, a, b)), 4791)
 }
 
+/// An RC endpoint over the kernel's UDP stack (no shared-memory inbox).
 pub fn endpoint(bind: SocketAddr, psn: u32, buf_len: usize, pcap: Option<&str>) -> Endpoint {
+    endpoint_on(bind, psn, buf_len, pcap, softib_udp::Transport::Udp)
+}
+
+/// An RC endpoint whose datagrams to same-host devices take `transport`.
+pub fn endpoint_on(
+    bind: SocketAddr,
+    psn: u32,
+    buf_len: usize,
+    pcap: Option<&str>,
+    transport: softib_udp::Transport,
+) -> Endpoint {
     let mut cfg = DeviceConfig::new(bind);
     cfg.active_mtu = Mtu::Mtu1024;
     cfg.pcap = pcap.map(Into::into);
+    cfg.transport = transport;
     let dev = Device::open(&cfg).expect("bind the RoCEv2 socket");
     let ecfg = EndpointConfig {
         qp_type: QpType::Rc,

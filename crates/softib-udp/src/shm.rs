@@ -1,0 +1,570 @@
+//! The same-host path: RoCEv2 datagrams between softib processes on one machine through shared
+//! memory instead of the kernel's UDP stack.
+//!
+//! Every [`Device`](crate::Device) that allows it owns an *inbox*: a file in `/dev/shm` named
+//! after its bound socket address (`softib-<ip>-<port>`, mode 0600), holding a bounded
+//! multi-producer, single-consumer ring of datagram slots. A device that sends to a peer
+//! address first looks for that peer's inbox; when one exists, is well formed and its owner
+//! is alive, the datagrams (BTH .. ICRC, exactly what the UDP socket would carry, with the
+//! sender's address beside them) go into its ring; otherwise they go over UDP. Everything
+//! above the datagram is unchanged: the receiver rebuilds the frame, checks the ICRC and hands
+//! it to the HCA as it does for a UDP datagram, so PSNs, ACKs and retransmissions work the
+//! same, and a full ring or a vanished peer is just a lost datagram.
+//!
+//! Wake-up: a receiver about to sleep in poll(2) on its UDP socket sets its inbox's
+//! `sleeping` flag and looks at the ring once more; a sender that finds the flag set after
+//! filling a slot sends one empty UDP datagram (a doorbell) to the receiver's socket, which
+//! the receiver ignores. A busy-polling receiver never costs its senders a system call.
+//!
+//! The ring is Vyukov's bounded queue: slot `i` carries a sequence number; a producer claims
+//! position `p` by compare-and-swap on the tail when slot `p mod n` has sequence `p`, writes
+//! the datagram and publishes it with sequence `p + 1`; the consumer takes position `p` when
+//! its sequence is `p + 1` and frees the slot with sequence `p + n`. Whatever a slot holds is
+//! untrusted (any process of the same user can write the file): lengths are bounded here and
+//! the datagram itself passes the ICRC check and the transport's parsing like any other.
+
+// Shared memory needs raw pointers: the mapping is created, sized and checked here and only
+// touched through the bounds-checked accessors below.
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use rustix::fs::{Mode, OFlags};
+use rustix::mm::{MapFlags, ProtFlags};
+
+/// "SOFTIBQ2": the inbox format.
+const MAGIC: u64 = u64::from_be_bytes(*b"SOFTIBQ2");
+/// Slots of a ring (a power of two): 4 MiB of data, what a UDP socket buffer holds, so that a
+/// requester's window of full-MTU packets fits as it fits in the kernel's buffers.
+pub const SLOTS: u64 = 32768;
+/// Bytes of one slot. A datagram and its 24-byte header take as many consecutive slots as
+/// it needs: a 64-byte SEND (80 bytes from BTH to ICRC) one, so small messages sit on
+/// consecutive cache lines.
+const SLOT_SIZE: usize = 128;
+/// Bytes in front of a datagram: its length, the sender's UDP port, address family and IP.
+const ENTRY_HDR: usize = 24;
+/// Largest datagram the ring carries (BTH .. ICRC of a 4096-byte MTU packet with the longest
+/// extension headers fits with room to spare).
+pub const SLOT_PAYLOAD: usize = 4288;
+/// Most slots one datagram takes.
+const MAX_SLOTS: usize = (ENTRY_HDR + SLOT_PAYLOAD).div_ceil(SLOT_SIZE);
+/// The ring's header page.
+const HEADER: usize = 4096;
+/// The slots' sequence numbers (Vyukov's), apart from the data so that a datagram's bytes
+/// run on across the slots it takes.
+const SEQS: usize = HEADER;
+/// The data area: SLOTS slots, and room behind the last one for a datagram that starts near
+/// the end (it runs on there instead of wrapping; the slots it stands for at the start are
+/// claimed all the same).
+const DATA: usize = SEQS + 8 * SLOTS as usize;
+const FILE_LEN: usize = DATA + SLOT_SIZE * (SLOTS as usize + MAX_SLOTS);
+
+// Header page offsets (each hot field on its own cache line).
+const OFF_MAGIC: usize = 0;
+const OFF_SLOTS: usize = 8;
+const OFF_SLOT_SIZE: usize = 12;
+const OFF_PID: usize = 16;
+const OFF_TAIL: usize = 64;
+const OFF_HEAD: usize = 128;
+const OFF_SLEEPING: usize = 192;
+
+// Entry header offsets.
+const E_LEN: usize = 0;
+const E_PORT: usize = 4;
+const E_FAMILY: usize = 6;
+const E_IP: usize = 8;
+
+/// The inbox file of the device bound to `addr`.
+pub fn inbox_path(addr: SocketAddr) -> PathBuf {
+    let ip = crate::frame::canonical_ip(addr.ip());
+    let name = match ip {
+        IpAddr::V4(a) => format!("softib-{a}-{}", addr.port()),
+        IpAddr::V6(a) => format!("softib-{}-{}", a.to_string().replace(':', "_"), addr.port()),
+    };
+    PathBuf::from("/dev/shm").join(name)
+}
+
+/// A mapping of an inbox file.
+struct Mapping {
+    base: NonNull<u8>,
+    /// Inode of the mapped file (a sender checks that the path still names it).
+    ino: u64,
+}
+
+// SAFETY: the mapping is plain shared memory; every access goes through atomics or raw
+// copies, so it may move between threads and be shared by them (the ring's consumer state
+// is in `Inbox`, owned by one thread; a `Waker` touches the atomics only).
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `base` is the start of a live mapping of FILE_LEN bytes made by `map`.
+        unsafe {
+            let _ = rustix::mm::munmap(self.base.as_ptr().cast::<c_void>(), FILE_LEN);
+        }
+    }
+}
+
+impl Mapping {
+    /// Maps `fd` (at least FILE_LEN bytes long) read-write and shared.
+    fn map(fd: &rustix::fd::OwnedFd) -> io::Result<Mapping> {
+        let st = rustix::fs::fstat(fd)?;
+        if usize::try_from(st.st_size).ok() != Some(FILE_LEN) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "inbox size"));
+        }
+        // SAFETY: a new mapping at an address of the kernel's choosing; the file is FILE_LEN
+        // bytes long (checked above), so the whole range is backed.
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                FILE_LEN,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )?
+        };
+        let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap"))?;
+        Ok(Mapping {
+            base,
+            ino: st.st_ino,
+        })
+    }
+
+    /// The 64-bit atomic at byte `off` (8-aligned, inside the mapping).
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= FILE_LEN);
+        // SAFETY: in bounds and aligned (the mapping is page-aligned, `off` a multiple of 8);
+        // shared memory is only ever accessed atomically at these offsets.
+        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU64>() }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off % 4 == 0 && off + 4 <= FILE_LEN);
+        // SAFETY: as for `u64_at`.
+        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU32>() }
+    }
+
+    /// The sequence number of the slot of position `pos`.
+    fn seq(&self, pos: u64) -> &AtomicU64 {
+        self.u64_at(SEQS + 8 * (pos % SLOTS) as usize)
+    }
+
+    /// Byte offset of the data of the slot of position `pos`.
+    fn slot(pos: u64) -> usize {
+        DATA + (pos % SLOTS) as usize * SLOT_SIZE
+    }
+
+    /// Copies `src` into the mapping at `off`.
+    fn write(&self, off: usize, src: &[u8]) {
+        assert!(off + src.len() <= FILE_LEN);
+        // SAFETY: in bounds (checked); the slot is owned by this producer until published.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(off), src.len());
+        }
+    }
+
+    /// Copies `dst.len()` bytes from the mapping at `off`.
+    fn read(&self, off: usize, dst: &mut [u8]) {
+        assert!(off + dst.len() <= FILE_LEN);
+        // SAFETY: in bounds (checked); the slot is owned by the consumer until freed. A
+        // misbehaving writer can only change the bytes read, which are untrusted anyway.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(off), dst.as_mut_ptr(), dst.len());
+        }
+    }
+
+    fn well_formed(&self) -> bool {
+        self.u64_at(OFF_MAGIC).load(Ordering::Acquire) == MAGIC
+            && self.u32_at(OFF_SLOTS).load(Ordering::Relaxed) == SLOTS as u32
+            && self.u32_at(OFF_SLOT_SIZE).load(Ordering::Relaxed) == SLOT_SIZE as u32
+    }
+
+    fn owner_alive(&self) -> bool {
+        let pid = self.u32_at(OFF_PID).load(Ordering::Relaxed);
+        let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else {
+            return false;
+        };
+        match rustix::process::test_kill_process(pid) {
+            Ok(()) => true,
+            // Alive but not ours to signal: still a process.
+            Err(rustix::io::Errno::PERM) => true,
+            Err(_) => false,
+        }
+    }
+}
+
+/// Paths of the inboxes of this process (for [`remove_inboxes`]).
+static LIVE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes the inbox files of this process: for a process that exits without dropping its
+/// devices (a C program that never closes its verbs context), from an `atexit` handler.
+/// Peers then stop finding it and fall back to UDP, as for a device that is gone.
+pub fn remove_inboxes() {
+    let paths = match LIVE.lock() {
+        Ok(mut l) => std::mem::take(&mut *l),
+        Err(p) => std::mem::take(&mut *p.into_inner()),
+    };
+    for p in paths {
+        let _ = rustix::fs::unlink(&p);
+    }
+}
+
+/// A device's own inbox: created at open, removed when dropped.
+pub struct Inbox {
+    map: std::sync::Arc<Mapping>,
+    path: PathBuf,
+    head: u64,
+}
+
+impl Inbox {
+    /// Creates the inbox of the device bound to `addr`, replacing a stale one.
+    pub fn create(addr: SocketAddr) -> io::Result<Inbox> {
+        let path = inbox_path(addr);
+        // A file left by a process that died goes; a live owner's stays (the address is
+        // bound, so a second device on it could not have come this far).
+        let _ = rustix::fs::unlink(&path);
+        let fd = rustix::fs::open(
+            &path,
+            OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::CLOEXEC,
+            Mode::RUSR | Mode::WUSR,
+        )?;
+        rustix::fs::ftruncate(&fd, FILE_LEN as u64)?;
+        let map = Mapping::map(&fd)?;
+        for i in 0..SLOTS {
+            map.seq(i).store(i, Ordering::Relaxed);
+        }
+        map.u64_at(OFF_TAIL).store(0, Ordering::Relaxed);
+        map.u64_at(OFF_HEAD).store(0, Ordering::Relaxed);
+        map.u32_at(OFF_SLOTS).store(SLOTS as u32, Ordering::Relaxed);
+        map.u32_at(OFF_SLOT_SIZE)
+            .store(SLOT_SIZE as u32, Ordering::Relaxed);
+        map.u32_at(OFF_PID).store(
+            rustix::process::getpid().as_raw_nonzero().get() as u32,
+            Ordering::Relaxed,
+        );
+        map.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
+        if let Ok(mut l) = LIVE.lock() {
+            l.push(path.clone());
+        }
+        Ok(Inbox {
+            map: std::sync::Arc::new(map),
+            path,
+            head: 0,
+        })
+    }
+
+    /// Takes the oldest datagram, if any: its bytes go into `buf` (at most [`SLOT_PAYLOAD`]);
+    /// returns the sender's address and the length. A datagram whose claimed length or
+    /// address is out of range is consumed and reported as `Some(None)`.
+    pub fn pop(&mut self, buf: &mut [u8]) -> Option<Option<(SocketAddr, usize)>> {
+        let head = self.head;
+        if self.map.seq(head).load(Ordering::Acquire) != head.wrapping_add(1) {
+            return None;
+        }
+        let at = Mapping::slot(head);
+        let mut hdr = [0u8; ENTRY_HDR];
+        self.map.read(at, &mut hdr);
+        let len = u32::from_ne_bytes([hdr[E_LEN], hdr[E_LEN + 1], hdr[E_LEN + 2], hdr[E_LEN + 3]])
+            as usize;
+        let port = u16::from_ne_bytes([hdr[E_PORT], hdr[E_PORT + 1]]);
+        let mut ip = [0u8; 16];
+        ip.copy_from_slice(&hdr[E_IP..E_IP + 16]);
+        let src = match hdr[E_FAMILY] {
+            4 => Some(IpAddr::V4(Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]))),
+            6 => Some(IpAddr::V6(Ipv6Addr::from(ip))),
+            _ => None,
+        };
+        // A hostile length still frees one slot at least and never more than a datagram
+        // can take.
+        let fits = len <= SLOT_PAYLOAD;
+        let k = if fits { slots_for(len) } else { 1 };
+        let out = match src {
+            Some(ip) if fits && len <= buf.len() => {
+                self.map.read(at + ENTRY_HDR, &mut buf[..len]);
+                Some((SocketAddr::new(ip, port), len))
+            }
+            _ => None,
+        };
+        for i in 0..k as u64 {
+            let pos = head.wrapping_add(i);
+            self.map
+                .seq(pos)
+                .store(pos.wrapping_add(SLOTS), Ordering::Release);
+        }
+        self.head = head.wrapping_add(k as u64);
+        self.map
+            .u64_at(OFF_HEAD)
+            .store(self.head, Ordering::Release);
+        Some(out)
+    }
+
+    /// True when a datagram is waiting.
+    pub fn ready(&self) -> bool {
+        ready(&self.map)
+    }
+
+    /// A handle with which another thread (the C library's progress thread) announces that
+    /// it sleeps on the device's socket for the inbox's owner.
+    pub fn waker(&self) -> Waker {
+        Waker {
+            map: std::sync::Arc::clone(&self.map),
+        }
+    }
+}
+
+/// The consumer's next slot holds a datagram (read from the published head).
+fn ready(map: &Mapping) -> bool {
+    let head = map.u64_at(OFF_HEAD).load(Ordering::Acquire);
+    map.seq(head).load(Ordering::Acquire) == head.wrapping_add(1)
+}
+
+/// Slots a datagram of `len` bytes takes with its header.
+fn slots_for(len: usize) -> usize {
+    (ENTRY_HDR + len).div_ceil(SLOT_SIZE)
+}
+
+/// The inbox's sleeping flag, usable without the device.
+#[derive(Clone)]
+pub struct Waker {
+    map: std::sync::Arc<Mapping>,
+}
+
+impl Waker {
+    /// About to sleep on the device's socket: sets the sleeping flag (senders that fill a slot
+    /// from now on ring the doorbell) and returns false, clearing it again, when a datagram
+    /// is already waiting (then do not sleep: poll the device).
+    pub fn sleep_begin(&self) -> bool {
+        self.map.u32_at(OFF_SLEEPING).store(1, Ordering::SeqCst);
+        if ready(&self.map) {
+            self.sleep_end();
+            return false;
+        }
+        true
+    }
+
+    /// Awake again: senders stop ringing.
+    pub fn sleep_end(&self) {
+        self.map.u32_at(OFF_SLEEPING).store(0, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        self.map.u64_at(OFF_MAGIC).store(0, Ordering::Release);
+        if let Ok(mut l) = LIVE.lock() {
+            l.retain(|p| *p != self.path);
+        }
+        let _ = rustix::fs::unlink(&self.path);
+    }
+}
+
+/// What [`Outbox::push`] did with a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// In the peer's ring; the peer is awake (or will look before it sleeps).
+    Queued,
+    /// In the peer's ring, and the peer sleeps: ring its doorbell.
+    QueuedRing,
+    /// The ring is full (or the datagram too long): send it another way or lose it.
+    Full,
+}
+
+/// A sender's attachment to a peer's inbox.
+pub struct Outbox {
+    map: Mapping,
+    path: PathBuf,
+}
+
+impl Outbox {
+    /// Attaches to the inbox of the device bound to `peer`, if there is a well-formed one
+    /// whose owner is alive.
+    pub fn attach(peer: SocketAddr) -> Option<Outbox> {
+        let path = inbox_path(peer);
+        let fd = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).ok()?;
+        let map = Mapping::map(&fd).ok()?;
+        (map.well_formed() && map.owner_alive()).then_some(Outbox { map, path })
+    }
+
+    /// True while the path still names the mapped inbox, it is well formed and its owner
+    /// lives (a peer that restarted has a new inbox; one that died has none).
+    pub fn still_valid(&self) -> bool {
+        let same = rustix::fs::stat(&self.path).is_ok_and(|st| st.st_ino == self.map.ino);
+        same && self.map.well_formed() && self.map.owner_alive()
+    }
+
+    /// Queues `datagram` from `src`.
+    pub fn push(&self, src: SocketAddr, datagram: &[u8]) -> Pushed {
+        if datagram.len() > SLOT_PAYLOAD {
+            return Pushed::Full;
+        }
+        let k = slots_for(datagram.len()) as u64;
+        let tail = self.map.u64_at(OFF_TAIL);
+        let mut pos = tail.load(Ordering::Relaxed);
+        loop {
+            // The consumer frees slots in order: the last of the k being free means all are.
+            let last = pos.wrapping_add(k - 1);
+            let seq = self.map.seq(last).load(Ordering::Acquire);
+            let dif = seq.wrapping_sub(last) as i64;
+            if dif == 0 {
+                match tail.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(k),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break,
+                    Err(now) => pos = now,
+                }
+            } else if dif < 0 {
+                return Pushed::Full;
+            } else {
+                pos = tail.load(Ordering::Relaxed);
+            }
+        }
+        let at = Mapping::slot(pos);
+        let mut hdr = [0u8; ENTRY_HDR];
+        hdr[E_LEN..E_LEN + 4].copy_from_slice(&(datagram.len() as u32).to_ne_bytes());
+        hdr[E_PORT..E_PORT + 2].copy_from_slice(&src.port().to_ne_bytes());
+        match crate::frame::canonical_ip(src.ip()) {
+            IpAddr::V4(a) => {
+                hdr[E_FAMILY] = 4;
+                hdr[E_IP..E_IP + 4].copy_from_slice(&a.octets());
+            }
+            IpAddr::V6(a) => {
+                hdr[E_FAMILY] = 6;
+                hdr[E_IP..E_IP + 16].copy_from_slice(&a.octets());
+            }
+        }
+        self.map.write(at, &hdr);
+        self.map.write(at + ENTRY_HDR, datagram);
+        // The first slot's sequence publishes the whole datagram.
+        self.map
+            .seq(pos)
+            .store(pos.wrapping_add(1), Ordering::Release);
+        // Pairs with the receiver's SeqCst store of the flag and its second look at the ring.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.map.u32_at(OFF_SLEEPING).load(Ordering::Relaxed) != 0 {
+            Pushed::QueuedRing
+        } else {
+            Pushed::Queued
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 93)), port)
+    }
+
+    #[test]
+    fn datagrams_cross_in_order_and_the_ring_fills() {
+        let me = addr(40_001);
+        let mut inbox = Inbox::create(me).unwrap();
+        let out = Outbox::attach(me).expect("own inbox is attachable");
+        let from = addr(40_002);
+        let mut buf = vec![0u8; SLOT_PAYLOAD];
+        assert!(inbox.pop(&mut buf).is_none());
+        // Sizes from one slot to the largest, so that datagrams run past the ring's end.
+        let size = |i: usize| [1, 80, 104, 105, 300, 1100, 4150, SLOT_PAYLOAD][i % 8];
+        for round in 0..5u8 {
+            let mut sent = 0;
+            while out.push(from, &vec![round ^ sent as u8; size(sent)]) != Pushed::Full {
+                sent += 1;
+            }
+            assert!(sent > 10, "{sent}");
+            for i in 0..sent {
+                let (src, len) = inbox.pop(&mut buf).unwrap().unwrap();
+                assert_eq!(src, from);
+                assert_eq!(len, size(i));
+                assert!(buf[..len].iter().all(|&b| b == round ^ i as u8));
+            }
+            assert!(inbox.pop(&mut buf).is_none());
+            // A ring of small datagrams holds SLOTS of them.
+            for i in 0..SLOTS {
+                assert_eq!(out.push(from, &[i as u8; 80]), Pushed::Queued, "{i}");
+            }
+            assert_eq!(out.push(from, &[0; 80]), Pushed::Full);
+            for _ in 0..SLOTS {
+                assert_eq!(inbox.pop(&mut buf).unwrap().unwrap().1, 80);
+            }
+        }
+        let w = inbox.waker();
+        assert!(w.sleep_begin());
+        assert_eq!(out.push(from, &[9]), Pushed::QueuedRing);
+        assert!(inbox.ready());
+        assert!(!w.sleep_begin(), "a datagram waits: no sleep");
+        assert_eq!(out.push(from, &[9]), Pushed::Queued);
+        assert!(out.push(from, &vec![0; SLOT_PAYLOAD + 1]) == Pushed::Full);
+        assert!(out.still_valid());
+        drop(inbox);
+        assert!(!out.still_valid());
+        assert!(Outbox::attach(me).is_none());
+    }
+
+    /// Four producer threads, one consumer: every datagram arrives once, each producer's in
+    /// its order.
+    #[test]
+    fn producers_race_without_losing_or_duplicating() {
+        let me = addr(40_011);
+        let mut inbox = Inbox::create(me).unwrap();
+        let per = 5000u32;
+        let handles: Vec<_> = (0..4u16)
+            .map(|p| {
+                std::thread::spawn(move || {
+                    let out = Outbox::attach(me).unwrap();
+                    let from = addr(41_000 + p);
+                    for i in 0..per {
+                        while out.push(from, &i.to_le_bytes()) == Pushed::Full {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut next = [0u32; 4];
+        let mut buf = vec![0u8; SLOT_PAYLOAD];
+        let mut got = 0;
+        while got < 4 * per {
+            match inbox.pop(&mut buf) {
+                Some(Some((src, 4))) => {
+                    let p = usize::from(src.port() - 41_000);
+                    let v = u32::from_le_bytes(buf[..4].try_into().unwrap());
+                    assert_eq!(v, next[p], "producer {p}");
+                    next[p] += 1;
+                    got += 1;
+                }
+                Some(other) => panic!("{other:?}"),
+                None => std::thread::yield_now(),
+            }
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(next, [per; 4]);
+    }
+
+    /// A slot claiming a length beyond the slot is consumed and reported, not read.
+    #[test]
+    fn a_hostile_length_is_refused() {
+        let me = addr(40_021);
+        let mut inbox = Inbox::create(me).unwrap();
+        let out = Outbox::attach(me).unwrap();
+        assert_eq!(out.push(addr(1), &[1, 2, 3]), Pushed::Queued);
+        let at = Mapping::slot(0);
+        inbox.map.write(at + E_LEN, &(u32::MAX).to_ne_bytes());
+        let mut buf = vec![0u8; SLOT_PAYLOAD];
+        assert_eq!(inbox.pop(&mut buf), Some(None));
+        assert!(inbox.pop(&mut buf).is_none());
+    }
+}
