@@ -19,6 +19,9 @@
 # Both polling disciplines are measured: busy polling (the default of every tool; idle polls
 # yield the CPU) and -e (sleep in poll(2)); raw UDP uses the same discipline as softib in each.
 #
+# softib runs with `--transport udp` (the kernel's UDP stack, as raw UDP; bench/shm-ratios.sh
+# measures the shared-memory path).
+#
 # Usage: bench/udp-ratios.sh [ROUNDS]     (env: SOFTIB=path/to/softib skips the build,
 #                                          VERBOSE=1 also prints every message-rate sample)
 set -euo pipefail
@@ -42,6 +45,9 @@ run_pair() {
     while [[ $1 != -- ]]; do sargs+=("$1"); shift; done
     shift
     cargs=("$@")
+    # softib's own runs over the kernel's UDP stack (raw-udp has no other path).
+    [[ ${sargs[0]} != bench || ${sargs[1]} != raw-udp ]] && sargs+=(--transport udp)
+    [[ ${cargs[0]} != bench || ${cargs[1]} != raw-udp ]] && cargs=("${cargs[@]:0:${#cargs[@]}-1}" --transport udp "${cargs[-1]}")
     timeout 120 "$SOFTIB" "${sargs[@]}" >"$sout" 2>&1 &
     local spid=$!
     sleep 0.3

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# softib's same-host shared-memory path against its UDP path, measured in the same run on
+# loopback (127.0.0.1 <-> 127.0.0.2), busy polling (every tool's default). Prints ratios, and
+# one absolute figure the target names:
+#
+#   1. 64-byte round trip: `softib pingpong -s 64`, shm / udp                  target <= 0.3x
+#   2. 64-byte message rate: `softib bench send -s 64`, shm / udp              target >= 2x
+#   3. `softib bench write --lat -s 64` median one-way latency over shm        target < 1.84 us
+#      (Linux rxe's loopback ib_write_lat, a published figure), and shm / udp
+#
+# Each pair runs ROUNDS times (default 3), interleaved, and the median of each side is used.
+#
+# Usage: bench/shm-ratios.sh [ROUNDS]     (env: SOFTIB=path/to/softib skips the build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-3}
+if [[ -z "${SOFTIB:-}" ]]; then
+    cargo build --release -q -p softib
+    SOFTIB="${CARGO_TARGET_DIR:-target}/release/softib"
+fi
+A=127.0.0.1
+B=127.0.0.2
+PORT=${SOFTIB_BENCH_PORT:-18771}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+# run_pair TRANSPORT -- server args -- client args (the client's last argument: the server)
+run_pair() {
+    local t=$1
+    shift 2
+    local sargs=() cargs=()
+    while [[ $1 != -- ]]; do sargs+=("$1"); shift; done
+    shift
+    cargs=("$@")
+    timeout 120 "$SOFTIB" "${sargs[@]}" --transport "$t" >"$TMP/s" 2>&1 &
+    local spid=$!
+    sleep 0.3
+    timeout 120 "$SOFTIB" "${cargs[@]:0:${#cargs[@]}-1}" --transport "$t" "${cargs[-1]}" >"$TMP/c" 2>&1 ||
+        { echo "client failed:"; cat "$TMP/c" "$TMP/s"; exit 1; }
+    wait "$spid" || { echo "server failed:"; cat "$TMP/s"; exit 1; }
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+for t in shm udp; do : >"$TMP/rtt_$t"; : >"$TMP/rate_$t"; : >"$TMP/lat_$t"; done
+for ((i = 0; i < ROUNDS; i++)); do
+    for t in shm udp; do
+        run_pair $t -- pingpong --bind $A -p $PORT -s 64 -n 20000 -- \
+            pingpong --bind $B -p $PORT -s 64 -n 20000 $A
+        awk '/usec\/iter/ {print $(NF-1)}' "$TMP/c" >>"$TMP/rtt_$t"
+        run_pair $t -- bench send --bind $A -p $PORT --json -- \
+            bench send --bind $B -p $PORT -s 64 -n 1000000 --json $A
+        jq -r .msg_rate_mpps "$TMP/c" >>"$TMP/rate_$t"
+        run_pair $t -- bench write --lat --bind $A -p $PORT --json -- \
+            bench write --lat --bind $B -p $PORT -s 64 -n 20000 --json $A
+        jq -r .t_median_us "$TMP/c" >>"$TMP/lat_$t"
+    done
+done
+for k in rtt rate lat; do
+    for t in shm udp; do
+        declare "${k}_${t}=$(median <"$TMP/${k}_$t")"
+    done
+done
+echo "== shared memory vs UDP, busy polling ($ROUNDS rounds, medians; load $(cut -d' ' -f1-3 /proc/loadavg))"
+awk -v s="$rtt_shm" -v u="$rtt_udp" 'BEGIN {printf "pingpong 64 B round trip  shm/udp = %.2fx  (%.2f / %.2f us; target <= 0.3x)\n", s / u, s, u}'
+awk -v s="$rate_shm" -v u="$rate_udp" 'BEGIN {printf "send 64 B message rate    shm/udp = %.2fx  (%.2f / %.2f Mpps; target >= 2x)\n", s / u, s, u}'
+awk -v s="$lat_shm" -v u="$lat_udp" 'BEGIN {printf "write --lat 64 B median   shm %.2f us (target < 1.84 us, rxe loopback ib_write_lat); shm/udp = %.2fx\n", s, s / u}'
