@@ -2,7 +2,8 @@
 //! memory instead of the kernel's UDP stack.
 //!
 //! Every [`Device`](crate::Device) that allows it owns an *inbox*: a file in `/dev/shm` named
-//! after its bound socket address (`softib-<ip>-<port>`, mode 0600), holding a bounded
+//! after its network namespace and bound socket address (`softib-<netns>-<ip>-<port>`, mode
+//! 0600), holding a bounded
 //! multi-producer, single-consumer ring of datagram slots. A device that sends to a peer
 //! address first looks for that peer's inbox; when one exists, is well formed and its owner
 //! is alive, the datagrams (BTH .. ICRC, exactly what the UDP socket would carry, with the
@@ -79,14 +80,35 @@ const E_PORT: usize = 4;
 const E_FAMILY: usize = 6;
 const E_IP: usize = 8;
 
-/// The inbox file of the device bound to `addr`.
+/// The inbox file of the device bound to `addr` in this process's network namespace: the
+/// namespace is part of the name, since the same address may be bound in another one (whose
+/// devices are not this one's peers).
 pub fn inbox_path(addr: SocketAddr) -> PathBuf {
     let ip = crate::frame::canonical_ip(addr.ip());
+    let ns = net_namespace();
     let name = match ip {
-        IpAddr::V4(a) => format!("softib-{a}-{}", addr.port()),
-        IpAddr::V6(a) => format!("softib-{}-{}", a.to_string().replace(':', "_"), addr.port()),
+        IpAddr::V4(a) => format!("softib-{ns}-{a}-{}", addr.port()),
+        IpAddr::V6(a) => format!(
+            "softib-{ns}-{}-{}",
+            a.to_string().replace(':', "_"),
+            addr.port()
+        ),
     };
     PathBuf::from("/dev/shm").join(name)
+}
+
+/// The inode number of this process's network namespace (`/proc/self/ns/net`), 0 if unknown.
+fn net_namespace() -> u64 {
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| {
+        std::fs::read_link("/proc/self/ns/net")
+            .ok()
+            .and_then(|p| {
+                let s = p.to_string_lossy().into_owned();
+                s.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+            })
+            .unwrap_or(0)
+    })
 }
 
 /// A mapping of an inbox file.
