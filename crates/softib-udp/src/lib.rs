@@ -930,19 +930,13 @@ impl Device {
                 self.stats.rx_unframed += 1;
                 continue;
             };
-            let (start, end) = (RX_HEADROOM, RX_HEADROOM + len);
-            let at = start - header.len();
-            let frame = if end - at >= softib_wire::ethernet::MIN_FRAME_LEN {
-                put_header(&mut self.rx_shm[at..start], header);
-                &mut self.rx_shm[at..end]
-            } else {
-                self.rx_frame.clear();
-                self.rx_frame.extend_from_slice(header);
-                self.rx_frame.extend_from_slice(&self.rx_shm[start..end]);
-                self.rx_frame
-                    .resize(softib_wire::ethernet::MIN_FRAME_LEN, 0);
-                &mut self.rx_frame[..]
-            };
+            let frame = frame_in_place(
+                &mut self.rx_shm,
+                &mut self.rx_frame,
+                header,
+                RX_HEADROOM,
+                RX_HEADROOM + len,
+            );
             // Not a GRO segment: its Identification is 0, as the sender sealed it.
             self.rx_idents.start();
             deliver(
@@ -1019,18 +1013,8 @@ impl Device {
                     self.stats.rx_unframed += 1;
                     continue;
                 };
-                let at = start - header.len();
-                let frame = if end - at >= softib_wire::ethernet::MIN_FRAME_LEN {
-                    put_header(&mut self.rx_buf[at..start], header);
-                    &mut self.rx_buf[at..end]
-                } else {
-                    self.rx_frame.clear();
-                    self.rx_frame.extend_from_slice(header);
-                    self.rx_frame.extend_from_slice(&self.rx_buf[start..end]);
-                    self.rx_frame
-                        .resize(softib_wire::ethernet::MIN_FRAME_LEN, 0);
-                    &mut self.rx_frame[..]
-                };
+                let frame =
+                    frame_in_place(&mut self.rx_buf, &mut self.rx_frame, header, start, end);
                 deliver(
                     &mut self.hca,
                     &mut self.pcap,
@@ -1152,6 +1136,29 @@ fn shm_send(
     stats.tx_shm += 1;
     stats.tx_datagrams += 1;
     ShmSend::Sent
+}
+
+/// The frame of the datagram at `buf[start..end]` with its rebuilt `header`: written in front
+/// of it, into the room `buf` has there; a frame shorter than the Ethernet minimum, whose
+/// padding would overwrite what follows, is copied into `spare` instead.
+#[inline(always)]
+fn frame_in_place<'a>(
+    buf: &'a mut [u8],
+    spare: &'a mut Vec<u8>,
+    header: &[u8],
+    start: usize,
+    end: usize,
+) -> &'a mut [u8] {
+    let at = start - header.len();
+    if end - at >= softib_wire::ethernet::MIN_FRAME_LEN {
+        put_header(&mut buf[at..start], header);
+        return &mut buf[at..end];
+    }
+    spare.clear();
+    spare.extend_from_slice(header);
+    spare.extend_from_slice(&buf[start..end]);
+    spare.resize(softib_wire::ethernet::MIN_FRAME_LEN, 0);
+    &mut spare[..]
 }
 
 /// Copies a rebuilt header (`dst` is as long) in front of a datagram: the IPv4 header, the

@@ -8,18 +8,14 @@ use std::time::Duration;
 use common::*;
 use softib_core::verbs::types::WcStatus;
 use softib_core::verbs::wr::{RemoteAddr, SendWr, Sge, WrOpcode};
+use softib_udp::endpoint::Endpoint;
 
-#[test]
-fn direct_write_is_icrc_verified_and_captured() {
-    let dir = std::env::temp_dir().join(format!("softib-udp-direct-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pcap = dir.join("a.pcap");
-    let mut a = endpoint(addr(3, 1), 7, 1 << 16, Some(pcap.to_str().unwrap()));
-    let b_pcap = dir.join("b.pcap");
-    let mut b = endpoint(addr(3, 2), 9, 1 << 16, Some(b_pcap.to_str().unwrap()));
-    connect(&mut a, &mut b);
+/// Connects A and B and has A write 5000 bytes (pattern `seed`) into B's buffer at offset
+/// 100; checks the completion and the bytes.
+fn write_5000_bytes(a: &mut Endpoint, b: &mut Endpoint, seed: u64) {
+    connect(a, b);
     let (amr, bmr) = (a.mr, b.mr);
-    let data = pattern(3, 5000);
+    let data = pattern(seed, 5000);
     a.dev.hca_mut().mr_write(amr.handle, 0, &data).unwrap();
     let wr = SendWr::new(
         1,
@@ -32,7 +28,7 @@ fn direct_write_is_icrc_verified_and_captured() {
     let qpn = a.qpn;
     a.dev.hca_mut().post_send(qpn, &[wr]).unwrap();
     let mut ok = false;
-    drive(&mut a, &mut b, Duration::from_secs(10), |a, _b| {
+    drive(a, b, Duration::from_secs(10), |a, _b| {
         for wc in completions(a) {
             assert_eq!(wc.status, WcStatus::Success);
             ok = true;
@@ -43,6 +39,17 @@ fn direct_write_is_icrc_verified_and_captured() {
         &b.dev.hca().mr_bytes(bmr.handle).unwrap()[100..5100],
         &data[..]
     );
+}
+
+#[test]
+fn direct_write_is_icrc_verified_and_captured() {
+    let dir = std::env::temp_dir().join(format!("softib-udp-direct-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("a.pcap");
+    let mut a = endpoint(addr(3, 1), 7, 1 << 16, Some(pcap.to_str().unwrap()));
+    let b_pcap = dir.join("b.pcap");
+    let mut b = endpoint(addr(3, 2), 9, 1 << 16, Some(b_pcap.to_str().unwrap()));
+    write_5000_bytes(&mut a, &mut b, 3);
     for e in [&a, &b] {
         let c = e.dev.hca().counters();
         assert_eq!(c.icrc_err, 0, "{c:?}");
@@ -151,32 +158,7 @@ fn direct_write_over_shm_is_icrc_verified_and_captured() {
     let shm = softib_udp::Transport::Shm;
     let mut a = endpoint_on(addr(3, 5), 7, 1 << 16, None, shm);
     let mut b = endpoint_on(addr(3, 6), 9, 1 << 16, Some(b_pcap.to_str().unwrap()), shm);
-    connect(&mut a, &mut b);
-    let (amr, bmr) = (a.mr, b.mr);
-    let data = pattern(4, 5000);
-    a.dev.hca_mut().mr_write(amr.handle, 0, &data).unwrap();
-    let wr = SendWr::new(
-        1,
-        WrOpcode::RdmaWrite {
-            remote: RemoteAddr::new(bmr.addr + 100, bmr.rkey),
-        },
-    )
-    .with_sge(Sge::new(amr.addr, 5000, amr.lkey))
-    .signaled();
-    let qpn = a.qpn;
-    a.dev.hca_mut().post_send(qpn, &[wr]).unwrap();
-    let mut ok = false;
-    drive(&mut a, &mut b, Duration::from_secs(10), |a, _b| {
-        for wc in completions(a) {
-            assert_eq!(wc.status, WcStatus::Success);
-            ok = true;
-        }
-        ok
-    });
-    assert_eq!(
-        &b.dev.hca().mr_bytes(bmr.handle).unwrap()[100..5100],
-        &data[..]
-    );
+    write_5000_bytes(&mut a, &mut b, 4);
     for e in [&a, &b] {
         let (c, s) = (e.dev.hca().counters(), e.dev.stats());
         assert_eq!(c.icrc_err, 0, "{c:?}");
