@@ -90,9 +90,13 @@ pub struct Relay {
     /// A datagram held back per direction (index = receiving side).
     held: [Option<Vec<u8>>; 2],
     stats: RelayStats,
-    /// Shared memory: each side's inbox, and each peer's inbox once found.
+    /// Shared memory: each side's inbox, and each peer's inbox once found (looked for again
+    /// at most every second while it is missing).
     inboxes: Option<[crate::shm::Inbox; 2]>,
     outboxes: [Option<crate::shm::Outbox>; 2],
+    next_look: [Instant; 2],
+    /// Each side's bound address (the source of what it forwards).
+    sides: [SocketAddr; 2],
 }
 
 impl std::fmt::Debug for Relay {
@@ -119,6 +123,7 @@ impl Relay {
         let b = UdpSocket::bind(side_b)?;
         a.set_nonblocking(true)?;
         b.set_nonblocking(true)?;
+        let sides = [a.local_addr()?, b.local_addr()?];
         Ok(Relay {
             sockets: [a, b],
             peers: [peer_a, peer_b],
@@ -128,6 +133,8 @@ impl Relay {
             stats: RelayStats::default(),
             inboxes: None,
             outboxes: [None, None],
+            next_look: [Instant::now(); 2],
+            sides,
         })
     }
 
@@ -231,18 +238,23 @@ impl Relay {
     /// inboxes and the peer one (ringing its doorbell if it sleeps), else over UDP.
     fn send(&mut self, out: usize, data: &[u8]) -> bool {
         if self.inboxes.is_some() {
-            if self.outboxes[out].is_none() {
+            if self.outboxes[out].is_none() && Instant::now() >= self.next_look[out] {
                 self.outboxes[out] = crate::shm::Outbox::attach(self.peers[out]);
+                self.next_look[out] = Instant::now() + Duration::from_secs(1);
             }
             if let Some(o) = &self.outboxes[out] {
-                let me = self.sockets[out].local_addr().unwrap_or(self.peers[out]);
-                match o.push(me, data) {
+                match o.push(self.sides[out], data) {
                     crate::shm::Pushed::Queued => return true,
                     crate::shm::Pushed::QueuedRing => {
                         let _ = self.sockets[out].send_to(&[], self.peers[out]);
                         return true;
                     }
-                    crate::shm::Pushed::Full => {}
+                    crate::shm::Pushed::Full => {
+                        // Full, or its owner has gone (then forget it): UDP this time.
+                        if !o.still_valid() {
+                            self.outboxes[out] = None;
+                        }
+                    }
                 }
             }
         }
