@@ -223,20 +223,30 @@ impl Mapping {
     }
 }
 
-/// Paths of the inboxes of this process (for [`remove_inboxes`]).
-static LIVE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+/// Paths of the inboxes this process created, with its process id then (a child after
+/// fork(2) inherits the list, not the inboxes).
+static LIVE: std::sync::Mutex<Vec<(u32, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+
+fn this_pid() -> u32 {
+    rustix::process::getpid().as_raw_nonzero().get() as u32
+}
 
 /// Removes the inbox files of this process: for a process that exits without dropping its
 /// devices (a C program that never closes its verbs context), from an `atexit` handler.
-/// Peers then stop finding it and fall back to UDP, as for a device that is gone.
+/// Peers then stop finding it and fall back to UDP, as for a device that is gone. A forked
+/// child's exit leaves its parent's inboxes alone.
 pub fn remove_inboxes() {
-    let paths = match LIVE.lock() {
-        Ok(mut l) => std::mem::take(&mut *l),
-        Err(p) => std::mem::take(&mut *p.into_inner()),
+    let me = this_pid();
+    let mut live = match LIVE.lock() {
+        Ok(l) => l,
+        Err(p) => p.into_inner(),
     };
-    for p in paths {
-        let _ = rustix::fs::unlink(&p);
-    }
+    live.retain(|(pid, p)| {
+        if *pid == me {
+            let _ = rustix::fs::unlink(p);
+        }
+        *pid != me
+    });
 }
 
 /// A device's own inbox: created at open, removed when dropped.
@@ -274,7 +284,7 @@ impl Inbox {
         );
         map.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
         if let Ok(mut l) = LIVE.lock() {
-            l.push(path.clone());
+            l.push((this_pid(), path.clone()));
         }
         Ok(Inbox {
             map: std::sync::Arc::new(map),
@@ -380,11 +390,15 @@ impl Waker {
 
 impl Drop for Inbox {
     fn drop(&mut self) {
-        self.map.u64_at(OFF_MAGIC).store(0, Ordering::Release);
         if let Ok(mut l) = LIVE.lock() {
-            l.retain(|p| *p != self.path);
+            l.retain(|(_, p)| *p != self.path);
         }
-        let _ = rustix::fs::unlink(&self.path);
+        // Only the process that created the inbox retires and removes it: a forked child that
+        // drops an inherited device must not take its parent's inbox away.
+        if self.map.u32_at(OFF_PID).load(Ordering::Relaxed) == this_pid() {
+            self.map.u64_at(OFF_MAGIC).store(0, Ordering::Release);
+            let _ = rustix::fs::unlink(&self.path);
+        }
     }
 }
 
@@ -574,6 +588,24 @@ mod tests {
             h.join().unwrap();
         }
         assert_eq!(next, [per; 4]);
+    }
+
+    /// An inbox whose creator is another process (what a forked child holds) is neither
+    /// retired nor removed when dropped.
+    #[test]
+    fn a_child_leaves_its_parents_inbox_alone() {
+        let me = addr(40_031);
+        let inbox = Inbox::create(me).unwrap();
+        let path = inbox_path(me);
+        let real = inbox.map.u32_at(OFF_PID).load(Ordering::Relaxed);
+        // As the child sees it: the creator's pid is not its own.
+        inbox
+            .map
+            .u32_at(OFF_PID)
+            .store(real ^ 0x4000_0000, Ordering::Relaxed);
+        drop(inbox);
+        assert!(path.exists(), "a child's drop removed the inbox");
+        let _ = rustix::fs::unlink(&path);
     }
 
     /// A slot claiming a length beyond the slot is consumed and reported, not read.
