@@ -191,6 +191,8 @@ softib_retries() { # log: retransmitted_pkts + duplicate_request from --stats
     local r d
     r=$(grep -o 'retransmitted_pkts: [0-9]*' "$1" | grep -o '[0-9]*$')
     d=$(grep -o 'duplicate_request: [0-9]*' "$1" | grep -o '[0-9]*$')
+    # No counters: the process did not close its device (it was killed).
+    if [ -z "$r$d" ]; then echo "unknown (no counters printed)"; return; fi
     echo $(( ${r:-1} + ${d:-1} ))
 }
 check_wire() { # name pcap
@@ -222,6 +224,26 @@ check_wire() { # name pcap
     fi
 }
 
+# A host program still running when its guest peer timed out: every thread's stack (gdb, when
+# the machine has it) into FILE, and the innermost frames of each thread printed.
+stacks() { # program file
+    local pid
+    pid=$(pgrep -n -x "$1") || return 0
+    command -v gdb >/dev/null || { echo "note: $1 ($pid) still running; no gdb for its stacks"; return 0; }
+    timeout 60 gdb -p "$pid" -batch -ex "thread apply all bt 12" >"$2" 2>&1
+    echo "--- $1 ($pid) still running after its peer timed out; its threads (all frames: $2):"
+    grep -E '^(Thread|#[0-5] )' "$2" | cut -c1-160
+}
+# After a failed run: the last packets on the wire and rxe's counters (a stall shows who
+# waits for whom; the CI machine keeps no files).
+wire_tail() { # pcap
+    [ -s "$1" ] || return 0
+    echo "--- the last 30 packets of $1 (of $("$SOFTIB_BIN" pcap decode "$1" 2>/dev/null | wc -l)):"
+    "$SOFTIB_BIN" pcap decode "$1" 2>/dev/null | tail -n 30
+    echo "--- rxe's non-zero counters:"
+    gssh "cd /sys/class/infiniband/$GUEST_DEV/ports/1/hw_counters && grep -v ':0$' * | grep . | tr '\n' ' '" 2>/dev/null
+    echo
+}
 # One run with the guest as server: starts GUEST_CMD in the guest, then HOST_CMD (given
 # 127.0.0.1, the exchange through hostfwd) against it. Sets src, grc, before, after, sr, t.
 client_run_once() { # base tool guest_cmd host_cmd...
@@ -321,6 +343,7 @@ for svc in rc uc ud; do
         else
             bad "$name (softib exit $src, guest exit ${grc:-none}, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
             tail -n 5 "$base.log" "$base.guest.log"
+            wire_tail "$base.wire.pcap"
         fi
         check_wire "$name" "$base.wire.pcap"
     done
@@ -360,6 +383,7 @@ for op in write read send atomic; do
         else
             bad "$name (softib exit $src, guest exit ${grc:-none}, report lines $rep, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
             tail -n 5 "$base.log" "$base.guest.log"
+            wire_tail "$base.wire.pcap"
         fi
         check_wire "$name" "$base.wire.pcap"
     done
@@ -392,6 +416,7 @@ lib_case() { # name base pattern: both exit 0 and either side printed the result
     else
         bad "$name (host exit $src, guest exit ${grc:-none}, rxe retries $((after - before)), softib retries $sr; logs $base.*)"
         tail -n 5 "$base.log" "$base.guest.log"
+        wire_tail "$base.wire.pcap"
     fi
     check_wire "$name" "$base.wire.pcap"
 }
@@ -512,6 +537,7 @@ cm_server_once() { # name base guest_client_cmd pattern host_cmd...
     sleep 1
     gssh "timeout 60 $gcmd" >"$base.guest.log" 2>&1
     grc=$?
+    [ "$grc" = 124 ] && stacks "$1" "$base.stacks.txt"
     # A client that gave up on its clock leaves the server waiting for it: end the server.
     clock_unmeasured "$base" && pkill -TERM -x "$1"
     wait "$spid"
