@@ -176,6 +176,36 @@ pair "ibv_rc_pingpong-new-send-api" "$PP_PAT" \
     ibv_rc_pingpong -g 0 -p "$port" -n "$ITERS" -c -N -- \
     ibv_rc_pingpong -g 0 -p "$port" -n "$ITERS" -c -N 127.0.0.1
 
+# --- beside a kernel rxe ----------------------------------------------------------------------
+# A loaded rdma_rxe holds UDP port 4791 on the wildcard address, so no loopback address has it
+# free: "auto" devices take port 4792 and reach each other there. In a network namespace of
+# its own (root), a socket holds 0.0.0.0:4791 as rxe's does, and ibv_rc_pingpong runs.
+name=ibv_rc_pingpong-beside-rxe
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && unshare -n true 2>/dev/null; then
+    next_port
+    if timeout 60 unshare -n bash -c '
+        ip link set lo up || exit 1
+        python3 -c "import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((\"0.0.0.0\", 4791)); time.sleep(55)" &
+        holder=$!
+        for _ in $(seq 1 100); do ss -Huan "sport = :4791" | grep -q . && break; sleep 0.05; done
+        ibv_devinfo -v | grep -q PORT_ACTIVE || { echo "ibv_devinfo: no active port"; kill $holder; exit 1; }
+        ibv_rc_pingpong -g 0 -p "$1" -n "$2" -c >"$3.server.log" 2>&1 &
+        srv=$!
+        for _ in $(seq 1 200); do ss -Hltn "sport = :$1" | grep -q . && break; sleep 0.05; done
+        ibv_rc_pingpong -g 0 -p "$1" -n "$2" -c 127.0.0.1; c=$?
+        wait $srv; s=$?
+        kill $holder
+        [ "$c" = 0 ] && [ "$s" = 0 ]' _ "$port" "$ITERS" "$OUT/$name" >"$OUT/$name.log" 2>&1 \
+        && grep -qE "$PP_PAT" "$OUT/$name.log"; then
+        result "$name" 1 "$(grep -E "$PP_PAT" "$OUT/$name.log" | tail -n 1)"
+    else
+        result "$name" 0 "$(tail -n 3 "$OUT/$name.log" "$OUT/$name.server.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"
+    fi
+else
+    echo "SKIP $name: needs root and unshare -n (a network namespace)"
+fi
+
 # --- perftest ---------------------------------------------------------------------------------
 # The result line: "#bytes #iterations ..." followed by numbers.
 PT_PAT='^ *[0-9]+ +[0-9]+ +[0-9.]+'

@@ -199,6 +199,10 @@ pub struct DeviceConfig {
     pub busy_yields: u32,
     /// UDP, shared memory to same-host peers, or either ([`Transport::Auto`]).
     pub transport: Transport,
+    /// The UDP port of a peer reached without a route ([`Device::add_route`]): 4791, the
+    /// RoCEv2 port, unless every softib process on the host uses another one (see
+    /// softib-verbs' "auto" devices on a host whose kernel rxe holds 4791).
+    pub peer_port: u16,
 }
 
 impl DeviceConfig {
@@ -224,6 +228,7 @@ impl DeviceConfig {
             socket_buffer: 4 << 20,
             busy_yields: BUSY_YIELDS,
             transport: Transport::Auto,
+            peer_port: ROCEV2_PORT,
         }
     }
 
@@ -292,6 +297,8 @@ pub struct Device {
     /// Peers reached through another socket address: (peer IP, where its datagrams go and
     /// come from).
     routes: Vec<(IpAddr, SocketAddr)>,
+    /// [`DeviceConfig::peer_port`].
+    peer_port: u16,
     /// The last IPv4 destination of a sent frame and where its datagrams go
     /// ([`Device::route_to`]); forgotten when the routes change.
     tx_route4: Option<([u8; 4], SocketAddr)>,
@@ -417,6 +424,7 @@ impl Device {
             icrc: cfg.icrc,
             gso: cfg.gso,
             routes: Vec::new(),
+            peer_port: cfg.peer_port,
             tx_route4: None,
             ident_deltas: Default::default(),
             tx_frame: Vec::with_capacity(softib_core::MAX_FRAME),
@@ -714,7 +722,7 @@ impl Device {
             .iter()
             .find(|(p, _)| *p == dst)
             .map(|&(_, via)| via)
-            .unwrap_or(SocketAddr::new(dst, ROCEV2_PORT))
+            .unwrap_or(SocketAddr::new(dst, self.peer_port))
     }
 
     fn route_from(&self, from: SocketAddr) -> IpAddr {

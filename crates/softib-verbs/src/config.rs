@@ -11,7 +11,9 @@
 //! configuration at all: each opened device binds UDP port 4791 on the first address of
 //! 127.0.0.1 ... 127.0.0.254 that no other process holds, so every process (and every context
 //! of one process) gets its own RoCEv2 GID. Peers on one host reach each other through those
-//! GIDs exactly as hosts on a network do.
+//! GIDs exactly as hosts on a network do. On a host whose kernel rxe driver is loaded (it holds
+//! port 4791 on every address), "auto" devices use port 4792 instead, and reach each other
+//! there.
 //!
 //! Other settings: `SOFTIB_PCAP=PATH` writes every frame of every context to
 //! `PATH.<pid>.<n>.pcap`; `SOFTIB_MTU=256..4096` caps the port's active MTU (otherwise it is
@@ -134,6 +136,11 @@ pub fn parse_config(text: &str) -> Vec<DeviceSpec> {
 pub fn loopback(n: u8) -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, n)), ROCEV2_PORT)
 }
+
+/// The port "auto" devices use when the RoCEv2 port is taken on every loopback address: a
+/// socket bound to 4791 on the wildcard address holds it, as the kernel's rxe driver does
+/// while loaded. All of them then use this one, and reach each other there.
+pub const FALLBACK_PORT: u16 = ROCEV2_PORT + 1;
 
 /// The requester PSN window (packets in flight per QP) of a device, as `softib bench`'s
 /// default: rxe's 128 limits a 64-byte message stream to 128 messages per round trip.

@@ -261,9 +261,21 @@ static PCAP_SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::ne
 fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
     let candidates: Vec<SocketAddr> = match spec.bind {
         Some(b) => vec![b],
-        None => (config::FIRST_LOOPBACK..=config::LAST_LOOPBACK)
-            .map(config::loopback)
-            .collect(),
+        None => {
+            let all = config::FIRST_LOOPBACK..=config::LAST_LOOPBACK;
+            // Port 4791 taken on every loopback address (a kernel rxe holds it on the
+            // wildcard address): the fallback port, on which all "auto" devices then meet.
+            let port = if all
+                .clone()
+                .any(|n| std::net::UdpSocket::bind(config::loopback(n)).is_ok())
+            {
+                softib_wire::udp::ROCEV2_PORT
+            } else {
+                config::FALLBACK_PORT
+            };
+            all.map(|n| SocketAddr::new(config::loopback(n).ip(), port))
+                .collect()
+        }
     };
     let mut last = std::io::Error::from(std::io::ErrorKind::AddrInUse);
     for addr in candidates {
@@ -271,6 +283,9 @@ fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
         cfg.active_mtu = interface_mtu(addr.ip());
         cfg.max_unacked_psns = config::window();
         cfg.transport = config::transport();
+        if spec.bind.is_none() {
+            cfg.peer_port = addr.port();
+        }
         if let Some(base) = config::pcap_base() {
             let n = PCAP_SEQ.fetch_add(1, Ordering::Relaxed);
             cfg.pcap = Some(format!("{base}.{}.{n}.pcap", std::process::id()).into());
