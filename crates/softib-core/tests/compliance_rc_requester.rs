@@ -1517,6 +1517,51 @@ fn c9_137_case(svc: Svc) {
 }
 
 #[test]
+fn c9_137_sequence_nak_for_a_later_psn_during_a_retry_rewinds_again() {
+    c9_137_later_nak_case(Svc::Rc);
+}
+
+#[test]
+fn o9_80_a1_xrc_sequence_nak_for_a_later_psn_during_a_retry_rewinds_again() {
+    c9_137_later_nak_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_80_a1_rd_sequence_nak_for_a_later_psn_during_a_retry_rewinds_again() {
+    c9_137_later_nak_case(Svc::Rd);
+}
+
+fn c9_137_later_nak_case(svc: Svc) {
+    // One 4-packet SEND: the responder NAKs a gap at P+1, and then, while the requester
+    // resends from there, a new gap at P+2 (the resent P+2 was lost too). The second NAK
+    // rewinds at once, without waiting for the transport timer (Linux rxe ignores it while
+    // its first retry of the same WQE runs and recovers by the timer; docs/deviations.md).
+    let mut p = pair_with(
+        svc,
+        ConnectOptions {
+            retry_cnt: 7,
+            ..ConnectOptions::default()
+        },
+    );
+    let wr = send(&p, 1, 0, 4 * MTU as u32);
+    p.post_a(&[wr]);
+    assert_eq!(from_a(&mut p).len(), 4);
+    to_a(&mut p, psn(1), NAK_SEQ);
+    let resent: Vec<u32> = op_psns(&from_a(&mut p)).iter().map(|&(_, n)| n).collect();
+    assert_eq!(resent, vec![psn(1), psn(2), psn(3)]);
+    to_a(&mut p, psn(2), NAK_SEQ);
+    let again: Vec<u32> = op_psns(&from_a(&mut p)).iter().map(|&(_, n)| n).collect();
+    assert_eq!(
+        again,
+        vec![psn(2), psn(3)],
+        "the second NAK rewinds without a timeout"
+    );
+    assert_eq!(p.a.hca.counters().retry_timeouts, 0);
+    to_a(&mut p, psn(3), ACK);
+    assert_eq!(p.a.done(), vec![(1, WcStatus::Success)]);
+}
+
+#[test]
 #[ignore = "softib (like rxe) counts one retry per rewind: a repeated NAK-PSN sequence error for the PSN it is already resending from is ignored until progress or a timeout"]
 fn c9_137_each_repeated_sequence_nak_consumes_a_retry() {
     let mut p = sends_outstanding(Svc::Rc, 1, 3);

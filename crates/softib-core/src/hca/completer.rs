@@ -406,10 +406,15 @@ impl Hca {
             return;
         };
         let r = &mut qp.transport.req;
-        if r.retry_from.is_some_and(|p| psn.distance(p) >= 0) {
-            // Already resending from an earlier (or the same) PSN.
+        if r.retry_from == Some(psn) {
+            // Already resending from this PSN: a repeated NAK neither counts nor rewinds.
             return;
         }
+        // A NAK for a later PSN than the retry under way is no stale response: the responder
+        // NAKs once and then stays silent until its expected PSN arrives (C9-80), so it took
+        // the resent packets up to `psn` and found a new gap there. It rewinds at once, even
+        // inside one multi-packet WQE (Linux rxe ignores it until that WQE completes and
+        // recovers by its transport timer instead; docs/deviations.md).
         if r.last_retry_psn.is_some_and(|p| psn.distance(p) > 0) {
             r.retries = 0;
         }

@@ -69,9 +69,9 @@ pub struct Requester {
     pub rd_atomic_outstanding: u32,
     /// Request packets sent since the last one with AckReq.
     pub pkts_since_ack_req: u32,
-    /// A retry from this PSN is under way: NAKs and implied NAKs at or after it (stale
-    /// responses of the stream sent before the rewind) neither count nor rewind again, until
-    /// a response shows progress or the transport timer fires.
+    /// A retry from this PSN is under way: a repeated NAK for it neither counts nor rewinds
+    /// again, until a response shows progress or the transport timer fires; a NAK for a later
+    /// PSN (a new gap after the responder took the resent packets) rewinds from there.
     pub retry_from: Option<Psn>,
     /// PSN the last retry resent from. The retry counters count retries of one request
     /// packet (C9-137, C9-142): a retry from a later PSN means the responder moved on, so the
