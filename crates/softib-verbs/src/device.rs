@@ -261,21 +261,16 @@ static PCAP_SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::ne
 fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
     let candidates: Vec<SocketAddr> = match spec.bind {
         Some(b) => vec![b],
-        None => {
-            let all = config::FIRST_LOOPBACK..=config::LAST_LOOPBACK;
-            // Port 4791 taken on every loopback address (a kernel rxe holds it on the
-            // wildcard address): the fallback port, on which all "auto" devices then meet.
-            let port = if all
-                .clone()
-                .any(|n| std::net::UdpSocket::bind(config::loopback(n)).is_ok())
-            {
-                softib_wire::udp::ROCEV2_PORT
-            } else {
-                config::FALLBACK_PORT
-            };
-            all.map(|n| SocketAddr::new(config::loopback(n).ip(), port))
-                .collect()
-        }
+        // Every loopback address on the RoCEv2 port, then, when that port is taken on all of
+        // them (a kernel rxe holds it on the wildcard address), on the fallback port, where
+        // all "auto" devices then meet.
+        None => [softib_wire::udp::ROCEV2_PORT, config::FALLBACK_PORT]
+            .into_iter()
+            .flat_map(|port| {
+                (config::FIRST_LOOPBACK..=config::LAST_LOOPBACK)
+                    .map(move |n| SocketAddr::new(config::loopback(n).ip(), port))
+            })
+            .collect(),
     };
     let mut last = std::io::Error::from(std::io::ErrorKind::AddrInUse);
     for addr in candidates {
