@@ -18,6 +18,7 @@ pub mod rsocket;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use softib_core::cm::{CmId, Gid, ListenId};
@@ -73,6 +74,8 @@ pub struct CmaEvent {
     pub id: *mut SoftCmId,
     /// The private data of the message behind the event.
     pub private: [u8; 256],
+    /// Counted in its id's `events_out` (taken off the queue while the id was live).
+    counted: bool,
 }
 
 // SAFETY: the pointers name library objects; events move between threads through channels.
@@ -85,6 +88,7 @@ impl CmaEvent {
             event: util::zeroed(),
             id,
             private: [0; 256],
+            counted: false,
         });
         e.event.id = id.cast();
         e.event.event = kind;
@@ -214,6 +218,10 @@ pub struct SoftCmId {
     pub path: ibv_sa_path_rec,
     /// The rest.
     pub st: Mutex<IdState>,
+    /// Events for this id that `rdma_get_cm_event` handed out and `rdma_ack_cm_event` has not
+    /// taken back: `rdma_destroy_id` waits for them, as rdma-core's does, so that a thread
+    /// still handling one (reading `event->id`) never reads a freed id.
+    pub events_out: AtomicU32,
 }
 
 impl SoftCmId {
@@ -316,6 +324,7 @@ pub fn alloc_id(
         id,
         path: util::zeroed(),
         st: Mutex::new(IdState::default()),
+        events_out: AtomicU32::new(0),
     }));
     registry::add(p.cast::<rdma_cm_id>(), Kind::CmId);
     p
@@ -506,6 +515,11 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> libc::c_int {
         // SAFETY: the event a synchronous call left on the id.
         unsafe { rdma_ack_cm_event(ev) };
     }
+    // Events of this id still in the application's hands (another thread handling one):
+    // the id stays until they are acknowledged (rdma-core blocks the same way).
+    while sid.events_out.load(Ordering::Acquire) > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
     if sync {
         // SAFETY: the id's private channel.
         unsafe { rdma_destroy_event_channel(sid.id.channel) };
@@ -534,10 +548,26 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         if util::wait_one(ch.c.fd) != 0 {
             return -1;
         }
-        let Some(mut ev) = ch.queue().pop_front() else {
+        // Counted out under the queue's lock: an `rdma_destroy_id` that takes the id's queued
+        // events (under it too) then waits for this one.
+        let Some(mut ev) = ({
+            let mut q = ch.queue();
+            let mut ev = q.pop_front();
+            if let Some(e) = ev.as_mut().filter(|e| kern::id_live(e.id)) {
+                // SAFETY: a live id (its destroy unregisters it before it takes the queued
+                // events, under this lock, and then waits for this count).
+                unsafe { count_out(e.id, 1) };
+                e.counted = true;
+            }
+            ev
+        }) else {
             continue;
         };
         if !conn::process_event(&mut ev) {
+            if ev.counted {
+                // SAFETY: counted, so its id is still there (a destroy waits for it).
+                unsafe { count_out(ev.id, -1) };
+            }
             continue;
         }
         let p = Box::into_raw(ev);
@@ -555,8 +585,26 @@ pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> libc::c
         return minus_one(libc::EINVAL);
     }
     // SAFETY: a CmaEvent rdma_get_cm_event handed out, no longer registered.
-    drop(unsafe { Box::from_raw(event.cast::<CmaEvent>()) });
+    let ev = unsafe { Box::from_raw(event.cast::<CmaEvent>()) };
+    if ev.counted {
+        // SAFETY: its id waits in rdma_destroy_id until this count drops.
+        unsafe { count_out(ev.id, -1) };
+    }
     0
+}
+
+/// Counts an event of `id` handed out (+1) or taken back (-1).
+///
+/// # Safety
+/// `id` is a live id.
+unsafe fn count_out(id: *mut SoftCmId, d: i32) {
+    // SAFETY: per the caller.
+    let n = unsafe { &(*id).events_out };
+    if d > 0 {
+        n.fetch_add(1, Ordering::AcqRel);
+    } else {
+        n.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Waits for a synchronous id's next event (rdma-core's `ucma_complete`): 0, or -1 with the
