@@ -82,6 +82,15 @@ pub struct CmaEvent {
 unsafe impl Send for CmaEvent {}
 
 impl CmaEvent {
+    /// Takes the event back from its id's `events_out`, if it was counted there.
+    fn uncount(&mut self) {
+        if std::mem::take(&mut self.counted) {
+            // SAFETY: a counted event's id stays until the count drops (rdma_destroy_id
+            // waits for it).
+            unsafe { (*self.id).events_out.fetch_sub(1, Ordering::AcqRel) };
+        }
+    }
+
     /// A new event of `kind` for `id`.
     pub fn new(id: *mut SoftCmId, kind: rdma_cm_event_type, status: i32) -> Box<CmaEvent> {
         let mut e = Box::new(CmaEvent {
@@ -556,7 +565,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             if let Some(e) = ev.as_mut().filter(|e| kern::id_live(e.id)) {
                 // SAFETY: a live id (its destroy unregisters it before it takes the queued
                 // events, under this lock, and then waits for this count).
-                unsafe { count_out(e.id, 1) };
+                unsafe { (*e.id).events_out.fetch_add(1, Ordering::AcqRel) };
                 e.counted = true;
             }
             ev
@@ -564,10 +573,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             continue;
         };
         if !conn::process_event(&mut ev) {
-            if ev.counted {
-                // SAFETY: counted, so its id is still there (a destroy waits for it).
-                unsafe { count_out(ev.id, -1) };
-            }
+            ev.uncount();
             continue;
         }
         let p = Box::into_raw(ev);
@@ -585,26 +591,8 @@ pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> libc::c
         return minus_one(libc::EINVAL);
     }
     // SAFETY: a CmaEvent rdma_get_cm_event handed out, no longer registered.
-    let ev = unsafe { Box::from_raw(event.cast::<CmaEvent>()) };
-    if ev.counted {
-        // SAFETY: its id waits in rdma_destroy_id until this count drops.
-        unsafe { count_out(ev.id, -1) };
-    }
+    unsafe { Box::from_raw(event.cast::<CmaEvent>()) }.uncount();
     0
-}
-
-/// Counts an event of `id` handed out (+1) or taken back (-1).
-///
-/// # Safety
-/// `id` is a live id.
-unsafe fn count_out(id: *mut SoftCmId, d: i32) {
-    // SAFETY: per the caller.
-    let n = unsafe { &(*id).events_out };
-    if d > 0 {
-        n.fetch_add(1, Ordering::AcqRel);
-    } else {
-        n.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 /// Waits for a synchronous id's next event (rdma-core's `ucma_complete`): 0, or -1 with the
