@@ -360,11 +360,17 @@ impl GroIdents {
             }
             return ok;
         }
-        let hint = match self.next {
-            0 => None,
-            guess => Some((self.deltas.get(end - udp_at - UDP_LEN, guess), guess)),
+        let (next, deltas) = (self.next, &mut self.deltas);
+        // Made only when the ICRC does not verify as the frame stands (a sender that
+        // numbers its packets: rxe); softib's senders write Identification 0, which verifies.
+        let hint = move || {
+            let deltas = deltas;
+            match next {
+                0 => None,
+                guess => Some((deltas.get(end - udp_at - UDP_LEN, guess), guess)),
+            }
         };
-        let Ok(ident) = softib_wire::icrc::solve_roce_v4_frame_ident(frame, hint) else {
+        let Ok(ident) = softib_wire::icrc::solve_roce_v4_frame_ident_lazy(frame, hint) else {
             return false;
         };
         self.next = ident.wrapping_add(1);

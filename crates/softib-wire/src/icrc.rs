@@ -777,7 +777,7 @@ pub fn solve_roce_v4_ident_hinted(
     let (covered, found) = split(transport_and_icrc)?;
     let computed = roce_v4(ip_hdr, udp_hdr, covered);
     let after = (ip_hdr.len() - IDENT_AT - 2) + udp_hdr.len() + covered.len();
-    solve_from(given, computed, found, after, hint)
+    solve_from(given, computed, found, after, || hint)
 }
 
 /// Length of the untagged Ethernet header [`solve_roce_v4_frame_ident`] expects.
@@ -796,6 +796,15 @@ const ETH_LEN: usize = 14;
 pub fn solve_roce_v4_frame_ident(
     frame: &mut [u8],
     hint: Option<(&Ipv4IdentDeltas, u16)>,
+) -> Result<u16> {
+    solve_roce_v4_frame_ident_lazy(frame, || hint)
+}
+
+/// [`solve_roce_v4_frame_ident`] with the hint made only when it is needed: when the ICRC
+/// does not verify under the Identification the frame holds.
+pub fn solve_roce_v4_frame_ident_lazy<'d>(
+    frame: &mut [u8],
+    hint: impl FnOnce() -> Option<(&'d Ipv4IdentDeltas, u16)>,
 ) -> Result<u16> {
     const H: usize = V4_HEADERS;
     const UDP_AT: usize = ipv4::LEN;
@@ -843,17 +852,17 @@ pub fn solve_roce_v4_frame_ident(
 /// The end of the solves: `computed` is the ICRC under Identification `given`, `found` the
 /// packet's, `after` the covered bytes behind the Identification.
 #[inline(always)]
-fn solve_from(
+fn solve_from<'d>(
     given: u16,
     computed: u32,
     found: u32,
     after: usize,
-    hint: Option<(&Ipv4IdentDeltas, u16)>,
+    hint: impl FnOnce() -> Option<(&'d Ipv4IdentDeltas, u16)>,
 ) -> Result<u16> {
     if computed == found {
         return Ok(given);
     }
-    if let Some((deltas, guess)) = hint {
+    if let Some((deltas, guess)) = hint() {
         let change = given ^ guess;
         if deltas.shift.after == after && computed ^ deltas.delta(change) == found {
             return Ok(guess);

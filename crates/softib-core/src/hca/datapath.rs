@@ -354,6 +354,7 @@ impl Hca {
             // UC has requests only (its opcodes are SEND and RDMA WRITE) and no timers.
             Service::Uc => self.uc_handle_request(qpn, t),
             _ if is_response => self.rc_handle_response(now, qpn, t),
+            _ if self.express && self.rc_express_handle_request(qpn, t) => {}
             _ => self.rc_handle_request(now, qpn, t),
         }
         self.rearm_timer(qpn);
@@ -429,6 +430,13 @@ impl Hca {
             self.counters.sent_pkts += 1;
         }
         sent
+    }
+
+    /// Turns the requester's express path for common requests on (the default) or off. Both
+    /// give the same packets and state; off leaves every request to the general path, which
+    /// is what the equivalence tests and the instruction counts compare against.
+    pub fn set_express_path(&mut self, on: bool) {
+        self.express = on;
     }
 
     /// The earliest time at which [`Hca::handle_timeout`] has work to do.
@@ -829,6 +837,21 @@ impl TxHeaders {
             return false;
         };
         self.sport == sport && self.grh == *grh && self.local == local.gid
+    }
+}
+
+impl TxHeaders {
+    /// The header template when these are the headers of packets on `port` (a RoCE port)
+    /// towards `av` from UDP port `sport` ([`TxHeaders::is_for`]).
+    #[inline(always)]
+    pub(crate) fn template_for(
+        &self,
+        port: &PortConfig,
+        av: &AhAttr,
+        sport: u16,
+    ) -> Option<&roce::HeaderTemplate> {
+        (port.link_layer != LinkLayer::InfiniBand && self.is_for(port, av, sport))
+            .then_some(&self.template)
     }
 }
 

@@ -196,6 +196,9 @@ pub struct Hca {
     /// UDP source port of every packet, with IPv4 identification 0 (see
     /// [`HcaConfig::udp_socket_port`]); `None` numbers headers as rxe does.
     pub(crate) udp_socket_port: Option<u16>,
+    /// Whether common requests take the requester's express path (see
+    /// [`Hca::set_express_path`]).
+    pub(crate) express: bool,
 }
 
 impl Hca {
@@ -229,6 +232,7 @@ impl Hca {
             completion_events: VecDeque::new(),
             mcast: Default::default(),
             udp_socket_port: config.udp_socket_port,
+            express: true,
         }
     }
 

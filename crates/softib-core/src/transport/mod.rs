@@ -14,6 +14,9 @@ pub mod rc;
 pub struct Counters {
     /// Packets sent (requests and responses).
     pub sent_pkts: u64,
+    /// Requests built by the requester's express path or taken by the responder's
+    /// ([`crate::Hca::set_express_path`]).
+    pub express_requests: u64,
     /// Packets received and handed to a QP.
     pub rcvd_pkts: u64,
     /// Frames dropped because they did not parse.

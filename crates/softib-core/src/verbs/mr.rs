@@ -343,6 +343,26 @@ impl MrTable {
         if len == 0 {
             return Ok(MrSlice::EMPTY);
         }
+        let (slot, _, offset) = self.find(pd, key, addr, len, needed, remote)?;
+        Ok(MrSlice {
+            mr: Some(MrHandle(slot)),
+            offset,
+            len: len as usize,
+        })
+    }
+
+    /// The region `key` names and the offset of `addr` in it, when it grants `needed` over
+    /// `[addr, addr + len)` to `pd` (a non-empty access).
+    #[inline(always)]
+    fn find(
+        &self,
+        pd: PdHandle,
+        key: u32,
+        addr: u64,
+        len: u64,
+        needed: AccessFlags,
+        remote: bool,
+    ) -> Result<(Key, &Mr, usize), MrCheckError> {
         let (slot, mr) = self
             .lookup(key)
             .filter(|(_, mr)| {
@@ -363,24 +383,62 @@ impl MrTable {
                 granted: mr.access,
             });
         }
-        let out = MrCheckError::OutOfBounds {
+        let mr_len = mr.len();
+        let out = || MrCheckError::OutOfBounds {
             key,
             addr,
             len,
             mr_addr: mr.iova,
-            mr_len: mr.len(),
+            mr_len,
         };
-        let offset = addr.checked_sub(mr.iova).ok_or(out)?;
-        let end = offset.checked_add(len).ok_or(out)?;
-        if end > mr.len() {
-            return Err(out);
+        let offset = addr.checked_sub(mr.iova).ok_or_else(out)?;
+        let end = offset.checked_add(len).ok_or_else(out)?;
+        if end > mr_len {
+            return Err(out());
         }
         // Both fit in the Vec's length, so they fit usize.
-        Ok(MrSlice {
-            mr: Some(MrHandle(slot)),
-            offset: offset as usize,
-            len: len as usize,
-        })
+        Ok((slot, mr, offset as usize))
+    }
+
+    /// [`MrTable::check_local`] and [`MrTable::slice`] in one step: the bytes of a granted
+    /// local access, `None` when it is refused.
+    #[inline]
+    pub(crate) fn local_bytes(
+        &self,
+        pd: PdHandle,
+        lkey: u32,
+        addr: u64,
+        len: u64,
+        needed: AccessFlags,
+    ) -> Option<&[u8]> {
+        if len == 0 {
+            return Some(&[]);
+        }
+        let (_, mr, offset) = self.find(pd, lkey, addr, len, needed, false).ok()?;
+        mr.data.get(offset..offset + len as usize)
+    }
+
+    /// [`MrTable::check_local`] (`remote` false) or [`MrTable::check_remote`] (true) and
+    /// [`MrTable::slice_mut`] in one step: the bytes of a granted access, writable; `None`
+    /// when it is refused.
+    #[inline]
+    pub(crate) fn bytes_mut(
+        &mut self,
+        pd: PdHandle,
+        key: u32,
+        addr: u64,
+        len: u64,
+        needed: AccessFlags,
+        remote: bool,
+    ) -> Option<&mut [u8]> {
+        if len == 0 {
+            return Some(&mut []);
+        }
+        let (slot, _, offset) = self.find(pd, key, addr, len, needed, remote).ok()?;
+        self.table
+            .get_mut(slot)?
+            .data
+            .get_mut(offset..offset + len as usize)
     }
 
     /// Checks a local access through an L_Key. `needed` is empty for reads of local memory
