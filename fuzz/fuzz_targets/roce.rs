@@ -1,15 +1,32 @@
 //! Fuzzes `RocePacket::parse` (a whole Ethernet frame): no panic; an accepted frame re-emits
-//! byte for byte, parses back to the same value, and is classified as RoCEv2.
+//! byte for byte, parses back to the same value, and is classified as RoCEv2. The express
+//! read (`RocePacket::parse_express`) takes only frames the parse accepts, and reads them as
+//! it does.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use softib_wire::roce::{classify, FrameClass, RocePacket};
+use softib_wire::roce::{classify, FrameClass, IpHeader, RocePacket};
 
 fuzz_target!(|data: &[u8]| {
     let class = classify(data);
+    let express = RocePacket::parse_express(data);
     let Ok(p) = RocePacket::parse(data) else {
+        assert!(express.is_none(), "parse_express read a frame the parse refuses");
         return;
     };
+    if let Some(x) = express {
+        let h = &p.transport.headers;
+        assert_eq!(
+            (x.bth, x.reth, x.immdt, x.payload),
+            (h.bth, h.reth, h.immdt, p.transport.payload)
+        );
+        let IpHeader::V4(ip) = &p.ip else {
+            panic!("parse_express read a frame that is not IPv4");
+        };
+        assert_eq!((x.src, x.dst), (ip.src, ip.dst));
+        assert!(p.eth.vlan.is_none() && p.ip_options.is_empty());
+        assert_eq!(x.icrc_ok(), p.icrc_ok());
+    }
     assert_eq!(
         class,
         FrameClass::RoceV2,

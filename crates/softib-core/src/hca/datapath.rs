@@ -175,6 +175,13 @@ impl Hca {
             self.handle_native_frame(now, frame);
             return;
         }
+        if self.express {
+            if let Some(x) = RocePacket::parse_express(frame) {
+                if (icrc_verified || x.icrc_ok()) && self.rc_express_frame(&x) {
+                    return;
+                }
+            }
+        }
         // Matched by reference: the parsed packet is large, and moving it out of the
         // `Result` costs a copy per frame.
         let parsed = RocePacket::parse(frame);
@@ -205,6 +212,28 @@ impl Hca {
             return;
         }
         self.handle_transport(now, &p.transport, PacketSource::Roce(&p.ip));
+    }
+
+    /// The responder's express path ([`Hca::rc_express_handle_request`]) for a frame
+    /// [`RocePacket::parse_express`] read, after the checks [`Hca::handle_transport`] makes of
+    /// it (an RC QP, its P_Key, its connection). False, with nothing changed, when the general
+    /// path is to take the frame.
+    #[inline]
+    fn rc_express_frame(&mut self, x: &roce::ExpressRequest<'_>) -> bool {
+        let qpn = x.bth.dest_qp.value();
+        let Some(qp) = self.qps.get(&qpn) else {
+            return false;
+        };
+        if qp.qp_type != QpType::Rc
+            || !self.pkey_ok(qp, x.bth.pkey)
+            || !self.connection_matches_v4(qp, x.src, x.dst)
+            || !self.rc_express_handle_request(qpn, &x.bth, x.reth, x.immdt, x.payload)
+        {
+            return false;
+        }
+        self.counters.rcvd_pkts += 1;
+        self.rearm_timer(qpn);
+        true
     }
 
     /// True when `qpn` names a UD QP.
@@ -354,7 +383,6 @@ impl Hca {
             // UC has requests only (its opcodes are SEND and RDMA WRITE) and no timers.
             Service::Uc => self.uc_handle_request(qpn, t),
             _ if is_response => self.rc_handle_response(now, qpn, t),
-            _ if self.express && self.rc_express_handle_request(qpn, t) => {}
             _ => self.rc_handle_request(now, qpn, t),
         }
         self.rearm_timer(qpn);
@@ -534,14 +562,7 @@ impl Hca {
     #[inline]
     fn connection_matches(&self, qp: &Qp, from: PacketSource<'_>) -> bool {
         match from {
-            PacketSource::Roce(IpHeader::V4(v4)) => {
-                // `connection_matches_gids` without building the IPv4-mapped GIDs: a GID is
-                // `gid_of_ipv4(a)` exactly when `ipv4_of` gives `a` back.
-                let (Some(grh), Some(local)) = (qp.attr.ah_attr.grh, self.local_gid(qp)) else {
-                    return false;
-                };
-                ipv4_of(&grh.dgid) == Some(v4.src) && ipv4_of(&local) == Some(v4.dst)
-            }
+            PacketSource::Roce(IpHeader::V4(v4)) => self.connection_matches_v4(qp, v4.src, v4.dst),
             PacketSource::Roce(ip) => {
                 let (src, dst) = ip_gids(ip);
                 self.connection_matches_gids(qp, src, dst)
@@ -560,6 +581,16 @@ impl Hca {
                 }
             }
         }
+    }
+
+    /// [`Hca::connection_matches`] for an IPv4 packet from `src` to `dst`, without building
+    /// the IPv4-mapped GIDs: a GID is `gid_of_ipv4(a)` exactly when `ipv4_of` gives `a` back.
+    #[inline]
+    fn connection_matches_v4(&self, qp: &Qp, src: [u8; 4], dst: [u8; 4]) -> bool {
+        let (Some(grh), Some(local)) = (qp.attr.ah_attr.grh, self.local_gid(qp)) else {
+            return false;
+        };
+        ipv4_of(&grh.dgid) == Some(src) && ipv4_of(&local) == Some(dst)
     }
 
     fn connection_matches_gids(&self, qp: &Qp, src: Gid, dst: Gid) -> bool {

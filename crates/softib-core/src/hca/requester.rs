@@ -208,6 +208,15 @@ impl Hca {
         let r = &qp.transport.req;
         let cur = r.cur;
         let w = qp.sq.get(cur)?;
+        if !matches!(
+            w.opcode,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm(_)
+                | WrOpcode::RdmaWrite { .. }
+                | WrOpcode::RdmaWriteWithImm { .. }
+        ) {
+            return None;
+        }
         let mtu = qp.attr.path_mtu.bytes();
         if w.tx.started || w.length > mtu || r.credits.limited_wait.is_some() {
             return None;

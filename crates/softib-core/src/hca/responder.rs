@@ -92,29 +92,34 @@ impl Hca {
     /// same packet (the tests run workloads both ways and compare). False, with nothing
     /// changed, for anything else: the general path takes it.
     #[inline]
-    pub(crate) fn rc_express_handle_request(&mut self, qpn: u32, t: &TransportPacket<'_>) -> bool {
+    pub(crate) fn rc_express_handle_request(
+        &mut self,
+        qpn: u32,
+        bth: &Bth,
+        reth: Option<softib_wire::reth::Reth>,
+        immdt: Option<softib_wire::immdt::ImmDt>,
+        payload: &[u8],
+    ) -> bool {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return false;
         };
-        let h = &t.headers;
-        let bth = &h.bth;
         if qp.qp_type != QpType::Rc
             || qp.srq.is_some()
             || !matches!(qp.attr.qp_state, QpState::Rtr | QpState::Rts | QpState::Sqd)
             || bth.psn != qp.transport.expected_psn
             || !matches!(qp.transport.resp.msg, InMessage::None)
-            || t.payload.len() > qp.attr.path_mtu.bytes() as usize
+            || payload.len() > qp.attr.path_mtu.bytes() as usize
         {
             return false;
         }
         let (write, imm) = match bth.opcode {
             Opcode::RC_SEND_ONLY => (false, None),
-            Opcode::RC_SEND_ONLY_WITH_IMMEDIATE => (false, h.immdt),
+            Opcode::RC_SEND_ONLY_WITH_IMMEDIATE => (false, immdt),
             Opcode::RC_RDMA_WRITE_ONLY => (true, None),
-            Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => (true, h.immdt),
+            Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => (true, immdt),
             _ => return false,
         };
-        let len = t.payload.len();
+        let len = payload.len();
         let consumes = !write || imm.is_some();
         // The receive WQE, and where the payload goes.
         let wqe = match (consumes, qp.rq.front()) {
@@ -123,7 +128,7 @@ impl Hca {
             (true, None) => return false,
         };
         let (key, addr, needed, remote) = if write {
-            let Some(reth) = h.reth else {
+            let Some(reth) = reth else {
                 return false;
             };
             if !qp.attr.qp_access_flags.contains(AccessFlags::REMOTE_WRITE)
@@ -152,7 +157,7 @@ impl Hca {
                 .mrs
                 .bytes_mut(qp.pd, key, addr, len as u64, needed, remote)
             {
-                Some(bytes) => super::place(bytes, t.payload),
+                Some(bytes) => super::place(bytes, payload),
                 None => return false,
             }
         }
