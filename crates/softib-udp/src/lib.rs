@@ -307,6 +307,9 @@ pub struct Device {
     tx_frame: Vec<u8>,
     tx_buf: Vec<u8>,
     tx: Vec<TxEntry>,
+    /// Pure ACKs at the end of `tx` (pushed after its last other datagram): a request pushed
+    /// after none has no ACK to pass ([`Device::ack_behind_request`]).
+    tx_acks_at_tail: usize,
     rx_buf: Vec<u8>,
     rx_meta: Vec<RecvMeta>,
     rx_frame: Vec<u8>,
@@ -430,6 +433,7 @@ impl Device {
             tx_frame: Vec::with_capacity(softib_core::MAX_FRAME),
             tx_buf: Vec::with_capacity(TX_BATCH * 4200),
             tx: Vec::with_capacity(TX_BATCH),
+            tx_acks_at_tail: 0,
             rx_buf: vec![0u8; (RX_HEADROOM + RX_SLOT) * BATCH_SIZE],
             rx_meta: vec![RecvMeta::default(); BATCH_SIZE],
             rx_frame: Vec::with_capacity(RX_SLOT + 64),
@@ -664,11 +668,19 @@ impl Device {
             }
             let start = self.tx_buf.len();
             let len = payload.len();
-            let request = payload.first().is_some_and(|&op| !is_response(op));
+            let opcode = payload.first().copied();
+            let request = opcode.is_some_and(|op| !is_response(op));
             self.tx_buf.extend_from_slice(payload);
             self.tx.push(TxEntry { dest, start, len });
             if request {
-                self.ack_behind_request();
+                if self.tx_acks_at_tail > 0 {
+                    self.ack_behind_request();
+                }
+                self.tx_acks_at_tail = 0;
+            } else if opcode == Some(OPCODE_RC_ACK) {
+                self.tx_acks_at_tail += 1;
+            } else {
+                self.tx_acks_at_tail = 0;
             }
             if self.tx.len() >= TX_BATCH {
                 sent += self.send_batch()?;
@@ -784,6 +796,7 @@ impl Device {
         self.stats.tx_datagrams += n as u64;
         self.tx.clear();
         self.tx_buf.clear();
+        self.tx_acks_at_tail = 0;
         Ok(n)
     }
 
