@@ -17,8 +17,8 @@ fuzz_target!(|data: &[u8]| {
     if let Some(x) = express {
         let h = &p.transport.headers;
         assert_eq!(
-            (x.bth, x.reth, x.immdt, x.payload),
-            (h.bth, h.reth, h.immdt, p.transport.payload)
+            (x.bth, x.reth, x.immdt, x.aeth, x.payload),
+            (h.bth, h.reth, h.immdt, h.aeth, p.transport.payload)
         );
         let IpHeader::V4(ip) = &p.ip else {
             panic!("parse_express read a frame that is not IPv4");

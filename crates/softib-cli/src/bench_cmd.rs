@@ -22,7 +22,10 @@
 //! time runs from the first post to the last completion. Peak is the best rate over any
 //! window of at least a tenth of the iterations. Latency (`--lat`): one WR outstanding at a
 //! time, each timed from post to completion (a full round trip for every operation; perftest
-//! halves the round trip of WRITE and SEND latency, softib does not).
+//! halves the round trip of WRITE and SEND latency, softib does not). `write --lat
+//! --pingpong` measures as perftest's `ib_write_lat` does: the two sides write to each other
+//! in turn, each spinning until the other's WRITE lands in its memory, and half of each turn
+//! is reported (the one-way figure).
 
 use std::io::{BufRead, BufReader, IoSliceMut, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -84,6 +87,13 @@ pub struct BenchArgs {
     /// Measure latency.
     #[arg(long)]
     lat: bool,
+    /// With `write --lat`, on both sides: perftest's `ib_write_lat` method. The two sides
+    /// write `--size` bytes into each other's buffer in turn, each waiting until the other's
+    /// write has landed in its own memory, and the latency of a turn is half its round trip
+    /// (the one-way figure `ib_write_lat` prints). Without it, `--lat` times each WR from
+    /// post to completion: a WRITE and its ACK, a whole round trip.
+    #[arg(long, requires = "lat")]
+    pingpong: bool,
     /// Print the result as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -214,6 +224,7 @@ fn read_line(r: &mut BufReader<TcpStream>) -> Result<String, Error> {
 }
 
 fn server(args: &BenchArgs) -> Result<(), Error> {
+    let pingpong = write_pingpong_mode(args)?;
     let l = TcpListener::bind(("0.0.0.0", args.port))
         .map_err(|e| format!("couldn't listen to port {}: {e}", args.port))?;
     let (s, _) = l.accept()?;
@@ -230,7 +241,7 @@ fn server(args: &BenchArgs) -> Result<(), Error> {
     }
     let size = msg_size(args.op, h.size);
     let recvs = if args.op == Op::Send { SERVER_RECVS } else { 1 };
-    let mut ep = endpoint(args, size, recvs)?;
+    let mut ep = endpoint(args, if pingpong { 2 * size } else { size }, recvs)?;
     args.dev.route_peer(&mut ep.dev, &h.info.gid);
     ep.connect(&h.info, &options(args.mtu))?;
     let mr = ep.mr;
@@ -244,6 +255,9 @@ fn server(args: &BenchArgs) -> Result<(), Error> {
         }
     }
     (&s).write_all(hello(args.op, size, h.iters, &ep).as_bytes())?;
+    if pingpong {
+        write_pingpong(&mut ep, args, h.remote, size, h.iters, false)?;
+    }
     s.set_nonblocking(true)?;
     let mode = args.dev.mode();
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
@@ -301,18 +315,23 @@ fn client(args: &BenchArgs) -> Result<(), Error> {
     if args.perftest {
         return perftest_client(args);
     }
+    let pingpong = write_pingpong_mode(args)?;
     let server = args.server.as_deref().unwrap_or_default();
     let s = nc::connect_exchange(server, args.port)
         .map_err(|e| format!("couldn't connect to {server}:{}: {e}", args.port))?;
     s.set_nodelay(true)?;
     let size = msg_size(args.op, args.size);
-    let mut ep = endpoint(args, size, 16)?;
+    let mut ep = endpoint(args, if pingpong { 2 * size } else { size }, 16)?;
     (&s).write_all(hello(args.op, size, args.iters, &ep).as_bytes())?;
     let mut r = BufReader::new(s.try_clone()?);
     let h = parse_hello(&read_line(&mut r)?)?;
     args.dev.route_peer(&mut ep.dev, &h.info.gid);
     ep.connect(&h.info, &options(args.mtu))?;
-    let run = run_ops(&mut ep, args, h.remote, size)?;
+    let run = if pingpong {
+        write_pingpong(&mut ep, args, h.remote, size, args.iters, true)?
+    } else {
+        run_ops(&mut ep, args, h.remote, size)?
+    };
     (&s).write_all(b"done\n")?;
     let _ = read_line(&mut r);
     ep.dev.flush_pcap()?;
@@ -413,6 +432,116 @@ fn run_ops(
         n,
         secs: start.elapsed().as_secs_f64(),
         peak_msgs: peak_rate(&samples),
+        lats,
+    })
+}
+
+/// True for `write --lat --pingpong`; an error for `--pingpong` with another operation.
+fn write_pingpong_mode(args: &BenchArgs) -> Result<bool, Error> {
+    if args.pingpong && args.op != Op::Write {
+        return Err("--pingpong is a WRITE latency test (perftest's ib_write_lat)".into());
+    }
+    Ok(args.pingpong)
+}
+
+/// `write --lat --pingpong` (perftest's `ib_write_lat` method) on one side: `iters` turns in
+/// which the initiator (the client) writes `size` bytes from the second half of its buffer
+/// into the first half of the peer's (`remote`) and waits until the peer's write lands in
+/// the first half of its own; the other side waits first and answers. The last byte of each
+/// write is the turn's marker (1..=255, cycling), which tells the waiting side it has
+/// arrived. The initiator returns each turn's round trip halved.
+fn write_pingpong(
+    ep: &mut Endpoint,
+    args: &BenchArgs,
+    remote: RemoteAddr,
+    size: usize,
+    iters: u64,
+    initiator: bool,
+) -> Result<Run, Error> {
+    let (mr, qpn, cq) = (ep.mr, ep.qpn, ep.cq);
+    let size = size.max(1);
+    let mode = args.dev.mode();
+    let n = iters.max(1);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(args.timeout);
+    let mut wr = SendWr::new(0, WrOpcode::RdmaWrite { remote }).with_sge(Sge::new(
+        mr.addr + size as u64,
+        size as u32,
+        mr.lkey,
+    ));
+    let mut wcs = vec![softib_core::verbs::cq::WorkCompletion::default(); 16];
+    let mut lats = Vec::with_capacity(if initiator { n as usize } else { 0 });
+    // Completions are asked for now and then (and for the last turn), so that the send
+    // queue's CQ is drained without a completion per turn.
+    let mut signaled = 0u64;
+    let mut send = |ep: &mut Endpoint, i: u64, marker: u8| -> Result<(), Error> {
+        ep.dev
+            .hca_mut()
+            .mr_write(mr.handle, 2 * size - 1, &[marker])?;
+        wr.wr_id = i;
+        wr.flags = if i % 16 == 15 || i + 1 == n {
+            signaled += 1;
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        };
+        ep.dev.hca_mut().post_send(qpn, std::slice::from_ref(&wr))?;
+        Ok(())
+    };
+    let mut completed = 0u64;
+    let mut wait_for = |ep: &mut Endpoint, marker: u8| -> Result<(), Error> {
+        let mut byte = [0u8];
+        let mut polls = 0u32;
+        loop {
+            ep.dev.progress(mode, Duration::from_millis(1))?;
+            ep.dev.hca().mr_read(mr.handle, size - 1, &mut byte)?;
+            if byte[0] == marker {
+                break;
+            }
+            polls = polls.wrapping_add(1);
+            if polls % 1024 == 0 && Instant::now() > deadline {
+                return Err("timed out".into());
+            }
+        }
+        let got = ep.dev.hca_mut().poll_cq_into(cq, &mut wcs)?;
+        if let Some(wc) = wcs[..got].iter().find(|wc| wc.status != WcStatus::Success) {
+            return Err(format!("WR {} failed: {}", wc.wr_id, wc.status.name()).into());
+        }
+        completed += got as u64;
+        Ok(())
+    };
+    for i in 0..n {
+        let marker = (i % 255) as u8 + 1;
+        if initiator {
+            let t0 = Instant::now();
+            send(ep, i, marker)?;
+            wait_for(ep, marker)?;
+            lats.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        } else {
+            wait_for(ep, marker)?;
+            send(ep, i, marker)?;
+        }
+    }
+    // The last WRITE is acknowledged before the run ends, and the peer's last WRITE too: the
+    // ACK for it leaves in the next round at the latest.
+    loop {
+        ep.dev.progress(mode, Duration::from_millis(1))?;
+        let got = ep.dev.hca_mut().poll_cq_into(cq, &mut wcs)?;
+        if let Some(wc) = wcs[..got].iter().find(|wc| wc.status != WcStatus::Success) {
+            return Err(format!("WR {} failed: {}", wc.wr_id, wc.status.name()).into());
+        }
+        completed += got as u64;
+        if completed >= signaled {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err("timed out".into());
+        }
+    }
+    Ok(Run {
+        n,
+        secs: start.elapsed().as_secs_f64(),
+        peak_msgs: 0.0,
         lats,
     })
 }
@@ -582,6 +711,9 @@ fn perftest_buf_len(size: usize, cycle_buffer: u32) -> usize {
 /// `softib bench --perftest SERVER`: the client's side of perftest's exchange (see
 /// [`crate::perftest`]).
 fn perftest_client(args: &BenchArgs) -> Result<(), Error> {
+    if args.pingpong {
+        return Err("--pingpong speaks softib's exchange, not perftest's".into());
+    }
     let server = args.server.as_deref().unwrap_or_default();
     let s = nc::connect_exchange(server, args.port)
         .map_err(|e| format!("couldn't connect to {server}:{}: {e}", args.port))?;

@@ -210,6 +210,62 @@ fn bench_runs_every_operation() {
     );
 }
 
+/// `bench write --lat --pingpong` (perftest's ib_write_lat method) over both transports: the
+/// two sides write to each other in turn, both end cleanly (the last WRITE of each side is
+/// acknowledged before it stops) and every turn is reported.
+#[test]
+fn write_latency_pingpong_between_two_processes() {
+    for (transport, port) in [("udp", "18833"), ("shm", "18834")] {
+        let (_s, c) = pair(
+            &[
+                "bench",
+                "write",
+                "--lat",
+                "--pingpong",
+                "--bind",
+                "127.0.5.1",
+                "-p",
+                port,
+                "--transport",
+                transport,
+            ],
+            &[
+                "bench",
+                "write",
+                "--lat",
+                "--pingpong",
+                "--bind",
+                "127.0.5.2",
+                "-p",
+                port,
+                "-s",
+                "64",
+                "-n",
+                "500",
+                "--json",
+                "--transport",
+                transport,
+            ],
+            "127.0.5.1",
+        );
+        let v: serde_json::Value = serde_json::from_str(c.trim()).expect("JSON result");
+        assert_eq!(v["iterations"], 500, "{transport}: {v}");
+        assert_eq!(v["mode"], "lat");
+        let (min, med) = (
+            v["t_min_us"].as_f64().unwrap(),
+            v["t_median_us"].as_f64().unwrap(),
+        );
+        assert!(min > 0.0 && med >= min, "{transport}: {v}");
+    }
+    // Only WRITE has a ping-pong.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_softib"))
+        .args(["bench", "send", "--lat", "--pingpong", "127.0.5.9"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--pingpong"));
+}
+
 /// A pingpong through `softib relay` with seeded loss and reordering: over UDP, and over
 /// shared memory (`relay --shm`, `pingpong --transport shm`: every datagram through inboxes).
 #[test]

@@ -18,6 +18,7 @@ use crate::ethernet::{self, Ethernet, VlanTag};
 use crate::grh::{self, Grh, GrhView};
 use crate::icrc;
 use crate::ipv4::{self, Ipv4, Ipv4View};
+use crate::opcode::ExtHeaders;
 use crate::transport::{OpcodeLayout, TransportHeaders, TransportPacket};
 use crate::udp::{self, Udp, UdpView};
 
@@ -339,10 +340,10 @@ impl<'a> Parts<'a> {
     }
 }
 
-/// The common RC request of a frame, as [`RocePacket::parse_express`] reads it: the IPv4
-/// addresses and the transport headers a responder's express path needs.
+/// The common RC packet of a frame, as [`RocePacket::parse_express`] reads it: a one-packet
+/// SEND or RDMA WRITE, or an ACK; its IPv4 addresses and transport headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExpressRequest<'a> {
+pub struct ExpressPacket<'a> {
     /// IPv4 source and destination.
     pub src: [u8; 4],
     pub dst: [u8; 4],
@@ -351,6 +352,8 @@ pub struct ExpressRequest<'a> {
     pub reth: Option<crate::reth::Reth>,
     /// With immediate data: the ImmDt.
     pub immdt: Option<crate::immdt::ImmDt>,
+    /// An ACK: the AETH.
+    pub aeth: Option<crate::aeth::Aeth>,
     /// The payload, pad excluded.
     pub payload: &'a [u8],
     /// What the ICRC covers, and the ICRC.
@@ -360,7 +363,7 @@ pub struct ExpressRequest<'a> {
     icrc: u32,
 }
 
-impl ExpressRequest<'_> {
+impl ExpressPacket<'_> {
     /// True when the received ICRC matches ([`RocePacket::icrc_ok`]).
     pub fn icrc_ok(&self) -> bool {
         icrc::roce_v4(self.raw_ip, self.raw_udp, self.raw_transport) == self.icrc
@@ -369,40 +372,49 @@ impl ExpressRequest<'_> {
 
 impl<'a> RocePacket<'a> {
     /// The frame's packet when it is an RC SEND or RDMA WRITE of one packet (ONLY, with or
-    /// without immediate data) in an untagged IPv4 frame without options, read without
+    /// without immediate data) or an RC ACK in an untagged IPv4 frame without options, read without
     /// building a [`RocePacket`]; `None` for anything else. A frame it reads is one
     /// [`RocePacket::parse`] accepts, with the same addresses, headers and payload (tested
     /// over captures and their mutations, and fuzzed). The ICRC is checked apart
-    /// ([`ExpressRequest::icrc_ok`]).
+    /// ([`ExpressPacket::icrc_ok`]).
     #[inline(always)]
-    pub fn parse_express(frame: &'a [u8]) -> Option<ExpressRequest<'a>> {
+    pub fn parse_express(frame: &'a [u8]) -> Option<ExpressPacket<'a>> {
         use crate::opcode::Opcode;
         // The opcode first, where a plain IPv4 frame has it: other packets leave at once.
-        let (has_reth, has_imm) = match Opcode(*frame.get(PLAIN_V4_HEADERS)?) {
-            Opcode::RC_SEND_ONLY => (false, false),
-            Opcode::RC_SEND_ONLY_WITH_IMMEDIATE => (false, true),
-            Opcode::RC_RDMA_WRITE_ONLY => (true, false),
-            Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => (true, true),
+        let headers = match Opcode(*frame.get(PLAIN_V4_HEADERS)?) {
+            Opcode::RC_SEND_ONLY => ExtHeaders::NONE,
+            Opcode::RC_SEND_ONLY_WITH_IMMEDIATE => ExtHeaders::IMMDT,
+            Opcode::RC_RDMA_WRITE_ONLY => ExtHeaders::RETH,
+            Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => ExtHeaders::RETH.union(ExtHeaders::IMMDT),
+            Opcode::RC_ACKNOWLEDGE => ExtHeaders::AETH,
             _ => return None,
         };
-        Self::read_express(frame, has_reth, has_imm)
+        Self::read_express(frame, headers)
     }
 
     /// [`RocePacket::parse_express`] once the opcode is known to be one it reads.
     #[inline(never)]
-    fn read_express(frame: &'a [u8], has_reth: bool, has_imm: bool) -> Option<ExpressRequest<'a>> {
+    fn read_express(frame: &'a [u8], headers: ExtHeaders) -> Option<ExpressPacket<'a>> {
         let parts = Parts::plain_v4(frame)?;
         let raw = parts.raw_transport;
         let checked = TransportPacket::check(raw).ok()?;
+        // The opcode's extension headers, in wire order: RETH, AETH, ImmDt.
         let mut at = bth::LEN;
-        let reth = if has_reth {
+        let reth = if headers.contains(ExtHeaders::RETH) {
             let r = crate::reth::Reth::parse(raw.get(at..)?).ok()?;
             at += crate::reth::LEN;
             Some(r)
         } else {
             None
         };
-        let immdt = if has_imm {
+        let aeth = if headers.contains(ExtHeaders::AETH) {
+            let a = crate::aeth::Aeth::parse(raw.get(at..)?).ok()?;
+            at += crate::aeth::LEN;
+            Some(a)
+        } else {
+            None
+        };
+        let immdt = if headers.contains(ExtHeaders::IMMDT) {
             Some(crate::immdt::ImmDt::parse(raw.get(at..)?).ok()?)
         } else {
             None
@@ -410,12 +422,13 @@ impl<'a> RocePacket<'a> {
         let RawIp::V4(ip) = parts.ip else {
             return None;
         };
-        Some(ExpressRequest {
+        Some(ExpressPacket {
             src: [ip[12], ip[13], ip[14], ip[15]],
             dst: [ip[16], ip[17], ip[18], ip[19]],
             bth: Bth::from_bytes(checked.bth),
             reth,
             immdt,
+            aeth,
             payload: checked.payload,
             raw_ip: parts.raw_ip,
             raw_udp: parts.raw_udp,
@@ -947,7 +960,7 @@ mod tests {
     }
 
     /// What [`RocePacket::parse_express`] should read from a frame that parsed as `p`.
-    fn express_of<'a>(p: &RocePacket<'a>) -> Option<ExpressRequest<'a>> {
+    fn express_of<'a>(p: &RocePacket<'a>) -> Option<ExpressPacket<'a>> {
         let IpHeader::V4(ip) = p.ip else {
             return None;
         };
@@ -958,17 +971,19 @@ mod tests {
             Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
             Opcode::RC_RDMA_WRITE_ONLY,
             Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+            Opcode::RC_ACKNOWLEDGE,
         ]
         .contains(&op);
         if !express_op || p.eth.vlan.is_some() || !p.ip_options.is_empty() {
             return None;
         }
-        Some(ExpressRequest {
+        Some(ExpressPacket {
             src: ip.src,
             dst: ip.dst,
             bth: h.bth,
             reth: h.reth,
             immdt: h.immdt,
+            aeth: h.aeth,
             payload: p.transport.payload,
             raw_ip: p.raw_ip,
             raw_udp: p.raw_udp,

@@ -31,7 +31,7 @@ use softib_wire::ipv4::Ipv4;
 use softib_wire::lrh::{Lnh, Lrh};
 use softib_wire::native::{self, NativeBody, NativePacket};
 use softib_wire::roce::{self, IpHeader, RocePacket};
-use softib_wire::transport::TransportPacket;
+use softib_wire::transport::{TransportHeaders, TransportPacket};
 use softib_wire::Service;
 
 use super::ud::UdSource;
@@ -177,7 +177,7 @@ impl Hca {
         }
         if self.express {
             if let Some(x) = RocePacket::parse_express(frame) {
-                if (icrc_verified || x.icrc_ok()) && self.rc_express_frame(&x) {
+                if (icrc_verified || x.icrc_ok()) && self.rc_express_frame(now, &x) {
                     return;
                 }
             }
@@ -214,12 +214,12 @@ impl Hca {
         self.handle_transport(now, &p.transport, PacketSource::Roce(&p.ip));
     }
 
-    /// The responder's express path ([`Hca::rc_express_handle_request`]) for a frame
-    /// [`RocePacket::parse_express`] read, after the checks [`Hca::handle_transport`] makes of
-    /// it (an RC QP, its P_Key, its connection). False, with nothing changed, when the general
-    /// path is to take the frame.
+    /// A frame [`RocePacket::parse_express`] read, after the checks [`Hca::handle_transport`]
+    /// makes of it (an RC QP, its P_Key, its connection): a request goes to the responder's
+    /// express path ([`Hca::rc_express_handle_request`]), an ACK to the requester as from the
+    /// general path. False, with nothing changed, when the general path is to take the frame.
     #[inline]
-    fn rc_express_frame(&mut self, x: &roce::ExpressRequest<'_>) -> bool {
+    fn rc_express_frame(&mut self, now: Instant, x: &roce::ExpressPacket<'_>) -> bool {
         let qpn = x.bth.dest_qp.value();
         let Some(qp) = self.qps.get(&qpn) else {
             return false;
@@ -227,11 +227,28 @@ impl Hca {
         if qp.qp_type != QpType::Rc
             || !self.pkey_ok(qp, x.bth.pkey)
             || !self.connection_matches_v4(qp, x.src, x.dst)
-            || !self.rc_express_handle_request(qpn, &x.bth, x.reth, x.immdt, x.payload)
         {
             return false;
         }
-        self.counters.rcvd_pkts += 1;
+        match x.aeth {
+            Some(aeth) => {
+                let mut headers = TransportHeaders::new(x.bth);
+                headers.aeth = Some(aeth);
+                let t = TransportPacket {
+                    headers,
+                    payload: &[],
+                    pad: &[],
+                };
+                self.counters.rcvd_pkts += 1;
+                self.rc_handle_response(now, qpn, &t);
+            }
+            None => {
+                if !self.rc_express_handle_request(qpn, &x.bth, x.reth, x.immdt, x.payload) {
+                    return false;
+                }
+                self.counters.rcvd_pkts += 1;
+            }
+        }
         self.rearm_timer(qpn);
         true
     }
