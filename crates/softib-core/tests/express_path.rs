@@ -11,25 +11,17 @@
 //! that each kind of request meets retransmission and credit waits beside the others.
 
 mod common;
+mod lossy;
 
 use common::{Dir, Pair, Svc, MR_LEN};
+use lossy::Rng;
 use softib_core::setup::ConnectOptions;
 use softib_core::verbs::types::{Mtu, SendFlags};
 use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, WrOpcode};
 
-/// SplitMix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+/// A number below `n` from the shared generator.
+fn below(rng: &mut Rng, n: u64) -> u64 {
+    rng.next() % n
 }
 
 /// What a run leaves behind: every frame delivered (with its direction), both sides'
@@ -59,7 +51,7 @@ fn run(seed: u64, express: bool, loss_per_mille: u64) -> Outcome {
     p.a.hca.set_express_path(express);
     p.b.hca.set_express_path(express);
     let mut loss = Rng(seed ^ 0x5555);
-    p.filter = Box::new(move |_, _| loss.below(1000) >= loss_per_mille);
+    p.filter = Box::new(move |_, _| below(&mut loss, 1000) >= loss_per_mille);
     let pattern: Vec<u8> = (0..MR_LEN)
         .map(|i| (i * 31 + seed as usize) as u8)
         .collect();
@@ -71,25 +63,25 @@ fn run(seed: u64, express: bool, loss_per_mille: u64) -> Outcome {
     let mut dst = 0u64;
     for round in 0..12 {
         let mut batch = Vec::new();
-        for _ in 0..(1 + rng.below(10)) {
+        for _ in 0..(1 + below(&mut rng, 10)) {
             id += 1;
-            let short = rng.below(4) != 0;
+            let short = below(&mut rng, 4) != 0;
             let len = if short {
-                rng.below(257) as u32
+                below(&mut rng, 257) as u32
             } else {
-                rng.below(1200) as u32
+                below(&mut rng, 1200) as u32
             };
             let remote = RemoteAddr {
                 addr: bmr.addr + (dst % (256 * 1024)),
                 // In the last round, now and then a bad R_Key: NAK-Remote Access Error.
-                rkey: if round == 11 && rng.below(6) == 0 {
+                rkey: if round == 11 && below(&mut rng, 6) == 0 {
                     bmr.rkey ^ 0x100
                 } else {
                     bmr.rkey
                 },
             };
             dst += u64::from(len) + 8;
-            let opcode = match rng.below(10) {
+            let opcode = match below(&mut rng, 10) {
                 0..=2 => WrOpcode::Send,
                 3 => WrOpcode::SendWithImm(id as u32),
                 4..=6 => WrOpcode::RdmaWrite { remote },
@@ -99,7 +91,7 @@ fn run(seed: u64, express: bool, loss_per_mille: u64) -> Outcome {
                 },
                 8 => WrOpcode::RdmaRead { remote },
                 _ => WrOpcode::AtomicFetchAdd {
-                    remote_addr: bmr.addr + 8 * rng.below(16),
+                    remote_addr: bmr.addr + 8 * below(&mut rng, 16),
                     rkey: bmr.rkey,
                     add: id,
                 },
@@ -124,7 +116,7 @@ fn run(seed: u64, express: bool, loss_per_mille: u64) -> Outcome {
                 opcode,
                 WrOpcode::RdmaRead { .. } | WrOpcode::AtomicFetchAdd { .. }
             );
-            wr = match rng.below(8) {
+            wr = match below(&mut rng, 8) {
                 // Inline data (up to the QP's 64 bytes).
                 0 if !writes_local && len <= 64 => {
                     let off = (at - amr.addr) as usize;
@@ -146,7 +138,7 @@ fn run(seed: u64, express: bool, loss_per_mille: u64) -> Outcome {
                 ]),
                 // A bad L_Key in the last round: a local protection error (the QP then
                 // enters ERR and flushes the rest).
-                2 if round == 11 && rng.below(4) == 0 => wr.with_sge(Sge {
+                2 if round == 11 && below(&mut rng, 4) == 0 => wr.with_sge(Sge {
                     addr: local,
                     length: len,
                     lkey: amr.lkey ^ 0x100,
@@ -158,13 +150,13 @@ fn run(seed: u64, express: bool, loss_per_mille: u64) -> Outcome {
                 }),
             };
             let mut flags = wr.flags;
-            if rng.below(4) == 0 {
+            if below(&mut rng, 4) == 0 {
                 flags |= SendFlags::SIGNALED;
             }
-            if rng.below(6) == 0 {
+            if below(&mut rng, 6) == 0 {
                 flags |= SendFlags::SOLICITED;
             }
-            if rng.below(8) == 0 {
+            if below(&mut rng, 8) == 0 {
                 flags |= SendFlags::FENCE;
             }
             batch.push(wr.with_flags(flags));
@@ -179,7 +171,7 @@ fn run(seed: u64, express: bool, loss_per_mille: u64) -> Outcome {
                 )
             })
             .count() as u64;
-        let wrs: Vec<RecvWr> = (0..consumers + rng.below(3))
+        let wrs: Vec<RecvWr> = (0..consumers + below(&mut rng, 3))
             .map(|i| {
                 let addr = bmr.addr + 512 * 1024 + (((id + i) * 2048) % (256 * 1024));
                 let sge = |at: u64, length: u32| Sge {
@@ -187,7 +179,7 @@ fn run(seed: u64, express: bool, loss_per_mille: u64) -> Outcome {
                     length,
                     lkey: bmr.lkey,
                 };
-                let sges = match rng.below(6) {
+                let sges = match below(&mut rng, 6) {
                     // Two scatter entries.
                     0 => vec![sge(0, 700), sge(1024, 1024)],
                     // In the last round, a buffer too short for most messages: a local
