@@ -436,6 +436,18 @@ fn run_ops(
     })
 }
 
+/// Takes the completions queued on `ep`'s CQ (all must be successful); returns how many.
+fn send_completions(
+    ep: &mut Endpoint,
+    wcs: &mut [softib_core::verbs::cq::WorkCompletion],
+) -> Result<u64, Error> {
+    let got = ep.dev.hca_mut().poll_cq_into(ep.cq, wcs)?;
+    if let Some(wc) = wcs[..got].iter().find(|wc| wc.status != WcStatus::Success) {
+        return Err(format!("WR {} failed: {}", wc.wr_id, wc.status.name()).into());
+    }
+    Ok(got as u64)
+}
+
 /// True for `write --lat --pingpong`; an error for `--pingpong` with another operation.
 fn write_pingpong_mode(args: &BenchArgs) -> Result<bool, Error> {
     if args.pingpong && args.op != Op::Write {
@@ -458,7 +470,7 @@ fn write_pingpong(
     iters: u64,
     initiator: bool,
 ) -> Result<Run, Error> {
-    let (mr, qpn, cq) = (ep.mr, ep.qpn, ep.cq);
+    let (mr, qpn) = (ep.mr, ep.qpn);
     let size = size.max(1);
     let mode = args.dev.mode();
     let n = iters.max(1);
@@ -503,11 +515,7 @@ fn write_pingpong(
                 return Err("timed out".into());
             }
         }
-        let got = ep.dev.hca_mut().poll_cq_into(cq, &mut wcs)?;
-        if let Some(wc) = wcs[..got].iter().find(|wc| wc.status != WcStatus::Success) {
-            return Err(format!("WR {} failed: {}", wc.wr_id, wc.status.name()).into());
-        }
-        completed += got as u64;
+        completed += send_completions(ep, &mut wcs)?;
         Ok(())
     };
     for i in 0..n {
@@ -526,11 +534,7 @@ fn write_pingpong(
     // ACK for it leaves in the next round at the latest.
     loop {
         ep.dev.progress(mode, Duration::from_millis(1))?;
-        let got = ep.dev.hca_mut().poll_cq_into(cq, &mut wcs)?;
-        if let Some(wc) = wcs[..got].iter().find(|wc| wc.status != WcStatus::Success) {
-            return Err(format!("WR {} failed: {}", wc.wr_id, wc.status.name()).into());
-        }
-        completed += got as u64;
+        completed += send_completions(ep, &mut wcs)?;
         if completed >= signaled {
             break;
         }

@@ -24,7 +24,7 @@ use crate::psn::{Psn, Qpn};
 /// Length of the BTH in bytes.
 pub const LEN: usize = 12;
 
-mod field {
+pub(crate) mod field {
     pub const OPCODE: usize = 0;
     pub const FLAGS: usize = 1;
     pub const PKEY: usize = 2;

@@ -786,7 +786,8 @@ impl HeaderTemplate {
             return false;
         };
         let udp_len = total_len - ipv4::LEN as u16;
-        bth[1] = (bth[1] & !(0x3 << 4)) | ((pad as u8) << 4);
+        let flags = &mut bth[bth::field::FLAGS];
+        *flags = (*flags & !bth::field::PAD_MASK) | ((pad as u8) << bth::field::PAD_SHIFT);
         let end = ETH + usize::from(total_len);
         // Over the frame itself, in one pass: the LRH stand-in over the end of the Ethernet
         // header and the masked IP, UDP and BTH headers first; the ICRC is computed over them
@@ -796,7 +797,8 @@ impl HeaderTemplate {
         let Some(head) = head.first_chunk_mut::<{ ETH + IP_UDP + bth::LEN }>() else {
             return false;
         };
-        let mut ip_udp = self.masked_ip_udp_v4(total_len, ident, udp_len);
+        let masked = &self.masked[..IP_UDP];
+        let ip_udp = ip_udp_v4(masked, total_len, ident, udp_len);
         head[ETH - LRH..ETH].fill(0xFF);
         head[ETH..ETH + IP_UDP].copy_from_slice(&ip_udp);
         head[ETH + IP_UDP..].copy_from_slice(&bth);
@@ -809,12 +811,9 @@ impl HeaderTemplate {
         }
         let crc = icrc::raw(&out[ETH - LRH..end - ICRC_LEN]);
         // The wire headers.
+        let mut ip_udp = ip_udp_v4(&self.bytes[ETH..ETH + IP_UDP], total_len, ident, udp_len);
         let checksum = self.ipv4_checksum(total_len, ident);
-        ip_udp.copy_from_slice(&self.bytes[ETH..ETH + IP_UDP]);
-        ip_udp[2..4].copy_from_slice(&total_len.to_be_bytes());
-        ip_udp[4..6].copy_from_slice(&ident.to_be_bytes());
         ip_udp[10..12].copy_from_slice(&checksum.to_be_bytes());
-        ip_udp[ipv4::LEN + 4..ipv4::LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
         let Some(head) = out.first_chunk_mut::<{ ETH + IP_UDP + bth::LEN }>() else {
             return false;
         };
@@ -829,29 +828,24 @@ impl HeaderTemplate {
         true
     }
 
-    /// The IPv4 and UDP headers of an IPv4 template as the ICRC covers them (variant bits
-    /// set to one), with a total length, an Identification and a UDP length.
-    #[inline(always)]
-    fn masked_ip_udp_v4(
-        &self,
-        total_len: u16,
-        ident: u16,
-        udp_len: u16,
-    ) -> [u8; ipv4::LEN + udp::LEN] {
-        let mut h = [0u8; ipv4::LEN + udp::LEN];
-        h.copy_from_slice(&self.masked[..ipv4::LEN + udp::LEN]);
-        h[2..4].copy_from_slice(&total_len.to_be_bytes());
-        h[4..6].copy_from_slice(&ident.to_be_bytes());
-        h[ipv4::LEN + 4..ipv4::LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
-        h
-    }
-
     /// The IPv4 header checksum for a total length and an Identification: the complement of
     /// the ones' complement sum, the template's words and the two (end-around carry).
     #[inline(always)]
     fn ipv4_checksum(&self, total_len: u16, ident: u16) -> u16 {
         ipv4::checksum_adding(self.ip_sum, [total_len, ident])
     }
+}
+
+/// An IPv4 header without options and a UDP header (`base`, 28 bytes: a template's wire or
+/// masked copy) with a total length, an Identification and a UDP length filled in.
+#[inline(always)]
+fn ip_udp_v4(base: &[u8], total_len: u16, ident: u16, udp_len: u16) -> [u8; ipv4::LEN + udp::LEN] {
+    let mut h = [0u8; ipv4::LEN + udp::LEN];
+    h.copy_from_slice(base);
+    h[2..4].copy_from_slice(&total_len.to_be_bytes());
+    h[4..6].copy_from_slice(&ident.to_be_bytes());
+    h[ipv4::LEN + 4..ipv4::LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
+    h
 }
 
 /// The longest extension headers [`HeaderTemplate::build_v4_express`] takes: RETH and ImmDt.

@@ -477,9 +477,10 @@ impl Hca {
         sent
     }
 
-    /// Turns the requester's express path for common requests on (the default) or off. Both
-    /// give the same packets and state; off leaves every request to the general path, which
-    /// is what the equivalence tests and the instruction counts compare against.
+    /// Turns the express paths on (the default) or off: the requester's for common requests,
+    /// the responder's for common requests and ACKs read straight from the frame. Both ways
+    /// give the same packets and state; off leaves everything to the general path, which is
+    /// what the equivalence tests compare against.
     pub fn set_express_path(&mut self, on: bool) {
         self.express = on;
     }
@@ -886,9 +887,7 @@ impl TxHeaders {
         };
         self.sport == sport && self.grh == *grh && self.local == local.gid
     }
-}
 
-impl TxHeaders {
     /// The header template when these are the headers of packets on `port` (a RoCE port)
     /// towards `av` from UDP port `sport` ([`TxHeaders::is_for`]).
     #[inline(always)]

@@ -300,17 +300,16 @@ impl Hca {
                 .as_ref()?
                 .template_for(port, &qp.attr.ah_attr, sport)?;
         // AckReq, as [`Hca::rc_next_request`] decides it for the last packet of a new WQE.
-        let next = qp.sq.get(cur + 1).filter(|n| !n.tx.started);
-        let in_flight = next_psn.sub(oldest.unwrap_or(psn).value()).value();
-        let next_blocked =
-            next.is_some_and(|n| in_flight + wqe_npsn(n, mtu) > self.max_unacked_psns);
-        let next_limited = next.is_some_and(|n| consumes_rwqe(&n.opcode))
-            && !c.covers(rwqe_started.wrapping_add(1));
         let pkts_since_ack_req = r.pkts_since_ack_req + 1;
-        let ack_req = cur + 1 == qp.sq.len()
-            || pkts_since_ack_req >= ACK_REQ_MESSAGES_EVERY
-            || next_blocked
-            || next_limited;
+        let ack_req = last_packet_asks(LastPacket {
+            last_posted: cur + 1 == qp.sq.len(),
+            repeats_ask: false,
+            pkts_since_ack_req,
+            in_flight: next_psn.sub(oldest.unwrap_or(psn).value()).value(),
+            max_unacked: self.max_unacked_psns,
+            next: next_unstarted(&qp.sq, cur, mtu),
+            next_has_credit: c.covers(rwqe_started.wrapping_add(1)),
+        });
         let bth = Bth {
             opcode,
             solicited: w.flags.contains(SendFlags::SOLICITED),
@@ -367,15 +366,7 @@ impl Hca {
         let next_psn = qp.transport.next_psn;
         let last_posted = cur + 1 == qp.sq.len();
         let oldest_unacked = oldest_unacked(&qp.sq);
-        let next_npsn = qp
-            .sq
-            .get(cur + 1)
-            .filter(|n| !n.tx.started)
-            .map(|n| wqe_npsn(n, mtu));
-        let next_consumes = qp
-            .sq
-            .get(cur + 1)
-            .is_some_and(|n| !n.tx.started && consumes_rwqe(&n.opcode));
+        let next = next_unstarted(&qp.sq, cur, mtu);
         let Some(w) = qp.sq.get_mut(cur) else {
             return false;
         };
@@ -433,20 +424,16 @@ impl Hca {
         let is_send = !matches!(w.opcode, WrOpcode::RdmaWriteWithImm { .. });
         let limited_stop = limited && (is_send || last);
         let ask = if last {
-            // Ask when nothing else is queued behind, when a retry repeats a packet that asked,
-            // every ACK_REQ_MESSAGES_EVERY packets, and when the next WQE will not fit in the
-            // PSN window or will have no credit (a requester that stops always has an ACK
-            // coming, and one that runs out of credits hears of new ones soon).
             let oldest = oldest_unacked.unwrap_or(w.tx.first_psn);
-            let in_flight = qp.transport.next_psn.sub(oldest.value()).value();
-            let next_blocked = next_npsn.is_some_and(|n| in_flight + n > self.max_unacked_psns);
-            let next_limited =
-                next_consumes && !r.credits.covers(r.credits.rwqe_started.wrapping_add(1));
-            last_posted
-                || (resend && w.tx.asked_ack)
-                || r.pkts_since_ack_req >= ACK_REQ_MESSAGES_EVERY
-                || next_blocked
-                || next_limited
+            last_packet_asks(LastPacket {
+                last_posted,
+                repeats_ask: resend && w.tx.asked_ack,
+                pkts_since_ack_req: r.pkts_since_ack_req,
+                in_flight: qp.transport.next_psn.sub(oldest.value()).value(),
+                max_unacked: self.max_unacked_psns,
+                next,
+                next_has_credit: r.credits.covers(r.credits.rwqe_started.wrapping_add(1)),
+            })
         } else {
             r.pkts_since_ack_req >= ACK_REQ_EVERY
         };
@@ -816,6 +803,55 @@ pub(crate) fn wqe_npsn(w: &SendWqe, mtu: u32) -> u32 {
         WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. } => 1,
         _ => packets_for(w.length, mtu),
     }
+}
+
+/// The WQE after `cur` when it has not started: its PSNs at path MTU `mtu` and whether it
+/// consumes a receive WQE (and so needs a credit).
+#[inline(always)]
+fn next_unstarted(
+    sq: &std::collections::VecDeque<SendWqe>,
+    cur: usize,
+    mtu: u32,
+) -> Option<(u32, bool)> {
+    sq.get(cur + 1)
+        .filter(|n| !n.tx.started)
+        .map(|n| (wqe_npsn(n, mtu), consumes_rwqe(&n.opcode)))
+}
+
+/// What decides AckReq on the last packet of a message ([`last_packet_asks`]).
+struct LastPacket {
+    /// Nothing else is queued behind the WQE.
+    last_posted: bool,
+    /// A retry repeats a packet that asked.
+    repeats_ask: bool,
+    /// Packets sent without AckReq, this one included.
+    pkts_since_ack_req: u32,
+    /// PSNs outstanding once this packet is sent.
+    in_flight: u32,
+    /// The requester's PSN window.
+    max_unacked: u32,
+    /// The next WQE, when it has not started ([`next_unstarted`]).
+    next: Option<(u32, bool)>,
+    /// Whether the next receive WQE the requester would consume has a credit.
+    next_has_credit: bool,
+}
+
+/// AckReq on the last packet of a message: when nothing else is queued behind, when a retry
+/// repeats a packet that asked, every [`ACK_REQ_MESSAGES_EVERY`] packets, and when the next
+/// WQE will not fit in the PSN window or will have no credit (a requester that stops always
+/// has an ACK coming, and one that runs out of credits hears of new ones soon). One rule for
+/// the general path and the express path.
+#[inline(always)]
+fn last_packet_asks(p: LastPacket) -> bool {
+    let next_blocked = p
+        .next
+        .is_some_and(|(npsn, _)| p.in_flight + npsn > p.max_unacked);
+    let next_limited = p.next.is_some_and(|(_, consumes)| consumes) && !p.next_has_credit;
+    p.last_posted
+        || p.repeats_ask
+        || p.pkts_since_ack_req >= ACK_REQ_MESSAGES_EVERY
+        || next_blocked
+        || next_limited
 }
 
 /// Where retransmission of a started WQE resumes: READ from the first response not yet

@@ -170,9 +170,11 @@ impl Hca {
         r.nak_seq_outstanding = false;
         r.msn = r.msn.add(1);
         r.xrc_msg = None;
-        if let Some(w) = wqe {
+        if wqe.is_some() {
             r.credits.consumed = r.credits.consumed.wrapping_add(1);
-            self.rc_ack_request(qpn, bth.psn, bth.ack_req);
+        }
+        self.rc_ack_request(qpn, bth.psn, bth.ack_req);
+        if let Some(w) = wqe {
             let opcode = if write {
                 WcOpcode::RecvRdmaWithImm
             } else {
@@ -184,8 +186,6 @@ impl Hca {
                 wc = wc.with_imm(imm.imm);
             }
             let _ = self.complete_or_error(qpn_w, recv_cq, wc, bth.solicited);
-        } else {
-            self.rc_ack_request(qpn, bth.psn, bth.ack_req);
         }
         self.schedule_tx(qpn);
         true
