@@ -361,8 +361,9 @@ impl GroIdents {
             return ok;
         }
         let (next, deltas) = (self.next, &mut self.deltas);
-        // Made only when the ICRC does not verify as the frame stands (a sender that
-        // numbers its packets: rxe); softib's senders write Identification 0, which verifies.
+        // Made only when the ICRC does not verify as the frame stands: segment k of a GSO run
+        // (Identification k) and rxe's numbered packets need it; a lone datagram or one from
+        // shared memory (Identification 0) verifies at once.
         let hint = move || {
             let deltas = deltas;
             match next {
