@@ -448,7 +448,7 @@ impl Device {
             inbox,
             peers: Vec::new(),
             rx_shm: vec![0u8; RX_HEADROOM + shm::SLOT_PAYLOAD],
-            doorbells: Vec::new(),
+            doorbells: Vec::with_capacity(4),
             udp_quiet: 0,
             udp_next_check: 0,
         })

@@ -191,6 +191,19 @@ impl Engine {
         }
     }
 
+    /// A post (`ibv_post_send`, `ibv_wr_complete`) queued sends. While the application polls
+    /// its CQ they wait for its next `ibv_poll_cq`, which sends them together with whatever it
+    /// posts until then (one system call for a batch; the progress thread sends them if the
+    /// application stops polling); otherwise, or beyond `DEFER_MAX` posts, they leave now.
+    pub fn posted(&mut self, shared: &Shared) {
+        self.deferred = self.deferred.saturating_add(1);
+        if shared.parked.load(Ordering::Acquire) && self.deferred < DEFER_MAX {
+            shared.tx_pending.store(true, Ordering::Release);
+        } else {
+            self.flush(shared);
+        }
+    }
+
     /// Sends what the HCA has queued (after a post), then the events.
     pub fn flush(&mut self, shared: &Shared) {
         shared.tx_pending.store(false, Ordering::Relaxed);
@@ -510,14 +523,22 @@ fn app_is_polling(shared: &Shared) -> bool {
 
 /// Sleeps until one of `fds` is readable or `d` passes (microsecond resolution).
 fn sleep_on(fds: &[RawFd], d: Duration) {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
+    // At most two descriptors: on the stack (this thread allocates nothing per turn).
+    debug_assert!(fds.len() <= 2);
+    let none = libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    };
+    let mut p = [none; 2];
+    for (slot, &fd) in p.iter_mut().zip(fds) {
+        *slot = libc::pollfd {
             fd,
             events: libc::POLLIN,
             revents: 0,
-        })
-        .collect();
+        };
+    }
+    let p = &mut p[..fds.len().min(2)];
     let ts = libc::timespec {
         tv_sec: d.as_secs() as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,

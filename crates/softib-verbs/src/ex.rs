@@ -258,6 +258,88 @@ unsafe fn sq<'a>(q: *mut ibv_qp_ex) -> &'a mut SoftQp {
     &mut *q.cast::<SoftQp>()
 }
 
+/// The WRs an `ibv_wr_*` batch builds between `ibv_wr_start` and `ibv_wr_complete`. The WRs
+/// and their buffers (gather lists, inline bytes) stay from one batch to the next, so that
+/// building and posting a batch allocates nothing once the QP has built one as long.
+#[derive(Debug, Default)]
+pub struct WrBatch {
+    /// The batch's WRs are the first `used`; the others keep their buffers for later ones.
+    slots: Vec<SendWr>,
+    used: usize,
+    /// Inline buffers of earlier WRs, for the next `ibv_wr_set_inline_data*`.
+    spare_inline: Vec<Vec<u8>>,
+}
+
+impl WrBatch {
+    /// Empties the batch (its buffers stay).
+    pub fn clear(&mut self) {
+        self.used = 0;
+    }
+
+    /// The WRs built since the batch was last emptied.
+    pub fn wrs(&self) -> &[SendWr] {
+        &self.slots[..self.used]
+    }
+
+    /// Starts a WR: a slot left by an earlier batch is reset to `SendWr::new` but keeps its
+    /// gather list's buffer, and its inline buffer goes to the spares.
+    fn begin(&mut self, wr_id: u64, opcode: WrOpcode, flags: SendFlags) {
+        if self.used == self.slots.len() {
+            self.slots.push(SendWr::new(wr_id, opcode));
+        }
+        let w = &mut self.slots[self.used];
+        if let Some(v) = w.inline_data.take() {
+            self.spare_inline.push(v);
+        }
+        let mut sg_list = std::mem::take(&mut w.sg_list);
+        sg_list.clear();
+        *w = SendWr {
+            sg_list,
+            flags,
+            ..SendWr::new(wr_id, opcode)
+        };
+        self.used += 1;
+    }
+
+    /// The WR being built.
+    fn last_mut(&mut self) -> Option<&mut SendWr> {
+        self.slots[..self.used].last_mut()
+    }
+
+    /// The WR being built takes its payload from `sges` (`ibv_wr_set_sge*`).
+    fn set_sges(&mut self, sges: impl Iterator<Item = Sge>) {
+        let Some(w) = self.slots[..self.used].last_mut() else {
+            return;
+        };
+        if let Some(v) = w.inline_data.take() {
+            self.spare_inline.push(v);
+        }
+        w.flags.remove(SendFlags::INLINE);
+        w.sg_list.clear();
+        w.sg_list.extend(sges);
+    }
+
+    /// The WR being built carries `data` inline (`ibv_wr_set_inline_data*`).
+    fn set_inline(&mut self, data: Vec<u8>) {
+        let Some(w) = self.slots[..self.used].last_mut() else {
+            self.spare_inline.push(data);
+            return;
+        };
+        if let Some(v) = w.inline_data.replace(data) {
+            self.spare_inline.push(v);
+        }
+        w.sg_list.clear();
+        w.flags |= SendFlags::INLINE;
+    }
+
+    /// An empty buffer for inline bytes, a spare one when there is one.
+    fn inline_buffer(&mut self) -> Vec<u8> {
+        let mut v = self.spare_inline.pop().unwrap_or_default();
+        v.clear();
+        v
+    }
+}
+
 unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
     let s = sq(q);
     s.wr_batch.clear();
@@ -272,39 +354,44 @@ unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
 
 unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> i32 {
     let s = sq(q);
-    let batch = std::mem::take(&mut s.wr_batch);
     let err = std::mem::take(&mut s.wr_error);
     if err != 0 {
+        s.wr_batch.clear();
         return err;
     }
     let shared = s.shared.clone();
+    shared
+        .app_polls
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut eng = shared.lock();
-    let rc = match eng.dev.hca_mut().post_send(s.qpn, &batch) {
+    let rc = match eng.dev.hca_mut().post_send(s.qpn, s.wr_batch.wrs()) {
         Ok(()) => 0,
         Err(e) => crate::convert::post_send_errno(&e),
     };
-    eng.flush(&shared);
+    s.wr_batch.clear();
+    // Sent as `ibv_post_send`'s are: at once, or with the application's next poll.
+    eng.posted(&shared);
     rc
 }
 
 /// Starts a new WR of the batch with the QP's current `wr_id` and `wr_flags`.
 unsafe fn begin(q: *mut ibv_qp_ex, opcode: WrOpcode, send_ops_bit: u32) {
     let s = sq(q);
-    let mut wr = SendWr::new(s.ex.wr_id, opcode);
-    wr.flags = SendFlags::from_bits_truncate(s.ex.wr_flags);
-    wr.flags.remove(SendFlags::INLINE);
+    let mut flags = SendFlags::from_bits_truncate(s.ex.wr_flags);
+    flags.remove(SendFlags::INLINE);
     if s.send_ops & u64::from(send_ops_bit) == 0 {
         s.wr_error = libc::EOPNOTSUPP;
     }
-    s.wr_batch.push(wr);
+    s.wr_batch.begin(s.ex.wr_id, opcode, flags);
 }
 
 unsafe fn last<'a>(q: *mut ibv_qp_ex) -> Option<&'a mut SendWr> {
     let s = sq(q);
-    if s.wr_batch.is_empty() {
+    let w = s.wr_batch.last_mut();
+    if w.is_none() {
         s.wr_error = libc::EINVAL;
     }
-    s.wr_batch.last_mut()
+    w
 }
 
 unsafe extern "C" fn wr_send(q: *mut ibv_qp_ex) {
@@ -378,10 +465,9 @@ unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, addr: u64
     );
 }
 unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    if let Some(w) = last(q) {
-        w.inline_data = None;
-        w.flags.remove(SendFlags::INLINE);
-        w.sg_list = vec![Sge::new(addr, length, lkey)];
+    if last(q).is_some() {
+        let one = Sge::new(addr, length, lkey);
+        sq(q).wr_batch.set_sges(std::iter::once(one));
     }
 }
 unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
@@ -390,17 +476,14 @@ unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const i
         sq(q).wr_error = libc::EINVAL;
         return;
     }
-    if let Some(w) = last(q) {
-        w.inline_data = None;
-        w.flags.remove(SendFlags::INLINE);
-        w.sg_list = if n == 0 {
-            Vec::new()
+    if last(q).is_some() {
+        let list: &[ibv_sge] = if n == 0 {
+            &[]
         } else {
             std::slice::from_raw_parts(list, n)
-                .iter()
-                .map(|s| Sge::new(s.addr, s.length, s.lkey))
-                .collect()
         };
+        let sges = list.iter().map(|s| Sge::new(s.addr, s.length, s.lkey));
+        sq(q).wr_batch.set_sges(sges);
     }
 }
 unsafe extern "C" fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut libc::c_void, len: usize) {
@@ -420,7 +503,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
     // read (as rdma-core's rxe provider does): a length larger than its buffer, or more
     // entries than the list holds, are refused instead of read past once over the limit.
     let max = sq(q).max_inline as usize;
-    let mut data = Vec::new();
+    let mut data = sq(q).wr_batch.inline_buffer();
     for i in 0..n {
         let b = &*list.add(i);
         if b.length == 0 {
@@ -428,18 +511,20 @@ unsafe extern "C" fn wr_set_inline_data_list(
         }
         if b.length > max - data.len() {
             sq(q).wr_error = libc::ENOSPC;
+            sq(q).wr_batch.spare_inline.push(data);
             return;
         }
         if b.addr.is_null() {
             sq(q).wr_error = libc::EINVAL;
+            sq(q).wr_batch.spare_inline.push(data);
             return;
         }
         data.extend_from_slice(std::slice::from_raw_parts(b.addr.cast::<u8>(), b.length));
     }
-    if let Some(w) = last(q) {
-        w.sg_list.clear();
-        w.inline_data = Some(data);
-        w.flags |= SendFlags::INLINE;
+    if last(q).is_some() {
+        sq(q).wr_batch.set_inline(data);
+    } else {
+        sq(q).wr_batch.spare_inline.push(data);
     }
 }
 unsafe extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {

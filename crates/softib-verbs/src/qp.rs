@@ -44,7 +44,7 @@ pub struct SoftQp {
     /// See `max_send_sge`.
     pub max_recv_sge: u32,
     /// WRs built by the `ibv_wr_*` interface between `ibv_wr_start` and `ibv_wr_complete`.
-    pub wr_batch: Vec<SendWr>,
+    pub wr_batch: crate::ex::WrBatch,
     /// Set when a `ibv_wr_*` call in the batch was invalid (`ibv_wr_complete` fails).
     pub wr_error: i32,
     /// The XRC domain handle an XRC target QP was created or opened through (it counts the
@@ -205,7 +205,7 @@ pub unsafe fn create_in(
         max_inline: a.cap.max_inline_data,
         max_send_sge: a.cap.max_send_sge,
         max_recv_sge: a.cap.max_recv_sge,
-        wr_batch: Vec::new(),
+        wr_batch: Default::default(),
         wr_error: 0,
         xrcd: std::ptr::null_mut(),
     }));
@@ -277,7 +277,7 @@ pub unsafe fn new_xrc_tgt_holder(
         max_inline: 0,
         max_send_sge: 0,
         max_recv_sge: 0,
-        wr_batch: Vec::new(),
+        wr_batch: Default::default(),
         wr_error: 0,
         xrcd,
     }));
@@ -640,19 +640,7 @@ pub unsafe fn post_send_chain(
     if rc != 0 && !bad_wr.is_null() {
         *bad_wr = cur;
     }
-    eng.deferred = eng.deferred.saturating_add(1);
-    if shared.parked.load(std::sync::atomic::Ordering::Acquire)
-        && eng.deferred < crate::context::DEFER_MAX
-    {
-        // The application is polling its CQ: its next ibv_poll_cq sends these together with
-        // whatever it posts until then (one system call for a batch). The progress thread
-        // sends them if it stops polling.
-        shared
-            .tx_pending
-            .store(true, std::sync::atomic::Ordering::Release);
-    } else {
-        eng.flush(shared);
-    }
+    eng.posted(shared);
     rc
 }
 

@@ -287,21 +287,23 @@ impl Hca {
     /// result), checking LOCAL_WRITE on every L_Key touched.
     fn rc_scatter_send_wqe(&mut self, qpn: u32, i: usize, offset: u32, data: &[u8]) -> bool {
         let pd = self.wqe_pd(qpn, i);
-        let qp = &self.qps[&qpn];
-        let payload = &qp.sq[i].payload;
-        if matches!(payload, WqePayload::Inline(_)) {
-            return data.is_empty();
-        }
-        // One entry is copied out cheaply; longer lists are cloned (the scatter borrows the
-        // HCA mutably).
+        let qp = self.qps.get_mut(&qpn).expect("checked");
+        let payload = &mut qp.sq[i].payload;
+        // One entry is copied out; a longer list is lent out of the WQE while the scatter
+        // borrows the HCA mutably, and put back.
         match payload {
+            WqePayload::Inline(_) => data.is_empty(),
             WqePayload::Sge(s) => {
                 let s = *s;
                 self.scatter(pd, std::slice::from_ref(&s), u64::from(offset), data)
             }
-            _ => {
-                let sges = payload.sges().to_vec();
-                self.scatter(pd, &sges, u64::from(offset), data)
+            WqePayload::Sges(v) => {
+                let sges = std::mem::take(v);
+                let ok = self.scatter(pd, &sges, u64::from(offset), data);
+                if let Some(w) = self.qps.get_mut(&qpn).and_then(|q| q.sq.get_mut(i)) {
+                    w.payload = WqePayload::Sges(sges);
+                }
+                ok
             }
         }
     }
@@ -501,7 +503,9 @@ impl Hca {
                 let r = &mut qp.transport.req;
                 r.rd_atomic_outstanding = r.rd_atomic_outstanding.saturating_sub(1);
             }
-            qp.sq.pop_front();
+            if let Some(w) = qp.sq.pop_front() {
+                self.spare.recycle(w.payload);
+            }
             qp.transport.req.cur = qp.transport.req.cur.saturating_sub(1);
             let c = &mut qp.transport.req.credits;
             c.retired_ssn = ssn;

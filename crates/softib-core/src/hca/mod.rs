@@ -189,6 +189,8 @@ pub struct Hca {
     pub(crate) ip_ident: u16,
     /// Reused buffer for gathering payloads.
     pub(crate) scratch: Vec<u8>,
+    /// Heap buffers of retired send WQEs (inline bytes, gather lists), for the next posts.
+    pub(crate) spare: crate::verbs::wr::SpareBuffers,
     /// Requester PSN window (1 ..= 2^23).
     pub(crate) max_unacked_psns: u32,
     /// Multicast groups by MGID: the MLID and the QPNs attached, in attach order.
@@ -228,6 +230,7 @@ impl Hca {
             timers: Default::default(),
             ip_ident: 0,
             scratch: Vec::new(),
+            spare: Default::default(),
             max_unacked_psns: config.max_unacked_psns.clamp(1, 1 << 23),
             completion_events: VecDeque::new(),
             mcast: Default::default(),

@@ -622,11 +622,15 @@ impl Hca {
                 } else {
                     self.validate_send_wr(qp, index, wr)
                 };
-                let sq = &mut self.qps.get_mut(&v).expect("looked up above").sq;
+                let qp = self.qps.get_mut(&v).expect("looked up above");
                 match wqe {
-                    Ok(wqe) => sq.push_back(wqe),
+                    Ok(mut wqe) => {
+                        let min_inline = qp.attr.cap.max_inline_data as usize;
+                        self.spare.fill(&mut wqe.payload, wr, min_inline);
+                        qp.sq.push_back(wqe);
+                    }
                     Err(e) => {
-                        sq.truncate(base);
+                        qp.sq.truncate(base);
                         return Err(e);
                     }
                 }
@@ -805,11 +809,13 @@ impl Hca {
         } else {
             None
         };
+        // The heap part of the payload (inline bytes, a longer gather list) is the queue's to
+        // add, from its spare buffers (`SpareBuffers::fill`).
         let (payload, flags) = match &wr.inline_data {
-            Some(d) => (WqePayload::Inline(d.clone()), wr.flags | SendFlags::INLINE),
+            Some(_) => (WqePayload::Inline(Vec::new()), wr.flags | SendFlags::INLINE),
             None => match wr.sg_list.as_slice() {
                 [one] => (WqePayload::Sge(*one), wr.flags),
-                list => (WqePayload::Sges(list.to_vec()), wr.flags),
+                _ => (WqePayload::Sges(Vec::new()), wr.flags),
             },
         };
         Ok(SendWqe {

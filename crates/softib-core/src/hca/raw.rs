@@ -158,12 +158,13 @@ impl Hca {
                 .err()
         };
         self.scratch = data;
+        let (wr_id, signaled, length) = (wqe.wr_id, wqe.signaled, wqe.length);
+        self.spare.recycle(wqe.payload);
         match status {
             None => {
-                if wqe.signaled {
-                    let wc =
-                        WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Send, qpn_w)
-                            .with_byte_len(wqe.length);
+                if signaled {
+                    let wc = WorkCompletion::new(wr_id, WcStatus::Success, WcOpcode::Send, qpn_w)
+                        .with_byte_len(length);
                     let _ = self.complete_or_error(qpn_w, send_cq, wc, false);
                 }
                 self.check_sq_drained(qpn_w);
@@ -171,7 +172,7 @@ impl Hca {
             }
             Some(s) => {
                 out.clear();
-                let wc = WorkCompletion::new(wqe.wr_id, s, WcOpcode::Send, qpn_w);
+                let wc = WorkCompletion::new(wr_id, s, WcOpcode::Send, qpn_w);
                 let _ = self.push_completion(send_cq, wc, false);
                 // A datagram QP's send error moves it to SQE; receives go on.
                 let _ = self.set_sq_error(qpn_w);

@@ -163,11 +163,13 @@ impl Hca {
         let Some(w) = qp.sq.pop_front() else {
             return;
         };
+        let (wr_id, opcode, length, signaled) = (w.wr_id, w.opcode, w.length, w.signaled);
+        self.spare.recycle(w.payload);
         let cq = qp.send_cq;
         let qpn_w = Qpn::new(qpn);
-        if w.signaled {
-            let wc = WorkCompletion::new(w.wr_id, WcStatus::Success, w.opcode.wc_opcode(), qpn_w)
-                .with_byte_len(w.length);
+        if signaled {
+            let wc = WorkCompletion::new(wr_id, WcStatus::Success, opcode.wc_opcode(), qpn_w)
+                .with_byte_len(length);
             if !self.complete_or_error(qpn_w, cq, wc, false) {
                 return;
             }

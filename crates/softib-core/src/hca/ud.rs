@@ -299,7 +299,9 @@ impl Hca {
             return false;
         };
         qp.transport.next_psn = psn.next();
-        qp.sq.pop_front();
+        if let Some(w) = qp.sq.pop_front() {
+            self.spare.recycle(w.payload);
+        }
         let send_cq = qp.send_cq;
         if signaled {
             let wc = WorkCompletion::new(wr_id, WcStatus::Success, WcOpcode::Send, Qpn::new(qpn))

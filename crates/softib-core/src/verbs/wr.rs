@@ -361,6 +361,67 @@ impl WqePayload {
     }
 }
 
+/// Heap buffers of retired send WQEs (inline bytes, gather lists of two or more entries) kept
+/// for the next WQEs: on the steady path, posting and retiring such a WQE allocates nothing.
+/// One set serves every QP of the HCA (a QP pays nothing for it), at most `KEEP` of each.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SpareBuffers {
+    bytes: Vec<Vec<u8>>,
+    sges: Vec<Vec<Sge>>,
+}
+
+impl SpareBuffers {
+    /// Most buffers of each kind kept.
+    const KEEP: usize = 1024;
+
+    /// Gives `payload` (built by the post without its heap part) the bytes or gather list of
+    /// `wr`, in a spare buffer when there is one. `min_inline` is the capacity a new inline
+    /// buffer starts with (the QP's `max_inline_data`), so that a reused one never grows.
+    #[inline]
+    pub(crate) fn fill(&mut self, payload: &mut WqePayload, wr: &SendWr, min_inline: usize) {
+        match payload {
+            WqePayload::Sge(_) => {}
+            WqePayload::Inline(v) => {
+                let data = wr.inline_data.as_deref().unwrap_or_default();
+                if !data.is_empty() {
+                    *v = self
+                        .bytes
+                        .pop()
+                        .unwrap_or_else(|| Vec::with_capacity(min_inline.max(data.len())));
+                    v.extend_from_slice(data);
+                }
+            }
+            WqePayload::Sges(v) => {
+                if !wr.sg_list.is_empty() {
+                    *v = self.sges.pop().unwrap_or_default();
+                    v.extend_from_slice(&wr.sg_list);
+                }
+            }
+        }
+    }
+
+    /// Takes back the heap part of a retired WQE's payload.
+    #[inline]
+    pub(crate) fn recycle(&mut self, payload: WqePayload) {
+        let keep = Self::KEEP;
+        match payload {
+            WqePayload::Sge(_) => {}
+            WqePayload::Inline(mut v) => {
+                if v.capacity() > 0 && self.bytes.len() < keep {
+                    v.clear();
+                    self.bytes.push(v);
+                }
+            }
+            WqePayload::Sges(mut v) => {
+                if v.capacity() > 0 && self.sges.len() < keep {
+                    v.clear();
+                    self.sges.push(v);
+                }
+            }
+        }
+    }
+}
+
 /// The UD destination resolved at post time: the address vector is copied from the AH, so
 /// destroying the AH later does not affect queued WRs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
