@@ -3,7 +3,8 @@
 //! idle, poll both CQs) with the caller's WRs, frame buffer and completion array reused, as a
 //! driver does; after a warm-up that lets every queue and map reach its size, a counting
 //! allocator sees no allocation at all. The payload comes from one gather entry, from two, or
-//! inline (whose bytes the send queue copies into buffers it keeps from WQE to WQE).
+//! inline (whose bytes the send queue copies into buffers it keeps from WQE to WQE); a SEND
+//! from two entries lands in a receive WR of two.
 
 mod alloc_count;
 
@@ -47,7 +48,7 @@ fn side(id: u32, ip: [u8; 4]) -> Side {
         max_send_wr: 64,
         max_recv_wr: 64,
         max_send_sge: 2,
-        max_recv_sge: 1,
+        max_recv_sge: 2,
         max_inline_data: 64,
     };
     let qp = hca
@@ -165,10 +166,16 @@ fn allocations_per_message(op: &str, payload: Payload) -> f64 {
     let recvs: Vec<RecvWr> = if op == "send" {
         (0..BATCH)
             .map(|i| {
-                RecvWr::new(
-                    i as u64,
-                    vec![Sge::new(b.mr.addr + 64 * i as u64, 64, b.mr.lkey)],
-                )
+                let at = b.mr.addr + 64 * i as u64;
+                // Receive buffers as the payload is split: one entry, or two.
+                let sges = match payload {
+                    Payload::TwoSges => vec![
+                        Sge::new(at, 40, b.mr.lkey),
+                        Sge::new(at + 40, 24, b.mr.lkey),
+                    ],
+                    _ => vec![Sge::new(at, 64, b.mr.lkey)],
+                };
+                RecvWr::new(i as u64, sges)
             })
             .collect()
     } else {

@@ -777,7 +777,9 @@ impl Hca {
                 });
             }
         }
-        s.queue.extend(wrs.iter().map(RecvWqe::from));
+        for wr in wrs {
+            s.queue.push_back(self.spare.recv_wqe(wr));
+        }
         Ok(())
     }
 

@@ -887,7 +887,7 @@ impl Hca {
             // WR (a repost of one consumed WQE per completion is the common case).
             qp.rq.reserve(wrs.len());
             for wr in wrs {
-                qp.rq.push_back(RecvWqe::from(wr));
+                qp.rq.push_back(self.spare.recv_wqe(wr));
             }
             // One end-to-end credit per receive WQE (C9-155, C9-157.2.1); the requester may be
             // waiting for them.

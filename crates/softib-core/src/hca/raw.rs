@@ -289,6 +289,7 @@ impl Hca {
                 }
             };
             let mut wc = WorkCompletion::new(wqe.wr_id, status, WcOpcode::Recv, qpn);
+            self.spare.recycle_recv(std::mem::take(&mut wqe.sg_list));
             if status == WcStatus::Success {
                 self.counters.raw_delivered += 1;
                 wc.byte_len = total as u32;

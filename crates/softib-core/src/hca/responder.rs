@@ -603,6 +603,7 @@ impl Hca {
             r.credits.consumed = r.credits.consumed.wrapping_add(1);
             let mut wc = WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, qpn_w)
                 .with_byte_len(end as u32);
+            self.spare.recycle_recv(wqe.sg_list);
             if let Some(src) = src_qp {
                 wc.src_qp = src;
             }
@@ -709,6 +710,7 @@ impl Hca {
                 )
                 .with_byte_len(end as u32)
                 .with_imm(imm.imm);
+                self.spare.recycle_recv(w.sg_list);
                 let wc = match h.deth {
                     Some(d) => WorkCompletion {
                         src_qp: d.src_qp,

@@ -334,6 +334,7 @@ impl Hca {
             if let Some(imm) = h.immdt {
                 wc = wc.with_imm(imm.imm);
             }
+            self.spare.recycle_recv(wqe.sg_list);
             let _ = self.complete_or_error(qpn_w, recv_cq, wc, h.bth.solicited);
         } else {
             qp.transport.resp.msg = InMessage::Send { wqe, offset: end };
@@ -382,6 +383,7 @@ impl Hca {
                 WorkCompletion::new(w.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, qpn_w)
                     .with_byte_len(end as u32)
                     .with_imm(imm.imm);
+            self.spare.recycle_recv(w.sg_list);
             let _ = self.complete_or_error(qpn_w, recv_cq, wc, h.bth.solicited);
         }
         Ok(())

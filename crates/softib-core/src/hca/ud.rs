@@ -534,6 +534,7 @@ impl Hca {
         }
         let mut wc = WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, qpn_w)
             .with_byte_len(need as u32);
+        self.spare.recycle_recv(wqe.sg_list);
         if let Some(imm) = h.immdt {
             wc = wc.with_imm(imm.imm);
         }

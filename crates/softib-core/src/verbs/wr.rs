@@ -361,9 +361,10 @@ impl WqePayload {
     }
 }
 
-/// Heap buffers of retired send WQEs (inline bytes, gather lists of two or more entries) kept
-/// for the next WQEs: on the steady path, posting and retiring such a WQE allocates nothing.
-/// One set serves every QP of the HCA (a QP pays nothing for it), at most `KEEP` of each.
+/// Heap buffers of retired WQEs (inline bytes; gather lists of send WQEs, scatter lists of
+/// receive WQEs with two or more entries) kept for the next WQEs: on the steady path, posting
+/// and completing such a WQE allocates nothing. One set serves every QP and SRQ of the HCA (a
+/// QP pays nothing for it), at most `KEEP` of each kind.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SpareBuffers {
     bytes: Vec<Vec<u8>>,
@@ -400,8 +401,33 @@ impl SpareBuffers {
         }
     }
 
-    /// Takes back the heap part of a retired WQE's payload.
+    /// The receive WQE of `wr`, its scatter list in a spare buffer when it needs one.
     #[inline]
+    pub(crate) fn recv_wqe(&mut self, wr: &RecvWr) -> RecvWqe {
+        match wr.sg_list[..] {
+            [_, _, ..] => {
+                let mut v = self.sges.pop().unwrap_or_default();
+                v.extend_from_slice(&wr.sg_list);
+                RecvWqe {
+                    wr_id: wr.wr_id,
+                    sg_list: SgList::Many(v),
+                    length: wr.buffer_len(),
+                }
+            }
+            _ => RecvWqe::from(wr),
+        }
+    }
+
+    /// Takes back the scatter list of a completed receive WQE.
+    #[inline(always)]
+    pub(crate) fn recycle_recv(&mut self, sg_list: SgList) {
+        if let SgList::Many(v) = sg_list {
+            self.recycle(WqePayload::Sges(v));
+        }
+    }
+
+    /// Takes back the heap part of a retired WQE's payload.
+    #[inline(always)]
     pub(crate) fn recycle(&mut self, payload: WqePayload) {
         let keep = Self::KEEP;
         match payload {
