@@ -417,6 +417,10 @@ pub enum Pushed {
 pub struct Outbox {
     map: Mapping,
     path: PathBuf,
+    /// Positions below this are free for the lap they are in: the consumer's head, as last
+    /// read, one lap on. A push inside it claims its slots without reading the consumer's
+    /// cache lines; past it, the head is read again.
+    free_below: AtomicU64,
 }
 
 impl Outbox {
@@ -426,7 +430,11 @@ impl Outbox {
         let path = inbox_path(peer);
         let fd = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).ok()?;
         let map = Mapping::map(&fd).ok()?;
-        (map.well_formed() && map.owner_alive()).then_some(Outbox { map, path })
+        (map.well_formed() && map.owner_alive()).then(|| Outbox {
+            map,
+            path,
+            free_below: AtomicU64::new(0),
+        })
     }
 
     /// True while the path still names the mapped inbox, it is well formed and its owner
@@ -447,9 +455,30 @@ impl Outbox {
         loop {
             // The consumer frees slots in order: the last of the k being free means all are.
             let last = pos.wrapping_add(k - 1);
+            // Free by what the consumer's head said last time (it frees a slot's sequence
+            // number before it publishes the head past it): claimed without a look at the
+            // slot. Another producer's claim still shows as a moved tail.
+            let below = self.free_below.load(Ordering::Relaxed);
+            if (below.wrapping_sub(last) as i64) > 0 {
+                match tail.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(k),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break,
+                    Err(now) => {
+                        pos = now;
+                        continue;
+                    }
+                }
+            }
             let seq = self.map.seq(last).load(Ordering::Acquire);
             let dif = seq.wrapping_sub(last) as i64;
             if dif == 0 {
+                let head = self.map.u64_at(OFF_HEAD).load(Ordering::Acquire);
+                self.free_below
+                    .store(head.wrapping_add(SLOTS), Ordering::Relaxed);
                 match tail.compare_exchange_weak(
                     pos,
                     pos.wrapping_add(k),
