@@ -330,8 +330,9 @@ pub struct Device {
     peers: Vec<(SocketAddr, Peer)>,
     /// Receive buffer of inbox datagrams, with headroom for the rebuilt header.
     rx_shm: Vec<u8>,
-    /// Peers to ring after this flush.
-    doorbells: Vec<SocketAddr>,
+    /// Peers whose inboxes this flush wrote to: their doorbells are rung after it if they
+    /// sleep.
+    shm_pushed_to: Vec<SocketAddr>,
     /// Empty socket reads in a row, and when the quiet socket is read next (ns, HCA clock).
     udp_quiet: u32,
     udp_next_check: u64,
@@ -448,7 +449,7 @@ impl Device {
             inbox,
             peers: Vec::new(),
             rx_shm: vec![0u8; RX_HEADROOM + shm::SLOT_PAYLOAD],
-            doorbells: Vec::with_capacity(4),
+            shm_pushed_to: Vec::with_capacity(4),
             udp_quiet: 0,
             udp_next_check: 0,
         })
@@ -624,6 +625,27 @@ impl Device {
     /// Sends everything the HCA has ready; returns the number of datagrams handed to the
     /// socket.
     pub fn flush(&mut self, now: Instant) -> io::Result<usize> {
+        let sent = self.flush_frames(now);
+        // Every inbox written to in this flush (also when the flush failed part way): one
+        // look whether its owner sleeps.
+        let mut pushed_to = std::mem::take(&mut self.shm_pushed_to);
+        for peer in pushed_to.drain(..) {
+            let sleeping = self
+                .peers
+                .iter()
+                .any(|(a, p)| *a == peer && matches!(p, Peer::Shm(o) if o.peer_sleeping()));
+            if sleeping {
+                // An empty datagram: the peer's poll(2) returns and it looks at its inbox.
+                self.stats.doorbells_sent += 1;
+                let _ = self.socket.send_to(&[], peer);
+            }
+        }
+        self.shm_pushed_to = pushed_to;
+        sent
+    }
+
+    /// [`Device::flush`] without the doorbells.
+    fn flush_frames(&mut self, now: Instant) -> io::Result<usize> {
         let mut sent = 0;
         loop {
             if !self.hca.poll_transmit(now, &mut self.tx_frame) {
@@ -660,7 +682,7 @@ impl Device {
                     payload,
                     now,
                     &mut self.stats,
-                    &mut self.doorbells,
+                    &mut self.shm_pushed_to,
                 );
                 if path != ShmSend::Udp {
                     continue;
@@ -687,11 +709,6 @@ impl Device {
             }
         }
         sent += self.send_batch()?;
-        for peer in self.doorbells.drain(..) {
-            // An empty datagram: the peer's poll(2) returns and it looks at its inbox.
-            self.stats.doorbells_sent += 1;
-            let _ = self.socket.send_to(&[], peer);
-        }
         Ok(sent)
     }
 
@@ -1111,7 +1128,7 @@ fn shm_send(
     datagram: &[u8],
     now: Instant,
     stats: &mut DeviceStats,
-    doorbells: &mut Vec<SocketAddr>,
+    pushed_to: &mut Vec<SocketAddr>,
 ) -> ShmSend {
     let fallback = |stats: &mut DeviceStats| {
         if transport == Transport::Shm {
@@ -1141,10 +1158,9 @@ fn shm_send(
         return fallback(stats);
     };
     match out.push(local, datagram) {
-        shm::Pushed::Queued => {}
-        shm::Pushed::QueuedRing => {
-            if !doorbells.contains(&dest) {
-                doorbells.push(dest);
+        shm::Pushed::Queued => {
+            if !pushed_to.contains(&dest) {
+                pushed_to.push(dest);
             }
         }
         shm::Pushed::Full => {

@@ -244,9 +244,10 @@ impl Relay {
             }
             if let Some(o) = &self.outboxes[out] {
                 match o.push(self.sides[out], data) {
-                    crate::shm::Pushed::Queued => return true,
-                    crate::shm::Pushed::QueuedRing => {
-                        let _ = self.sockets[out].send_to(&[], self.peers[out]);
+                    crate::shm::Pushed::Queued => {
+                        if o.peer_sleeping() {
+                            let _ = self.sockets[out].send_to(&[], self.peers[out]);
+                        }
                         return true;
                     }
                     crate::shm::Pushed::Full => {
