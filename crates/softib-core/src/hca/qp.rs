@@ -624,10 +624,16 @@ impl Hca {
                 };
                 let qp = self.qps.get_mut(&v).expect("looked up above");
                 match wqe {
-                    Ok(mut wqe) => {
-                        let min_inline = qp.attr.cap.max_inline_data as usize;
-                        self.spare.fill(&mut wqe.payload, wr, min_inline);
+                    Ok(wqe) => {
                         qp.sq.push_back(wqe);
+                        // The payload's heap part is added in place: touching the WQE before
+                        // the push would build it on the stack and copy it in.
+                        if wr.inline_data.is_some() || wr.sg_list.len() > 1 {
+                            let min_inline = qp.attr.cap.max_inline_data as usize;
+                            if let Some(w) = qp.sq.back_mut() {
+                                self.spare.fill(&mut w.payload, wr, min_inline);
+                            }
+                        }
                     }
                     Err(e) => {
                         qp.sq.truncate(base);
