@@ -611,36 +611,36 @@ impl Hca {
         let max_send_wr = qp.attr.cap.max_send_wr;
         if !flush {
             // Each WR is validated and queued straight into the send queue (no staging
-            // vector, no second copy); a WR that fails takes back the ones queued before it,
-            // so that a failed post queues nothing.
-            let base = qp.sq.len();
+            // vector; the WQE is built in the push, not returned and moved: each move of it
+            // is a call to memcpy); a WR that fails takes back the ones queued before it, so
+            // that a failed post queues nothing. The queue is lent out of the QP meanwhile
+            // (validation reads the QP, never its send queue).
             let v = qpn.value();
+            let min_inline = qp.attr.cap.max_inline_data as usize;
+            let mut sq = std::mem::take(&mut self.qps.get_mut(&v).expect("looked up above").sq);
+            let base = sq.len();
+            let mut posted = Ok(());
             for (index, wr) in wrs.iter().enumerate() {
-                let qp = &self.qps[&v];
-                let wqe = if base + index >= max_send_wr as usize {
-                    Err(PostSendError::QueueFull { index, max_send_wr })
-                } else {
-                    self.validate_send_wr(qp, index, wr)
-                };
-                let qp = self.qps.get_mut(&v).expect("looked up above");
-                match wqe {
-                    Ok(wqe) => {
-                        qp.sq.push_back(wqe);
-                        // The payload's heap part is added in place: touching the WQE before
-                        // the push would build it on the stack and copy it in.
-                        if wr.inline_data.is_some() || wr.sg_list.len() > 1 {
-                            let min_inline = qp.attr.cap.max_inline_data as usize;
-                            if let Some(w) = qp.sq.back_mut() {
-                                self.spare.fill(&mut w.payload, wr, min_inline);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        qp.sq.truncate(base);
-                        return Err(e);
+                if base + index >= max_send_wr as usize {
+                    posted = Err(PostSendError::QueueFull { index, max_send_wr });
+                    break;
+                }
+                if let Err(e) = self.queue_send_wr(&self.qps[&v], index, wr, &mut sq) {
+                    posted = Err(e);
+                    break;
+                }
+                // The payload's heap part is added in place.
+                if wr.inline_data.is_some() || wr.sg_list.len() > 1 {
+                    if let Some(w) = sq.back_mut() {
+                        self.spare.fill(&mut w.payload, wr, min_inline);
                     }
                 }
             }
+            if posted.is_err() {
+                sq.truncate(base);
+            }
+            self.qps.get_mut(&v).expect("looked up above").sq = sq;
+            posted?;
             if self.qps[&v].qp_type == QpType::Rd {
                 // An RD QP's messages leave through their EE contexts.
                 for wr in wrs {
@@ -653,9 +653,9 @@ impl Hca {
             }
             return Ok(());
         }
-        let mut wqes = Vec::with_capacity(wrs.len());
+        let mut wqes = std::collections::VecDeque::with_capacity(wrs.len());
         for (index, wr) in wrs.iter().enumerate() {
-            wqes.push(self.validate_send_wr(qp, index, wr)?);
+            self.queue_send_wr(qp, index, wr, &mut wqes)?;
         }
         let cq = qp.send_cq;
         for wqe in wqes {
@@ -668,15 +668,16 @@ impl Hca {
         Ok(())
     }
 
-    // Inlined so that the WQE is built where the send queue takes it (no copy of it through
-    // the returned `Result`).
+    /// Validates `wr` and pushes its WQE onto `sq` (inlined, so that the WQE is built where the
+    /// queue takes it).
     #[inline(always)]
-    fn validate_send_wr(
+    fn queue_send_wr(
         &self,
         qp: &Qp,
         index: usize,
         wr: &SendWr,
-    ) -> Result<SendWqe, PostSendError> {
+        sq: &mut std::collections::VecDeque<SendWqe>,
+    ) -> Result<(), PostSendError> {
         use crate::verbs::types::SendFlags;
         let cap = &qp.attr.cap;
         let opcode = wr.opcode;
@@ -824,7 +825,7 @@ impl Hca {
                 _ => (WqePayload::Sges(Vec::new()), wr.flags),
             },
         };
-        Ok(SendWqe {
+        sq.push_back(SendWqe {
             wr_id: wr.wr_id,
             opcode,
             flags,
@@ -837,7 +838,8 @@ impl Hca {
             rd,
             state: WqeState::Posted,
             tx: Default::default(),
-        })
+        });
+        Ok(())
     }
 
     /// Posts receive WRs (`ibv_post_recv`): all of them or, on error, none. Allowed from INIT
