@@ -458,46 +458,37 @@ impl Outbox {
             // number before it publishes the head past it): claimed without a look at the
             // slot. Another producer's claim still shows as a moved tail.
             let below = self.free_below.load(Ordering::Relaxed);
-            if (below.wrapping_sub(last) as i64) > 0 {
-                match tail.compare_exchange_weak(
-                    pos,
-                    pos.wrapping_add(k),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => break,
-                    Err(now) => {
-                        pos = now;
-                        continue;
-                    }
+            if (below.wrapping_sub(last) as i64) <= 0 {
+                // Not known free: the slot's own sequence number tells.
+                let seq = self.map.seq(last).load(Ordering::Acquire);
+                let dif = seq.wrapping_sub(last) as i64;
+                if dif < 0 {
+                    return Pushed::Full;
                 }
-            }
-            let seq = self.map.seq(last).load(Ordering::Acquire);
-            let dif = seq.wrapping_sub(last) as i64;
-            if dif == 0 {
+                if dif > 0 {
+                    // Another producer took the slot: the tail has moved on (the sequence
+                    // number read with Acquire shows that producer's claim). A sequence
+                    // number ahead of a tail nobody moved is a corrupt ring: refuse rather
+                    // than spin.
+                    let now = tail.load(Ordering::Relaxed);
+                    if now == pos {
+                        return Pushed::Full;
+                    }
+                    pos = now;
+                    continue;
+                }
                 let head = self.map.u64_at(OFF_HEAD).load(Ordering::Acquire);
                 self.free_below
                     .store(head.wrapping_add(SLOTS), Ordering::Relaxed);
-                match tail.compare_exchange_weak(
-                    pos,
-                    pos.wrapping_add(k),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => break,
-                    Err(now) => pos = now,
-                }
-            } else if dif < 0 {
-                return Pushed::Full;
-            } else {
-                // Another producer took the slot: the tail has moved on (the sequence number
-                // read with Acquire shows that producer's claim). A sequence number ahead of
-                // a tail nobody moved is a corrupt ring: refuse rather than spin.
-                let now = tail.load(Ordering::Relaxed);
-                if now == pos {
-                    return Pushed::Full;
-                }
-                pos = now;
+            }
+            match tail.compare_exchange_weak(
+                pos,
+                pos.wrapping_add(k),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => pos = now,
             }
         }
         let at = Mapping::slot(pos);
