@@ -11,13 +11,16 @@ mod alloc_count;
 use alloc_count::{allocations, Counting};
 use softib_core::setup::{connect, ConnectOptions, EndpointInfo};
 use softib_core::time::Instant;
+use softib_core::verbs::ah::AhAttr;
 use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::device::GidEntry;
 use softib_core::verbs::mr::MrInfo;
+use softib_core::verbs::qp::{QpAttr, QpAttrMask};
 use softib_core::verbs::qp::{QpCap, QpInitAttr};
+use softib_core::verbs::types::QpState;
 use softib_core::verbs::types::{AccessFlags, GidType, QpType, WcStatus};
 use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, WrOpcode};
-use softib_core::verbs::CqHandle;
+use softib_core::verbs::{CqHandle, PdHandle};
 use softib_core::{gid_of_ipv4, Hca, HcaConfig};
 use softib_wire::{Psn, Qpn};
 
@@ -28,6 +31,7 @@ const BATCH: usize = 16;
 
 struct Side {
     hca: Hca,
+    pd: PdHandle,
     cq: CqHandle,
     mr: MrInfo,
     qp: Qpn,
@@ -54,7 +58,13 @@ fn side(id: u32, ip: [u8; 4]) -> Side {
     let qp = hca
         .create_qp(pd, &QpInitAttr::new(QpType::Rc, cq, cap))
         .unwrap();
-    Side { hca, cq, mr, qp }
+    Side {
+        hca,
+        pd,
+        cq,
+        mr,
+        qp,
+    }
 }
 
 fn pair() -> (Side, Side) {
@@ -198,6 +208,95 @@ fn allocations_per_message(op: &str, payload: Payload) -> f64 {
     n as f64 / (rounds * BATCH) as f64
 }
 
+const QKEY: u32 = 0x1111_2222;
+
+/// The sides of `pair()` with a UD QP each (in RTS) in place of the RC one, and A's address
+/// handle for B.
+fn ud_pair() -> (Side, Side, softib_core::verbs::AhHandle) {
+    let (mut a, mut b) = pair();
+    for s in [&mut a, &mut b] {
+        let cap = QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        };
+        let qp = s
+            .hca
+            .create_qp(s.pd, &QpInitAttr::new(QpType::Ud, s.cq, cap))
+            .unwrap();
+        let init = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qkey: QKEY,
+            ..QpAttr::default()
+        };
+        let m = QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::QKEY;
+        s.hca.modify_qp(qp, &init, m).unwrap();
+        let rtr = QpAttr::to_state(QpState::Rtr);
+        s.hca.modify_qp(qp, &rtr, QpAttrMask::STATE).unwrap();
+        let rts = QpAttr::to_state(QpState::Rts);
+        s.hca
+            .modify_qp(qp, &rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+            .unwrap();
+        s.qp = qp;
+    }
+    let av = AhAttr::global(1, gid_of_ipv4([10, 0, 0, 2]), 1);
+    let ah = a.hca.create_ah(a.pd, &av).unwrap();
+    (a, b, ah)
+}
+
+/// UD SENDs of 64 bytes, received into the 40-byte GRH area and the payload as two scatter
+/// entries (the usual datagram receive) or as one.
+fn ud_allocations_per_message(payload: Payload) -> f64 {
+    let (mut a, mut b, ah) = ud_pair();
+    let bq = b.qp;
+    let wrs: Vec<SendWr> =
+        (0..BATCH)
+            .map(|i| {
+                let wr = SendWr::new(i as u64, WrOpcode::Send)
+                    .signaled()
+                    .with_ud(ah, bq, QKEY);
+                let at = a.mr.addr + 64 * i as u64;
+                match payload {
+                    Payload::OneSge => wr.with_sge(Sge::new(at, 64, a.mr.lkey)),
+                    Payload::TwoSges => wr
+                        .with_sge(Sge::new(at, 24, a.mr.lkey))
+                        .with_sge(Sge::new(at + 24, 40, a.mr.lkey)),
+                    Payload::Inline => wr.with_inline(vec![i as u8; 64]),
+                }
+            })
+            .collect();
+    let recvs: Vec<RecvWr> = (0..BATCH)
+        .map(|i| {
+            let at = b.mr.addr + 128 * i as u64;
+            let sges = match payload {
+                Payload::TwoSges => vec![
+                    Sge::new(at, 40, b.mr.lkey),
+                    Sge::new(at + 40, 64, b.mr.lkey),
+                ],
+                _ => vec![Sge::new(at, 104, b.mr.lkey)],
+            };
+            RecvWr::new(i as u64, sges)
+        })
+        .collect();
+    let mut now = Instant::ZERO;
+    let mut buf = Vec::with_capacity(9000);
+    let mut wcs = vec![WorkCompletion::default(); 64];
+    for _ in 0..200 {
+        let n = round(&mut a, &mut b, &wrs, &recvs, &mut now, &mut buf, &mut wcs);
+        assert_eq!(n, 2 * BATCH, "UD: warm-up round");
+    }
+    let rounds = 500;
+    let before = allocations();
+    for _ in 0..rounds {
+        round(&mut a, &mut b, &wrs, &recvs, &mut now, &mut buf, &mut wcs);
+    }
+    let n = allocations() - before;
+    n as f64 / (rounds * BATCH) as f64
+}
+
 #[test]
 fn the_steady_path_allocates_nothing() {
     let cases = [
@@ -216,6 +315,16 @@ fn the_steady_path_allocates_nothing() {
         assert_eq!(
             per, 0.0,
             "{op} ({payload:?}): {per} allocations per message"
+        );
+    }
+    // In the same test: the allocator counts the whole process, and the tests of one binary
+    // run in parallel.
+    for payload in [Payload::OneSge, Payload::TwoSges, Payload::Inline] {
+        let per = ud_allocations_per_message(payload);
+        eprintln!("UD send ({payload:?}): {per:.3} heap allocations per 64-byte message");
+        assert_eq!(
+            per, 0.0,
+            "UD send ({payload:?}): {per} allocations per message"
         );
     }
 }
