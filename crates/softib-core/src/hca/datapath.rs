@@ -241,15 +241,17 @@ impl Hca {
                 };
                 self.counters.rcvd_pkts += 1;
                 self.rc_handle_response(now, qpn, &t);
+                self.rearm_timer(qpn);
             }
             None => {
+                // The responder's work leaves the requester's deadlines and the QP's state as
+                // they were (but for a CQ overrun, which re-arms there): no timer to re-arm.
                 if !self.rc_express_handle_request(qpn, &x.bth, x.reth, x.immdt, x.payload) {
                     return false;
                 }
                 self.counters.rcvd_pkts += 1;
             }
         }
-        self.rearm_timer(qpn);
         true
     }
 

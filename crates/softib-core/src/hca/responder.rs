@@ -173,7 +173,12 @@ impl Hca {
         if wqe.is_some() {
             r.credits.consumed = r.credits.consumed.wrapping_add(1);
         }
-        self.rc_ack_request(qpn, bth.psn, bth.ack_req);
+        // The ACK and the transmit list with the QP in hand (no look-up of it again).
+        ack_request(qp, bth.psn, bth.ack_req);
+        if !qp.transport.tx_queued {
+            qp.transport.tx_queued = true;
+            self.tx_ready.push_back(qpn);
+        }
         if let Some(w) = wqe {
             let opcode = if write {
                 WcOpcode::RecvRdmaWithImm
@@ -185,9 +190,11 @@ impl Hca {
             if let Some(imm) = imm {
                 wc = wc.with_imm(imm.imm);
             }
-            let _ = self.complete_or_error(qpn_w, recv_cq, wc, bth.solicited);
+            if !self.complete_or_error(qpn_w, recv_cq, wc, bth.solicited) {
+                // The CQ overran and the QP is in ERR: its timers stop, as after any frame.
+                self.rearm_timer(qpn);
+            }
         }
-        self.schedule_tx(qpn);
         true
     }
 
@@ -876,37 +883,7 @@ impl Hca {
 
     /// Schedules (or coalesces into the pending one) an ACK for request `psn`.
     fn rc_ack_request(&mut self, qpn: u32, psn: Psn, ack_req: bool) {
-        let qp = self.qps.get_mut(&qpn).expect("checked");
-        let to = rd_to(qp);
-        let r = &mut qp.transport.resp;
-        let msn = r.msn;
-        let base = r.credits.consumed;
-        if let Some(Response::Ack {
-            psn: p,
-            syndrome: SYNDROME_ACK,
-            msn: m,
-            base: b,
-            ..
-        }) = r.responses.back_mut().filter(|x| {
-            // (An EE context's ACK for another requesting QP is not coalesced.)
-            matches!(x, Response::Ack { to: t, .. } if *t == to)
-        }) {
-            // Coalesce: a newer ACK replaces one not yet sent (9.7.5.1.2), an unsolicited
-            // one included.
-            *p = psn;
-            *m = msn;
-            *b = base;
-            return;
-        }
-        if ack_req {
-            r.responses.push_back(Response::Ack {
-                psn,
-                syndrome: SYNDROME_ACK,
-                msn,
-                base,
-                to,
-            });
-        }
+        ack_request(self.qps.get_mut(&qpn).expect("checked"), psn, ack_req);
     }
 
     /// Duplicate request (PSN behind ePSN): never re-executed, answered per 9.7.5.1.4 in PSN
@@ -1391,6 +1368,41 @@ impl Hca {
 }
 
 /// The QP an EE context's response to its latest new request goes to (0 for a QP).
+/// Asks for the ACK of a request the responder executed at `psn`: a newer ACK replaces one
+/// queued and not yet sent (coalescing), else one is queued when the request asked for it.
+fn ack_request(qp: &mut crate::verbs::qp::Qp, psn: Psn, ack_req: bool) {
+    let to = rd_to(qp);
+    let r = &mut qp.transport.resp;
+    let msn = r.msn;
+    let base = r.credits.consumed;
+    if let Some(Response::Ack {
+        psn: p,
+        syndrome: SYNDROME_ACK,
+        msn: m,
+        base: b,
+        ..
+    }) = r.responses.back_mut().filter(|x| {
+        // (An EE context's ACK for another requesting QP is not coalesced.)
+        matches!(x, Response::Ack { to: t, .. } if *t == to)
+    }) {
+        // Coalesce: a newer ACK replaces one not yet sent (9.7.5.1.2), an unsolicited
+        // one included.
+        *p = psn;
+        *m = msn;
+        *b = base;
+        return;
+    }
+    if ack_req {
+        r.responses.push_back(Response::Ack {
+            psn,
+            syndrome: SYNDROME_ACK,
+            msn,
+            base,
+            to,
+        });
+    }
+}
+
 fn rd_to(qp: &crate::verbs::qp::Qp) -> u32 {
     match (&qp.transport.resp.rd, qp.qp_type) {
         (Some(d), QpType::Rd) => d.last.1,
