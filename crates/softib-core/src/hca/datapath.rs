@@ -34,6 +34,7 @@ use softib_wire::roce::{self, IpHeader, RocePacket};
 use softib_wire::transport::{TransportHeaders, TransportPacket};
 use softib_wire::Service;
 
+use super::requester::Tx;
 use super::ud::UdSource;
 use super::Hca;
 use crate::time::Instant;
@@ -441,16 +442,17 @@ impl Hca {
                 // as RC QPs do.
                 QpType::Rd if qpn & super::rd::EEC_KEY == 0 => (false, false),
                 QpType::Rc | QpType::XrcSend | QpType::XrcRecv | QpType::Rd => {
-                    let sent = self.rc_next_packet(now, qpn, out);
                     // After a packet the QP stays on the list while anything is left to send
                     // (the next `rc_next_packet` checks windows and credits anyway); when it
                     // sent nothing, only if it really can send, so a blocked QP leaves the list.
-                    let more = if sent {
-                        self.rc_may_have_tx_work(qpn)
-                    } else {
-                        self.rc_has_tx_work(qpn, now)
-                    };
-                    (sent, more)
+                    match self.rc_next_packet(now, qpn, out) {
+                        Tx::SentListed => {
+                            self.counters.sent_pkts += 1;
+                            return true;
+                        }
+                        Tx::Sent => (true, self.rc_may_have_tx_work(qpn)),
+                        Tx::Nothing => (false, self.rc_has_tx_work(qpn, now)),
+                    }
                 }
             };
             if more {
@@ -531,36 +533,15 @@ impl Hca {
     #[inline]
     pub(crate) fn schedule_tx(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
-            if !qp.transport.tx_queued {
-                qp.transport.tx_queued = true;
-                self.tx_ready.push_back(qpn);
-            }
+            schedule(qp, &mut self.tx_ready, qpn);
         }
     }
 
     /// Re-registers the QP's earliest deadline in the timer set.
     #[inline]
     pub(crate) fn rearm_timer(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
-        let want = if matches!(qp.attr.qp_state, QpState::Rts | QpState::Sqd) {
-            match (qp.transport.req.timer, qp.transport.req.rnr_wait) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        } else {
-            None
-        };
-        if qp.transport.timer_key == want {
-            return;
-        }
-        if let Some(old) = qp.transport.timer_key.take() {
-            self.timers.remove(&(old, qpn));
-        }
-        if let Some(t) = want {
-            qp.transport.timer_key = Some(t);
-            self.timers.insert((t, qpn));
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            rearm(qp, &mut self.timers, qpn);
         }
     }
 
@@ -1096,6 +1077,42 @@ pub(crate) fn reserved_opcode_native(frame: &[u8]) -> Option<(Bth, Lrh, Option<G
     }
     let bth = Bth::parse(tb).ok()?;
     Some((bth, lrh, grh, tb))
+}
+
+/// Puts `qp` (number `qpn`) on the transmit list `tx_ready` (once).
+#[inline(always)]
+pub(crate) fn schedule(qp: &mut Qp, tx_ready: &mut std::collections::VecDeque<u32>, qpn: u32) {
+    if !qp.transport.tx_queued {
+        qp.transport.tx_queued = true;
+        tx_ready.push_back(qpn);
+    }
+}
+
+/// Registers `qp`'s earliest deadline (number `qpn`) in the timer set `timers`.
+#[inline(always)]
+pub(crate) fn rearm(
+    qp: &mut Qp,
+    timers: &mut std::collections::BTreeSet<(Instant, u32)>,
+    qpn: u32,
+) {
+    let want = if matches!(qp.attr.qp_state, QpState::Rts | QpState::Sqd) {
+        match (qp.transport.req.timer, qp.transport.req.rnr_wait) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    } else {
+        None
+    };
+    if qp.transport.timer_key == want {
+        return;
+    }
+    if let Some(old) = qp.transport.timer_key.take() {
+        timers.remove(&(old, qpn));
+    }
+    if let Some(t) = want {
+        qp.transport.timer_key = Some(t);
+        timers.insert((t, qpn));
+    }
 }
 
 #[cfg(test)]

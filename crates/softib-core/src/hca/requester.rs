@@ -80,6 +80,28 @@ pub(crate) enum PayloadPlan {
     },
 }
 
+/// What [`Hca::rc_next_packet`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tx {
+    /// No packet.
+    Nothing,
+    /// A packet is in the output buffer.
+    Sent,
+    /// A packet is in the output buffer, and the QP is back on the transmit list if it has
+    /// more and its timer re-armed (the express path does both with the QP in hand).
+    SentListed,
+}
+
+impl Tx {
+    fn sent(sent: bool) -> Tx {
+        if sent {
+            Tx::Sent
+        } else {
+            Tx::Nothing
+        }
+    }
+}
+
 impl Hca {
     /// True when the QP could send a packet at `now`.
     pub(crate) fn rc_has_tx_work(&self, qpn: u32, now: Instant) -> bool {
@@ -164,28 +186,28 @@ impl Hca {
 
     /// Sends one packet of the QP (a response if one is owed, else a request); returns true
     /// when a frame was written to `out`.
-    pub(crate) fn rc_next_packet(&mut self, now: Instant, qpn: u32, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn rc_next_packet(&mut self, now: Instant, qpn: u32, out: &mut Vec<u8>) -> Tx {
         let Some(qp) = self.qps.get(&qpn) else {
-            return false;
+            return Tx::Nothing;
         };
         let state = qp.attr.qp_state;
         if !qp.transport.resp.responses.is_empty()
             && matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd)
         {
-            return self.rc_next_response(qpn, out);
+            return Tx::sent(self.rc_next_response(qpn, out));
         }
         if state != QpState::Rts || qp.transport.req.rnr_wait.is_some_and(|t| t > now) {
-            return false;
+            return Tx::Nothing;
         }
         if self.express {
-            if let Some(sent) = self.rc_express_next_request(now, qpn, out) {
-                return sent;
+            if let Some(tx) = self.rc_express_next_request(now, qpn, out) {
+                return tx;
             }
         }
         if !self.rc_can_start(qpn) {
-            return false;
+            return Tx::Nothing;
         }
-        self.rc_next_request(now, qpn, out)
+        Tx::sent(self.rc_next_request(now, qpn, out))
     }
 
     /// The common request in fewer steps: a new RC SEND or RDMA WRITE (with or without
@@ -195,12 +217,7 @@ impl Hca {
     /// tests run workloads both ways and compare). `None`, with nothing changed, for anything
     /// else: the general path takes it.
     #[inline]
-    fn rc_express_next_request(
-        &mut self,
-        now: Instant,
-        qpn: u32,
-        out: &mut Vec<u8>,
-    ) -> Option<bool> {
+    fn rc_express_next_request(&mut self, now: Instant, qpn: u32, out: &mut Vec<u8>) -> Option<Tx> {
         let qp = self.qps.get_mut(&qpn)?;
         if qp.qp_type != QpType::Rc {
             return None;
@@ -354,7 +371,14 @@ impl Hca {
         if r.timer.is_none() {
             r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
         }
-        Some(true)
+        // What `poll_transmit` does after a packet, with the QP in hand: back on the list
+        // while anything is left to send (as `rc_may_have_tx_work`; the QP is in RTS), and
+        // the timer.
+        if !qp.transport.resp.responses.is_empty() || r.cur < qp.sq.len() {
+            super::datapath::schedule(qp, &mut self.tx_ready, qpn);
+        }
+        super::datapath::rearm(qp, &mut self.timers, qpn);
+        Some(Tx::SentListed)
     }
 
     fn rc_next_request(&mut self, now: Instant, qpn: u32, out: &mut Vec<u8>) -> bool {
