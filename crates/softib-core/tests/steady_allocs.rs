@@ -159,20 +159,7 @@ fn allocations_per_message(op: &str, payload: Payload) -> f64 {
         "write" => WrOpcode::RdmaWrite { remote },
         _ => WrOpcode::RdmaRead { remote },
     };
-    let wrs: Vec<SendWr> =
-        (0..BATCH)
-            .map(|i| {
-                let wr = SendWr::new(i as u64, opcode).signaled();
-                let at = a.mr.addr + 64 * i as u64;
-                match payload {
-                    Payload::OneSge => wr.with_sge(Sge::new(at, 64, a.mr.lkey)),
-                    Payload::TwoSges => wr
-                        .with_sge(Sge::new(at, 24, a.mr.lkey))
-                        .with_sge(Sge::new(at + 24, 40, a.mr.lkey)),
-                    Payload::Inline => wr.with_inline(vec![i as u8; 64]),
-                }
-            })
-            .collect();
+    let wrs = batch(&a.mr, payload, |i| SendWr::new(i as u64, opcode).signaled());
     let recvs: Vec<RecvWr> = if op == "send" {
         (0..BATCH)
             .map(|i| {
@@ -191,18 +178,42 @@ fn allocations_per_message(op: &str, payload: Payload) -> f64 {
     } else {
         Vec::new()
     };
+    let per_round = BATCH * if op == "send" { 2 } else { 1 };
+    measure(&mut a, &mut b, &wrs, &recvs, per_round)
+}
+
+/// `BATCH` WRs made by `wr`, each given 64 bytes of `mr` (or inline bytes) as `payload` says.
+fn batch(mr: &MrInfo, payload: Payload, wr: impl Fn(usize) -> SendWr) -> Vec<SendWr> {
+    (0..BATCH)
+        .map(|i| {
+            let at = mr.addr + 64 * i as u64;
+            match payload {
+                Payload::OneSge => wr(i).with_sge(Sge::new(at, 64, mr.lkey)),
+                Payload::TwoSges => wr(i).with_sge(Sge::new(at, 24, mr.lkey)).with_sge(Sge::new(
+                    at + 24,
+                    40,
+                    mr.lkey,
+                )),
+                Payload::Inline => wr(i).with_inline(vec![i as u8; 64]),
+            }
+        })
+        .collect()
+}
+
+/// Allocations per message over 500 rounds, after 200 rounds of warm-up that must each
+/// complete `per_round` WRs.
+fn measure(a: &mut Side, b: &mut Side, wrs: &[SendWr], recvs: &[RecvWr], per_round: usize) -> f64 {
     let mut now = Instant::ZERO;
     let mut buf = Vec::with_capacity(9000);
     let mut wcs = vec![WorkCompletion::default(); 64];
-    let per_round = BATCH * if op == "send" { 2 } else { 1 };
     for _ in 0..200 {
-        let n = round(&mut a, &mut b, &wrs, &recvs, &mut now, &mut buf, &mut wcs);
-        assert_eq!(n, per_round, "{op}: warm-up round");
+        let n = round(a, b, wrs, recvs, &mut now, &mut buf, &mut wcs);
+        assert_eq!(n, per_round, "warm-up round");
     }
     let rounds = 500;
     let before = allocations();
     for _ in 0..rounds {
-        round(&mut a, &mut b, &wrs, &recvs, &mut now, &mut buf, &mut wcs);
+        round(a, b, wrs, recvs, &mut now, &mut buf, &mut wcs);
     }
     let n = allocations() - before;
     n as f64 / (rounds * BATCH) as f64
@@ -252,22 +263,11 @@ fn ud_pair() -> (Side, Side, softib_core::verbs::AhHandle) {
 fn ud_allocations_per_message(payload: Payload) -> f64 {
     let (mut a, mut b, ah) = ud_pair();
     let bq = b.qp;
-    let wrs: Vec<SendWr> =
-        (0..BATCH)
-            .map(|i| {
-                let wr = SendWr::new(i as u64, WrOpcode::Send)
-                    .signaled()
-                    .with_ud(ah, bq, QKEY);
-                let at = a.mr.addr + 64 * i as u64;
-                match payload {
-                    Payload::OneSge => wr.with_sge(Sge::new(at, 64, a.mr.lkey)),
-                    Payload::TwoSges => wr
-                        .with_sge(Sge::new(at, 24, a.mr.lkey))
-                        .with_sge(Sge::new(at + 24, 40, a.mr.lkey)),
-                    Payload::Inline => wr.with_inline(vec![i as u8; 64]),
-                }
-            })
-            .collect();
+    let wrs = batch(&a.mr, payload, |i| {
+        SendWr::new(i as u64, WrOpcode::Send)
+            .signaled()
+            .with_ud(ah, bq, QKEY)
+    });
     let recvs: Vec<RecvWr> = (0..BATCH)
         .map(|i| {
             let at = b.mr.addr + 128 * i as u64;
@@ -281,20 +281,7 @@ fn ud_allocations_per_message(payload: Payload) -> f64 {
             RecvWr::new(i as u64, sges)
         })
         .collect();
-    let mut now = Instant::ZERO;
-    let mut buf = Vec::with_capacity(9000);
-    let mut wcs = vec![WorkCompletion::default(); 64];
-    for _ in 0..200 {
-        let n = round(&mut a, &mut b, &wrs, &recvs, &mut now, &mut buf, &mut wcs);
-        assert_eq!(n, 2 * BATCH, "UD: warm-up round");
-    }
-    let rounds = 500;
-    let before = allocations();
-    for _ in 0..rounds {
-        round(&mut a, &mut b, &wrs, &recvs, &mut now, &mut buf, &mut wcs);
-    }
-    let n = allocations() - before;
-    n as f64 / (rounds * BATCH) as f64
+    measure(&mut a, &mut b, &wrs, &recvs, 2 * BATCH)
 }
 
 #[test]
