@@ -29,6 +29,16 @@ static GLOBAL: Counting = Counting;
 
 const BATCH: usize = 16;
 
+/// Every QP's capabilities: room for two rounds, two gather / scatter entries, 64 inline
+/// bytes.
+const CAP: QpCap = QpCap {
+    max_send_wr: 64,
+    max_recv_wr: 64,
+    max_send_sge: 2,
+    max_recv_sge: 2,
+    max_inline_data: 64,
+};
+
 struct Side {
     hca: Hca,
     pd: PdHandle,
@@ -48,15 +58,8 @@ fn side(id: u32, ip: [u8; 4]) -> Side {
     let cq = hca.create_cq(256).unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let mr = hca.reg_mr(pd, vec![0u8; 1 << 16], access, None).unwrap();
-    let cap = QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 64,
-    };
     let qp = hca
-        .create_qp(pd, &QpInitAttr::new(QpType::Rc, cq, cap))
+        .create_qp(pd, &QpInitAttr::new(QpType::Rc, cq, CAP))
         .unwrap();
     Side {
         hca,
@@ -160,21 +163,9 @@ fn allocations_per_message(op: &str, payload: Payload) -> f64 {
         _ => WrOpcode::RdmaRead { remote },
     };
     let wrs = batch(&a.mr, payload, |i| SendWr::new(i as u64, opcode).signaled());
-    let recvs: Vec<RecvWr> = if op == "send" {
-        (0..BATCH)
-            .map(|i| {
-                let at = b.mr.addr + 64 * i as u64;
-                // Receive buffers as the payload is split: one entry, or two.
-                let sges = match payload {
-                    Payload::TwoSges => vec![
-                        Sge::new(at, 40, b.mr.lkey),
-                        Sge::new(at + 40, 24, b.mr.lkey),
-                    ],
-                    _ => vec![Sge::new(at, 64, b.mr.lkey)],
-                };
-                RecvWr::new(i as u64, sges)
-            })
-            .collect()
+    // Receive buffers as the payload is split: one entry, or two.
+    let recvs = if op == "send" {
+        receives(&b.mr, payload, 40, 24)
     } else {
         Vec::new()
     };
@@ -196,6 +187,24 @@ fn batch(mr: &MrInfo, payload: Payload, wr: impl Fn(usize) -> SendWr) -> Vec<Sen
                 )),
                 Payload::Inline => wr(i).with_inline(vec![i as u8; 64]),
             }
+        })
+        .collect()
+}
+
+/// `BATCH` receive WRs of `first + second` bytes of `mr` each: two scatter entries of those
+/// sizes when `payload` is `TwoSges`, else one.
+fn receives(mr: &MrInfo, payload: Payload, first: u32, second: u32) -> Vec<RecvWr> {
+    (0..BATCH)
+        .map(|i| {
+            let at = mr.addr + 128 * i as u64;
+            let sges = match payload {
+                Payload::TwoSges => vec![
+                    Sge::new(at, first, mr.lkey),
+                    Sge::new(at + u64::from(first), second, mr.lkey),
+                ],
+                _ => vec![Sge::new(at, first + second, mr.lkey)],
+            };
+            RecvWr::new(i as u64, sges)
         })
         .collect()
 }
@@ -226,16 +235,9 @@ const QKEY: u32 = 0x1111_2222;
 fn ud_pair() -> (Side, Side, softib_core::verbs::AhHandle) {
     let (mut a, mut b) = pair();
     for s in [&mut a, &mut b] {
-        let cap = QpCap {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 2,
-            max_recv_sge: 2,
-            max_inline_data: 64,
-        };
         let qp = s
             .hca
-            .create_qp(s.pd, &QpInitAttr::new(QpType::Ud, s.cq, cap))
+            .create_qp(s.pd, &QpInitAttr::new(QpType::Ud, s.cq, CAP))
             .unwrap();
         let init = QpAttr {
             qp_state: QpState::Init,
@@ -268,19 +270,7 @@ fn ud_allocations_per_message(payload: Payload) -> f64 {
             .signaled()
             .with_ud(ah, bq, QKEY)
     });
-    let recvs: Vec<RecvWr> = (0..BATCH)
-        .map(|i| {
-            let at = b.mr.addr + 128 * i as u64;
-            let sges = match payload {
-                Payload::TwoSges => vec![
-                    Sge::new(at, 40, b.mr.lkey),
-                    Sge::new(at + 40, 64, b.mr.lkey),
-                ],
-                _ => vec![Sge::new(at, 104, b.mr.lkey)],
-            };
-            RecvWr::new(i as u64, sges)
-        })
-        .collect();
+    let recvs = receives(&b.mr, payload, 40, 64);
     measure(&mut a, &mut b, &wrs, &recvs, 2 * BATCH)
 }
 
