@@ -189,7 +189,8 @@ pub struct Hca {
     pub(crate) ip_ident: u16,
     /// Reused buffer for gathering payloads.
     pub(crate) scratch: Vec<u8>,
-    /// Heap buffers of retired send WQEs (inline bytes, gather lists), for the next posts.
+    /// Heap buffers of retired WQEs (inline bytes, gather and scatter lists), for the next
+    /// posts.
     pub(crate) spare: crate::verbs::wr::SpareBuffers,
     /// Requester PSN window (1 ..= 2^23).
     pub(crate) max_unacked_psns: u32,

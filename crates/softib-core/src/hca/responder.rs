@@ -175,10 +175,7 @@ impl Hca {
         }
         // The ACK and the transmit list with the QP in hand (no look-up of it again).
         ack_request(qp, bth.psn, bth.ack_req);
-        if !qp.transport.tx_queued {
-            qp.transport.tx_queued = true;
-            self.tx_ready.push_back(qpn);
-        }
+        super::datapath::schedule(qp, &mut self.tx_ready, qpn);
         if let Some(w) = wqe {
             let opcode = if write {
                 WcOpcode::RecvRdmaWithImm
@@ -1367,7 +1364,6 @@ impl Hca {
     }
 }
 
-/// The QP an EE context's response to its latest new request goes to (0 for a QP).
 /// Asks for the ACK of a request the responder executed at `psn`: a newer ACK replaces one
 /// queued and not yet sent (coalescing), else one is queued when the request asked for it.
 fn ack_request(qp: &mut crate::verbs::qp::Qp, psn: Psn, ack_req: bool) {
@@ -1403,6 +1399,7 @@ fn ack_request(qp: &mut crate::verbs::qp::Qp, psn: Psn, ack_req: bool) {
     }
 }
 
+/// The QP an EE context's response to its latest new request goes to (0 for a QP).
 fn rd_to(qp: &crate::verbs::qp::Qp) -> u32 {
     match (&qp.transport.resp.rd, qp.qp_type) {
         (Some(d), QpType::Rd) => d.last.1,
