@@ -382,6 +382,11 @@ impl Waker {
         true
     }
 
+    /// True when a datagram is waiting in the inbox (the flag untouched).
+    pub fn ready(&self) -> bool {
+        ready(&self.map)
+    }
+
     /// Awake again: senders stop ringing.
     pub fn sleep_end(&self) {
         self.map.u32_at(OFF_SLEEPING).store(0, Ordering::SeqCst);

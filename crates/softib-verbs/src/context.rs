@@ -38,6 +38,12 @@ const PARK_MAX: Duration = Duration::from_millis(2);
 /// How long the progress thread watches the application's poll counter before it decides
 /// the application is not polling.
 const APP_POLL_WINDOW: Duration = Duration::from_micros(5);
+/// How long the progress thread keeps looking for packets after it served some, before it
+/// sleeps, when the application is passive (a server of RDMA WRITEs or READs): the peer's
+/// next packet usually comes sooner than a thread wake-up would take.
+const LINGER: Duration = Duration::from_micros(50);
+/// The application is passive when it made no call for this long.
+const PASSIVE_AFTER: Duration = Duration::from_millis(1);
 /// Longest sleep of an idle progress thread (it also wakes on packets, deadlines and close).
 const IDLE_SLEEP: Duration = Duration::from_millis(100);
 /// I/O rounds one progress turn runs at most before it lets the application in.
@@ -432,7 +438,15 @@ fn progress_loop(shared: &Shared) {
     let mut wait = Duration::ZERO;
     let mut seen_polls = shared.app_polls.load(Ordering::Relaxed);
     let mut park = PARK_MIN;
+    // The application's call counter as last seen, and since when it has not moved.
+    let mut idle_ref = seen_polls;
+    let mut idle_since = None;
+    // The last turn served packets for a passive application: look for more before sleeping.
+    let mut lingering = false;
     while !shared.stop.load(Ordering::Acquire) {
+        if lingering && !wait.is_zero() && linger(shared, wait.min(LINGER)) {
+            wait = Duration::ZERO;
+        }
         if !wait.is_zero() {
             // Announced in the device's shared-memory inbox, so that same-host peers ring
             // the socket; a datagram already there cancels the sleep.
@@ -451,6 +465,10 @@ fn progress_loop(shared: &Shared) {
         // APP_POLL_WINDOW. One that calls between other work (perftest's latency tests spin
         // on memory between polls) is not, and is served at once.
         let polls = shared.app_polls.load(Ordering::Relaxed);
+        if polls != idle_ref {
+            idle_ref = polls;
+            idle_since = None;
+        }
         let mut polling = polls != seen_polls
             && shared.cq_waiters.load(Ordering::Acquire) == 0
             && app_is_polling(shared);
@@ -498,6 +516,8 @@ fn progress_loop(shared: &Shared) {
                 rounds += 1;
             }
             let now = eng.dev.now();
+            let since = *idle_since.get_or_insert(now);
+            lingering = rounds > 0 && now.duration_since(since) >= PASSIVE_AFTER;
             let cm = eng.cm.as_ref().and_then(|k| k.poll_timeout());
             let hca = eng.dev.hca().poll_timeout();
             let next = match (hca, cm) {
@@ -510,6 +530,30 @@ fn progress_loop(shared: &Shared) {
         };
         drop(eng);
         seen_polls = shared.app_polls.load(Ordering::Relaxed);
+    }
+}
+
+/// Looks for a packet for up to `d`, yielding the CPU between looks; true if one came (or
+/// the thread was woken). The socket is looked at with a zero-timeout poll(2), a same-host
+/// inbox by reading its head.
+fn linger(shared: &Shared, d: Duration) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if shared
+            .shm_waker
+            .as_ref()
+            .is_some_and(softib_udp::shm::Waker::ready)
+            || readable(&[shared.sock_fd, shared.wake_fd])
+        {
+            return true;
+        }
+        if start.elapsed() >= d {
+            return false;
+        }
+        // SAFETY: no arguments; lets a runnable thread of this CPU run.
+        unsafe {
+            libc::sched_yield();
+        }
     }
 }
 
@@ -536,8 +580,14 @@ fn app_is_polling(shared: &Shared) -> bool {
     }
 }
 
-/// Sleeps until one of `fds` is readable or `d` passes (microsecond resolution).
-fn sleep_on(fds: &[RawFd], d: Duration) {
+/// True if one of `fds` is readable now.
+fn readable(fds: &[RawFd]) -> bool {
+    sleep_on(fds, Duration::ZERO) > 0
+}
+
+/// Sleeps until one of `fds` is readable or `d` passes (microsecond resolution); returns how
+/// many are readable (0 on timeout or error).
+fn sleep_on(fds: &[RawFd], d: Duration) -> i32 {
     // At most two descriptors: on the stack (this thread allocates nothing per turn).
     debug_assert!(fds.len() <= 2);
     let none = libc::pollfd {
@@ -565,7 +615,8 @@ fn sleep_on(fds: &[RawFd], d: Duration) {
             p.len() as libc::nfds_t,
             &ts,
             std::ptr::null(),
-        );
+        )
+        .max(0)
     }
 }
 
