@@ -444,8 +444,15 @@ fn progress_loop(shared: &Shared) {
     // The last turn served packets for a passive application: look for more before sleeping.
     let mut lingering = false;
     while !shared.stop.load(Ordering::Acquire) {
-        if lingering && !wait.is_zero() && linger(shared, wait.min(LINGER)) {
-            wait = Duration::ZERO;
+        if lingering && !wait.is_zero() {
+            // A real-time thread that spins would keep ordinary threads off its CPU (its
+            // sched_yield only lets other real-time threads run): ordinary while it lingers,
+            // real-time again to sleep (a woken real-time thread runs at once).
+            sched.stepping_aside();
+            if linger(shared, wait.min(LINGER)) {
+                wait = Duration::ZERO;
+            }
+            sched.serving();
         }
         if !wait.is_zero() {
             // Announced in the device's shared-memory inbox, so that same-host peers ring
