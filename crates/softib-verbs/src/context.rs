@@ -542,16 +542,19 @@ fn progress_loop(shared: &Shared) {
     }
 }
 
-/// Looks for a packet for up to `d`, yielding the CPU between looks; true if one came (or
-/// the thread was woken). The socket is looked at with a zero-timeout poll(2), a same-host
-/// inbox by reading its head.
+/// Looks for a packet for up to `d`, yielding the CPU between looks; true if one came, the
+/// thread was woken or the application made a call (then the caller looks again whether it
+/// polls). The socket is looked at with a zero-timeout poll(2), a same-host inbox by reading
+/// its head.
 fn linger(shared: &Shared, d: Duration) -> bool {
     let start = std::time::Instant::now();
+    let polls = shared.app_polls.load(Ordering::Relaxed);
     loop {
         if shared
             .shm_waker
             .as_ref()
             .is_some_and(softib_udp::shm::Waker::ready)
+            || shared.app_polls.load(Ordering::Relaxed) != polls
             || readable(&[shared.sock_fd, shared.wake_fd])
         {
             return true;
