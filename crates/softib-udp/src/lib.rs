@@ -275,6 +275,10 @@ pub struct DeviceStats {
     /// counted in `rx_datagrams` too).
     pub doorbells_sent: u64,
     pub doorbells_received: u64,
+    /// RDMA WRITEs this device placed into a same-host peer's memory itself.
+    pub tx_placed: u64,
+    /// RDMA WRITEs a same-host peer placed into this device's memory.
+    pub rx_placed: u64,
 }
 
 /// One datagram waiting in the send batch.
@@ -419,8 +423,12 @@ impl Device {
             )?),
             None => None,
         };
+        let mut hca = Hca::new(cfg.hca_config());
+        if let Some(i) = &inbox {
+            hca.set_placement_sink(Box::new(i.publisher()));
+        }
         Ok(Device {
-            hca: Hca::new(cfg.hca_config()),
+            hca,
             socket,
             state,
             local,
@@ -684,6 +692,7 @@ impl Device {
                     self.local,
                     dest,
                     payload,
+                    self.hca.tx_placeable(),
                     now,
                     &mut self.stats,
                     &mut self.shm_pushed_to,
@@ -981,14 +990,19 @@ impl Device {
             );
             // Not a GRO segment: its Identification is 0, as the sender sealed it.
             self.rx_idents.start();
-            deliver(
+            let placed = inbox.last_placed();
+            self.stats.rx_placed += u64::from(placed);
+            self.hca.set_placed_by_sender(placed);
+            let delivered = deliver(
                 &mut self.hca,
                 &mut self.pcap,
                 self.icrc,
                 &mut self.rx_idents,
                 now,
                 frame,
-            )?;
+            );
+            self.hca.set_placed_by_sender(false);
+            delivered?;
         }
         Ok(count)
     }
@@ -1130,6 +1144,7 @@ fn shm_send(
     local: SocketAddr,
     dest: SocketAddr,
     datagram: &[u8],
+    placeable: bool,
     now: Instant,
     stats: &mut DeviceStats,
     pushed_to: &mut Vec<SocketAddr>,
@@ -1161,8 +1176,12 @@ fn shm_send(
     let Peer::Shm(out) = &peers[i].1 else {
         return fallback(stats);
     };
-    match out.push(local, datagram) {
+    // Placed only where the push will surely find room: a placed WRITE that went by UDP
+    // instead would be placed a second time by the responder.
+    let placed = placeable && out.roomy() && place_write(out, datagram);
+    match out.push_marked(local, datagram, placed) {
         shm::Pushed::Queued => {
+            stats.tx_placed += u64::from(placed);
             if !pushed_to.contains(&dest) {
                 pushed_to.push(dest);
             }
@@ -1177,6 +1196,33 @@ fn shm_send(
     stats.tx_shm += 1;
     stats.tx_datagrams += 1;
     ShmSend::Sent
+}
+
+/// Places the payload of the RC RDMA WRITE Only in `datagram` (BTH, RETH, payload, pad,
+/// ICRC) into the peer's memory ([`shm::Outbox::place_write`]); true when placed.
+fn place_write(out: &shm::Outbox, datagram: &[u8]) -> bool {
+    use softib_wire::{bth, icrc, reth};
+    let (Some(b), Some(r)) = (
+        datagram.get(..bth::LEN),
+        datagram.get(bth::LEN..bth::LEN + reth::LEN),
+    ) else {
+        return false;
+    };
+    if b[0] != softib_wire::Opcode::RC_RDMA_WRITE_ONLY.0 {
+        return false;
+    }
+    let pad = usize::from((b[1] >> 4) & 3);
+    let qpn = u32::from_be_bytes([0, b[5], b[6], b[7]]);
+    let va = u64::from_be_bytes([r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]]);
+    let rkey = u32::from_be_bytes([r[8], r[9], r[10], r[11]]);
+    let dma_len = u32::from_be_bytes([r[12], r[13], r[14], r[15]]) as usize;
+    let start = bth::LEN + reth::LEN;
+    match datagram.len().checked_sub(icrc::LEN + pad) {
+        Some(end) if end >= start && end - start == dma_len => {
+            out.place_write(qpn, rkey, va, &datagram[start..end])
+        }
+        _ => false,
+    }
 }
 
 /// The frame of the datagram at `buf[start..end]` with its rebuilt `header`: written in front

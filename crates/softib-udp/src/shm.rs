@@ -73,6 +73,21 @@ const OFF_PID: usize = 16;
 const OFF_TAIL: usize = 64;
 const OFF_HEAD: usize = 128;
 const OFF_SLEEPING: usize = 192;
+/// Senders placing a WRITE into the owner's memory right now (see [`Outbox::place_write`]).
+const OFF_PLACING: usize = 256;
+/// The owner's RC QPs that take placed WRITEs: [`QP_ENTRIES`] entries of `state: u32` (1:
+/// live), `qpn: u32`, `pd: u64`.
+const OFF_QPS: usize = 512;
+const QP_ENTRIES: usize = 32;
+const QP_ENTRY: usize = 16;
+/// The owner's regions that take placed WRITEs: [`REGION_ENTRIES`] entries of `state: u32`,
+/// `rkey: u32`, `pd: u64`, `iova: u64`, `len: u64`, `addr: u64` (in the owner's address
+/// space), 8 bytes unused.
+const OFF_REGIONS: usize = OFF_QPS + QP_ENTRIES * QP_ENTRY;
+const REGION_ENTRIES: usize = (HEADER - OFF_REGIONS) / REGION_ENTRY;
+const REGION_ENTRY: usize = 48;
+/// The high bit of an entry's address family: its sender placed the datagram's RDMA WRITE.
+const E_PLACED: u8 = 0x80;
 
 // Entry header offsets.
 const E_LEN: usize = 0;
@@ -116,6 +131,8 @@ struct Mapping {
     base: NonNull<u8>,
     /// Inode of the mapped file (a sender checks that the path still names it).
     ino: u64,
+    /// Owner of the file (a sender places WRITEs only into its own user's processes).
+    uid: u32,
 }
 
 // SAFETY: the mapping is plain shared memory; every access goes through atomics or raw
@@ -157,6 +174,7 @@ impl Mapping {
         Ok(Mapping {
             base,
             ino: st.st_ino,
+            uid: st.st_uid,
         })
     }
 
@@ -254,6 +272,8 @@ pub struct Inbox {
     map: std::sync::Arc<Mapping>,
     path: PathBuf,
     head: u64,
+    /// The last datagram popped was marked placed by its sender.
+    placed: bool,
 }
 
 impl Inbox {
@@ -290,6 +310,7 @@ impl Inbox {
             map: std::sync::Arc::new(map),
             path,
             head: 0,
+            placed: false,
         })
     }
 
@@ -309,7 +330,8 @@ impl Inbox {
         let port = u16::from_ne_bytes([hdr[E_PORT], hdr[E_PORT + 1]]);
         let mut ip = [0u8; 16];
         ip.copy_from_slice(&hdr[E_IP..E_IP + 16]);
-        let src = match hdr[E_FAMILY] {
+        self.placed = hdr[E_FAMILY] & E_PLACED != 0;
+        let src = match hdr[E_FAMILY] & !E_PLACED {
             4 => Some(IpAddr::V4(Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]))),
             6 => Some(IpAddr::V6(Ipv6Addr::from(ip))),
             _ => None,
@@ -343,6 +365,20 @@ impl Inbox {
         ready(&self.map)
     }
 
+    /// True when the sender of the datagram [`Inbox::pop`] took last placed its RDMA WRITE
+    /// itself.
+    pub fn last_placed(&self) -> bool {
+        self.placed
+    }
+
+    /// The HCA's placement sink that publishes in this inbox (see
+    /// `softib_core::PlacementSink`).
+    pub fn publisher(&self) -> Publisher {
+        Publisher {
+            map: std::sync::Arc::clone(&self.map),
+        }
+    }
+
     /// A handle with which another thread (the C library's progress thread) announces that
     /// it sleeps on the device's socket for the inbox's owner.
     pub fn waker(&self) -> Waker {
@@ -361,6 +397,106 @@ fn ready(map: &Mapping) -> bool {
 /// Slots a datagram of `len` bytes takes with its header.
 fn slots_for(len: usize) -> usize {
     (ENTRY_HDR + len).div_ceil(SLOT_SIZE)
+}
+
+/// Publishes what same-host senders may place into this process (the owner's side of
+/// [`Outbox::place_write`]): the HCA reports its regions and QPs to it.
+#[derive(Debug)]
+pub struct Publisher {
+    map: std::sync::Arc<Mapping>,
+}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mapping(ino {})", self.ino)
+    }
+}
+
+impl Publisher {
+    fn qp_at(i: usize) -> usize {
+        OFF_QPS + i * QP_ENTRY
+    }
+
+    fn region_at(i: usize) -> usize {
+        OFF_REGIONS + i * REGION_ENTRY
+    }
+
+    /// Clears every live entry at `offsets` whose 32-bit key (at +4) is `key`, then waits
+    /// until no sender places any more (one that looked before the clear may be copying).
+    fn withdraw(&self, offsets: impl Iterator<Item = usize>, key: u32) {
+        let mut found = false;
+        for at in offsets {
+            let m = &self.map;
+            if m.u32_at(at).load(Ordering::Relaxed) == 1
+                && m.u32_at(at + 4).load(Ordering::Relaxed) == key
+            {
+                // Pairs with the sender's count of itself and its look at the entry.
+                m.u32_at(at).store(0, Ordering::SeqCst);
+                found = true;
+            }
+        }
+        if !found {
+            return;
+        }
+        // A sender counts itself before it looks and uncounts after its copy; one that
+        // stopped in between (a stopped or dying process) is waited for a second at most.
+        let start = std::time::Instant::now();
+        while self.map.u32_at(OFF_PLACING).load(Ordering::SeqCst) != 0
+            && start.elapsed() < std::time::Duration::from_secs(1)
+        {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Writes an entry's fields behind its state word, then makes it live. False when the
+    /// table is full (the region or QP is then simply not published).
+    fn publish(
+        &self,
+        offsets: impl Iterator<Item = usize>,
+        fields: &[(usize, u64)],
+        key: u32,
+    ) -> bool {
+        let m = &self.map;
+        for at in offsets {
+            if m.u32_at(at).load(Ordering::Relaxed) != 0 {
+                continue;
+            }
+            m.u32_at(at + 4).store(key, Ordering::Relaxed);
+            for &(off, v) in fields {
+                m.u64_at(at + off).store(v, Ordering::Relaxed);
+            }
+            m.u32_at(at).store(1, Ordering::Release);
+            return true;
+        }
+        false
+    }
+}
+
+impl softib_core::PlacementSink for Publisher {
+    fn update(&mut self, u: softib_core::PlacementUpdate) {
+        use softib_core::PlacementUpdate as U;
+        let qps = (0..QP_ENTRIES).map(Publisher::qp_at);
+        let regions = (0..REGION_ENTRIES).map(Publisher::region_at);
+        match u {
+            U::Qp { qpn, pd } => {
+                // Published again on every modify: replace, so that the PD stays exact.
+                self.withdraw(qps.clone(), qpn);
+                self.publish(qps, &[(8, pd)], qpn);
+            }
+            U::QpGone { qpn } => self.withdraw(qps, qpn),
+            U::Region {
+                rkey,
+                pd,
+                iova,
+                len,
+                addr,
+            } => {
+                self.withdraw(regions.clone(), rkey);
+                self.publish(regions, &[(8, pd), (16, iova), (24, len), (32, addr)], rkey);
+            }
+            U::RegionGone { rkey } => self.withdraw(regions, rkey),
+        }
+    }
 }
 
 /// The inbox's sleeping flag, usable without the device.
@@ -421,6 +557,9 @@ pub enum Pushed {
 pub struct Outbox {
     map: Mapping,
     path: PathBuf,
+    /// Placing into the peer is allowed: its inbox belongs to this user, and the kernel has
+    /// not refused yet.
+    may_place: std::sync::atomic::AtomicBool,
     /// Positions below this are free for the lap they are in: the consumer's head, as last
     /// read, one lap on. A push inside it claims its slots without reading the consumer's
     /// cache lines; past it, the head is read again.
@@ -434,7 +573,9 @@ impl Outbox {
         let path = inbox_path(peer);
         let fd = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).ok()?;
         let map = Mapping::map(&fd).ok()?;
+        let ours = map.uid == rustix::process::geteuid().as_raw();
         (map.well_formed() && map.owner_alive()).then(|| Outbox {
+            may_place: std::sync::atomic::AtomicBool::new(ours),
             map,
             path,
             free_below: AtomicU64::new(0),
@@ -450,6 +591,11 @@ impl Outbox {
 
     /// Queues `datagram` from `src`.
     pub fn push(&self, src: SocketAddr, datagram: &[u8]) -> Pushed {
+        self.push_marked(src, datagram, false)
+    }
+
+    /// [`Outbox::push`], marked as placed by its sender when `placed`.
+    pub fn push_marked(&self, src: SocketAddr, datagram: &[u8], placed: bool) -> Pushed {
         if datagram.len() > SLOT_PAYLOAD {
             return Pushed::Full;
         }
@@ -502,11 +648,11 @@ impl Outbox {
         hdr[E_PORT..E_PORT + 2].copy_from_slice(&src.port().to_ne_bytes());
         match crate::frame::canonical_ip(src.ip()) {
             IpAddr::V4(a) => {
-                hdr[E_FAMILY] = 4;
+                hdr[E_FAMILY] = 4 | if placed { E_PLACED } else { 0 };
                 hdr[E_IP..E_IP + 4].copy_from_slice(&a.octets());
             }
             IpAddr::V6(a) => {
-                hdr[E_FAMILY] = 6;
+                hdr[E_FAMILY] = 6 | if placed { E_PLACED } else { 0 };
                 hdr[E_IP..E_IP + 16].copy_from_slice(&a.octets());
             }
         }
@@ -517,6 +663,90 @@ impl Outbox {
             .seq(pos)
             .store(pos.wrapping_add(1), Ordering::Release);
         Pushed::Queued
+    }
+
+    /// Places the payload of an RDMA WRITE to the peer's QP `qpn` (R_Key `rkey`, address
+    /// `va`) straight into the peer's memory, with process_vm_writev(2), if the peer
+    /// published both the QP and a region of the QP's PD that holds `[va, va + len)`. The
+    /// last byte is stored last, as the responder places it. True when placed; false leaves
+    /// it to the responder (also, from then on, when the kernel refuses: another user's
+    /// process, or a ptrace policy).
+    ///
+    /// The caller's HCA vouches that the responder expects this packet next (see
+    /// `softib_core::PlacementUpdate`); the responder still checks it, without the copy.
+    pub fn place_write(&self, qpn: u32, rkey: u32, va: u64, data: &[u8]) -> bool {
+        if data.is_empty() || !self.may_place.load(Ordering::Relaxed) {
+            return false;
+        }
+        let m = &self.map;
+        // Counted before the look: the owner clears an entry, then waits for the count.
+        m.u32_at(OFF_PLACING).fetch_add(1, Ordering::SeqCst);
+        let placed = self
+            .find_target(qpn, rkey, va, data.len() as u64)
+            .is_some_and(|addr| {
+                let pid = m.u32_at(OFF_PID).load(Ordering::Relaxed) as libc::pid_t;
+                let (last, head) = data.split_last().expect("not empty");
+                let local = [
+                    libc::iovec {
+                        iov_base: head.as_ptr() as *mut c_void,
+                        iov_len: head.len(),
+                    },
+                    libc::iovec {
+                        iov_base: last as *const u8 as *mut c_void,
+                        iov_len: 1,
+                    },
+                ];
+                let remote = [
+                    libc::iovec {
+                        iov_base: addr as *mut c_void,
+                        iov_len: head.len(),
+                    },
+                    libc::iovec {
+                        iov_base: (addr + head.len() as u64) as *mut c_void,
+                        iov_len: 1,
+                    },
+                ];
+                // SAFETY: the local iovecs name `data`, which lives across the call; the remote
+                // ones name the peer's memory, which the kernel checks (EFAULT), not ours.
+                let n = unsafe {
+                    libc::process_vm_writev(pid, local.as_ptr(), 2, remote.as_ptr(), 2, 0)
+                };
+                if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+                    self.may_place.store(false, Ordering::Relaxed);
+                }
+                n == data.len() as isize
+            });
+        m.u32_at(OFF_PLACING).fetch_sub(1, Ordering::Release);
+        placed
+    }
+
+    /// The peer's address of `[va, va + len)` under `rkey` for its QP `qpn`, if published.
+    fn find_target(&self, qpn: u32, rkey: u32, va: u64, len: u64) -> Option<u64> {
+        let m = &self.map;
+        let live = |at: usize, key: u32| {
+            m.u32_at(at).load(Ordering::SeqCst) == 1
+                && m.u32_at(at + 4).load(Ordering::Relaxed) == key
+        };
+        let qp = (0..QP_ENTRIES)
+            .map(Publisher::qp_at)
+            .find(|&at| live(at, qpn))?;
+        let pd = m.u64_at(qp + 8).load(Ordering::Relaxed);
+        let r = (0..REGION_ENTRIES)
+            .map(Publisher::region_at)
+            .find(|&at| live(at, rkey) && m.u64_at(at + 8).load(Ordering::Relaxed) == pd)?;
+        let iova = m.u64_at(r + 16).load(Ordering::Relaxed);
+        let rlen = m.u64_at(r + 24).load(Ordering::Relaxed);
+        let addr = m.u64_at(r + 32).load(Ordering::Relaxed);
+        let off = va.checked_sub(iova)?;
+        (off.checked_add(len)? <= rlen).then_some(())?;
+        addr.checked_add(off)
+    }
+
+    /// True when at least half the ring is free (as the consumer's head last said).
+    pub fn roomy(&self) -> bool {
+        let tail = self.map.u64_at(OFF_TAIL).load(Ordering::Relaxed);
+        let head = self.map.u64_at(OFF_HEAD).load(Ordering::Acquire);
+        tail.wrapping_sub(head) < SLOTS / 2
     }
 
     /// True when the peer sleeps (or is about to) without having seen what was pushed
@@ -699,5 +929,111 @@ mod tests {
         let mut buf = vec![0u8; SLOT_PAYLOAD];
         assert_eq!(inbox.pop(&mut buf), Some(None));
         assert!(inbox.pop(&mut buf).is_none());
+    }
+
+    #[test]
+    fn placed_writes_go_only_where_published() {
+        use softib_core::{PlacementSink, PlacementUpdate as U};
+        let me = addr(40_031);
+        let inbox = Inbox::create(me).unwrap();
+        let mut publisher = inbox.publisher();
+        let out = Outbox::attach(me).expect("own inbox is attachable");
+        // This process's own memory stands for the peer's.
+        let mut target = vec![b'.'; 64];
+        let at = target.as_mut_ptr() as u64;
+        let place = |qpn, rkey, va, data: &[u8]| out.place_write(qpn, rkey, va, data);
+        assert!(!place(5, 0x100, 0x1000, b"early"), "nothing published yet");
+        publisher.update(U::Qp { qpn: 5, pd: 7 });
+        publisher.update(U::Region {
+            rkey: 0x100,
+            pd: 7,
+            iova: 0x1000,
+            len: 64,
+            addr: at,
+        });
+        publisher.update(U::Region {
+            rkey: 0x200,
+            pd: 8,
+            iova: 0x1000,
+            len: 64,
+            addr: at,
+        });
+        assert!(place(5, 0x100, 0x1010, b"hello"));
+        // SAFETY: process_vm_writev wrote through the pointer; read it back volatile.
+        let read = |i: usize| unsafe { std::ptr::read_volatile(target.as_ptr().add(i)) };
+        let now: Vec<u8> = (0..64).map(read).collect();
+        assert_eq!(&now[16..21], b"hello");
+        assert!(now[..16].iter().chain(&now[21..]).all(|&b| b == b'.'));
+        assert!(!place(5, 0x101, 0x1010, b"x"), "unknown R_Key");
+        assert!(!place(6, 0x100, 0x1010, b"x"), "unknown QP");
+        assert!(!place(5, 0x200, 0x1010, b"x"), "region of another PD");
+        assert!(
+            !place(5, 0x100, 0x1000 + 60, b"12345"),
+            "past the region's end"
+        );
+        assert!(!place(5, 0x100, 0x0fff, b"x"), "before the region");
+        assert!(
+            place(5, 0x100, 0x1000 + 59, b"12345"),
+            "to the region's last byte"
+        );
+        publisher.update(U::RegionGone { rkey: 0x100 });
+        assert!(!place(5, 0x100, 0x1010, b"x"), "withdrawn region");
+        publisher.update(U::Region {
+            rkey: 0x100,
+            pd: 7,
+            iova: 0x1000,
+            len: 64,
+            addr: at,
+        });
+        assert!(place(5, 0x100, 0x1010, b"y"), "published again");
+        publisher.update(U::QpGone { qpn: 5 });
+        assert!(!place(5, 0x100, 0x1010, b"x"), "withdrawn QP");
+        // A QP published again takes its new PD.
+        publisher.update(U::Qp { qpn: 5, pd: 8 });
+        assert!(
+            !place(5, 0x100, 0x1010, b"x"),
+            "the region's PD is not the QP's now"
+        );
+        assert!(place(5, 0x200, 0x1010, b"z"));
+        assert_eq!(read(16), b'z');
+        drop(target);
+    }
+
+    #[test]
+    fn a_withdrawal_waits_for_a_placement_in_progress() {
+        use softib_core::{PlacementSink, PlacementUpdate as U};
+        let me = addr(40_032);
+        let inbox = Inbox::create(me).unwrap();
+        let mut publisher = inbox.publisher();
+        publisher.update(U::Qp { qpn: 9, pd: 1 });
+        // A sender between its count and its copy, for 100 ms.
+        let map = std::sync::Arc::clone(&inbox.map);
+        map.u32_at(OFF_PLACING).fetch_add(1, Ordering::SeqCst);
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            map.u32_at(OFF_PLACING).fetch_sub(1, Ordering::SeqCst);
+        });
+        let start = std::time::Instant::now();
+        publisher.update(U::QpGone { qpn: 9 });
+        assert!(start.elapsed() >= std::time::Duration::from_millis(90));
+        sender.join().unwrap();
+        // Nothing to withdraw: no wait.
+        let start = std::time::Instant::now();
+        publisher.update(U::QpGone { qpn: 9 });
+        assert!(start.elapsed() < std::time::Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_popped_datagram_says_whether_it_was_placed() {
+        let me = addr(40_033);
+        let mut inbox = Inbox::create(me).unwrap();
+        let out = Outbox::attach(me).unwrap();
+        let mut buf = vec![0u8; SLOT_PAYLOAD];
+        for placed in [true, false, true] {
+            assert_eq!(out.push_marked(addr(1), b"frame", placed), Pushed::Queued);
+            let (src, len) = inbox.pop(&mut buf).unwrap().unwrap();
+            assert_eq!((src, &buf[..len]), (addr(1), &b"frame"[..]));
+            assert_eq!(inbox.last_placed(), placed);
+        }
     }
 }

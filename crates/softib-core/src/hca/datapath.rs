@@ -415,6 +415,7 @@ impl Hca {
     /// frame is longer than the last one: a caller that passes the same buffer every time
     /// saves the zero-fill of a fresh one.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> bool {
+        self.tx_placeable = false;
         while let Some(qpn) = self.tx_ready.pop_front() {
             let qp_type = match self.qps.get_mut(&qpn) {
                 Some(qp) => {

@@ -24,6 +24,7 @@
 mod apm;
 mod completer;
 mod datapath;
+mod placement;
 mod qp;
 mod raw;
 mod rd;
@@ -38,6 +39,7 @@ pub use datapath::{
     gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, MAX_FRAME, MULTICAST_LID_BASE,
     PERMISSIVE_LID,
 };
+pub use placement::{PlacementSink, PlacementUpdate};
 pub use raw::{raw_header_len, raw_max_message};
 pub use ud::{
     is_multicast_gid, read_grh_area, GrhAreaInfo, GRH_AREA, GSI_QKEY, GSI_QPN, MCAST_QPN,
@@ -159,6 +161,12 @@ impl std::ops::Index<&u32> for QpMap {
 /// queued WQEs directly.
 #[derive(Debug, Clone)]
 pub struct Hca {
+    /// Where placement updates go ([`Hca::set_placement_sink`]).
+    pub(crate) placement: placement::SinkSlot,
+    /// The last packet written may be placed by its sender ([`Hca::tx_placeable`]).
+    pub(crate) tx_placeable: bool,
+    /// The frame being handled was placed by its sender ([`Hca::set_placed_by_sender`]).
+    pub(crate) placed_by_sender: bool,
     pub(crate) device: DeviceAttr,
     pub(crate) ports: Vec<PortConfig>,
     pub(crate) pds: Table<Pd>,
@@ -211,6 +219,9 @@ impl Hca {
         device.phys_port_cnt = u8::try_from(config.ports.len()).unwrap_or(u8::MAX);
         let next_srqn = first_srqn(device.node_guid);
         Hca {
+            placement: placement::SinkSlot::default(),
+            tx_placeable: false,
+            placed_by_sender: false,
             device,
             ports: config.ports,
             pds: Table::default(),
@@ -318,6 +329,11 @@ impl Hca {
             return Err(RegMrError::NoSuchPd(pd));
         }
         let len = data.len() as u64;
+        // Lent memory is the application's: a same-host sender may place into it.
+        let lent_at = match &data {
+            MrMemory::External(e) => Some(e.bytes().as_ptr() as u64),
+            MrMemory::Owned(_) => None,
+        };
         if len > self.device.max_mr_size {
             return Err(RegMrError::TooLarge {
                 len,
@@ -344,11 +360,15 @@ impl Hca {
                 },
             })?;
         self.pd_use(pd, 1);
+        self.placement_region(&info, lent_at);
         Ok(info)
     }
 
     /// Deregisters a memory region and drops its bytes.
     pub fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), DeregMrError> {
+        if let Some(info) = self.mrs.info(mr) {
+            self.placement_update(PlacementUpdate::RegionGone { rkey: info.rkey });
+        }
         let pd = self.mrs.remove(mr).ok_or(DeregMrError::NoSuchMr(mr))?;
         self.pd_use(pd, -1);
         Ok(())

@@ -150,6 +150,7 @@ impl Hca {
             qp.opens -= 1;
             return Ok(());
         }
+        self.placement_update(super::PlacementUpdate::QpGone { qpn: qpn.value() });
         self.flush_qp(qpn);
         self.mcast_detach_all(qpn.value());
         let qp = self
@@ -290,6 +291,9 @@ impl Hca {
         }
         if mask.contains(QpAttrMask::PATH_MIG_STATE) && !reset {
             self.apply_path_mig_state(key, attr.path_mig_state, mig_was);
+        }
+        if super::rd::qpn_of_key(key).is_some() {
+            self.placement_qp(key);
         }
         self.rearm_timer(key);
         Ok(())
@@ -525,6 +529,7 @@ impl Hca {
         qp.attr.qp_state = QpState::Err;
         qp.sq_draining = false;
         let srq = qp.srq;
+        self.placement_update(super::PlacementUpdate::QpGone { qpn: qpn.value() });
         if let Some(e) = event {
             self.async_events.push_back(e);
         }

@@ -343,6 +343,10 @@ impl Hca {
         // The frame is out: the state moves as the general path moves it.
         self.ip_ident = ident;
         self.counters.express_requests += 1;
+        // A same-host sender may place an RDMA WRITE Only itself when nothing before it is
+        // unacknowledged: the responder then expects exactly this PSN, with no NAK pending
+        // (`placement`).
+        self.tx_placeable = opcode == Opcode::RC_RDMA_WRITE_ONLY && oldest.is_none();
         let w = &mut qp.sq[cur];
         w.tx.started = true;
         w.tx.first_psn = psn;

@@ -153,11 +153,14 @@ impl Hca {
             (sge.lkey, sge.addr, AccessFlags::LOCAL_WRITE, false)
         };
         if len > 0 {
+            // Placed by a same-host sender: checked all the same, not copied again.
+            let placed = remote && self.placed_by_sender;
             match self
                 .mrs
                 .bytes_mut(qp.pd, key, addr, len as u64, needed, remote)
             {
-                Some(bytes) => super::place(bytes, payload),
+                Some(bytes) if !placed => super::place(bytes, payload),
+                Some(_) => {}
                 None => return false,
             }
         }
@@ -681,7 +684,9 @@ impl Hca {
                 offset: slice.offset + offset as usize,
                 len: t.payload.len(),
             };
+            let placed = self.placed_by_sender;
             match self.mr_slice_mut(&sub) {
+                Some(_) if placed => {}
                 Some(dst) => super::place(dst, t.payload),
                 None => {
                     return Err(Refusal::Fatal(
@@ -1360,7 +1365,9 @@ impl Hca {
 
     /// Invalidates the memory region whose R_Key is `rkey` in `pd` (SEND with invalidate).
     fn invalidate_rkey(&mut self, pd: crate::verbs::PdHandle, rkey: u32) {
-        self.mrs.invalidate_rkey(pd, rkey);
+        if self.mrs.invalidate_rkey(pd, rkey) {
+            self.placement_update(super::PlacementUpdate::RegionGone { rkey });
+        }
     }
 }
 
