@@ -942,22 +942,18 @@ mod tests {
         let mut target = vec![b'.'; 64];
         let at = target.as_mut_ptr() as u64;
         let place = |qpn, rkey, va, data: &[u8]| out.place_write(qpn, rkey, va, data);
+        // The 64 bytes at I/O virtual address 0x1000, under `rkey` in `pd`.
+        let region = |rkey, pd| U::Region {
+            rkey,
+            pd,
+            iova: 0x1000,
+            len: 64,
+            addr: at,
+        };
         assert!(!place(5, 0x100, 0x1000, b"early"), "nothing published yet");
         publisher.update(U::Qp { qpn: 5, pd: 7 });
-        publisher.update(U::Region {
-            rkey: 0x100,
-            pd: 7,
-            iova: 0x1000,
-            len: 64,
-            addr: at,
-        });
-        publisher.update(U::Region {
-            rkey: 0x200,
-            pd: 8,
-            iova: 0x1000,
-            len: 64,
-            addr: at,
-        });
+        publisher.update(region(0x100, 7));
+        publisher.update(region(0x200, 8));
         assert!(place(5, 0x100, 0x1010, b"hello"));
         // SAFETY: process_vm_writev wrote through the pointer; read it back volatile.
         let read = |i: usize| unsafe { std::ptr::read_volatile(target.as_ptr().add(i)) };
@@ -978,13 +974,7 @@ mod tests {
         );
         publisher.update(U::RegionGone { rkey: 0x100 });
         assert!(!place(5, 0x100, 0x1010, b"x"), "withdrawn region");
-        publisher.update(U::Region {
-            rkey: 0x100,
-            pd: 7,
-            iova: 0x1000,
-            len: 64,
-            addr: at,
-        });
+        publisher.update(region(0x100, 7));
         assert!(place(5, 0x100, 0x1010, b"y"), "published again");
         publisher.update(U::QpGone { qpn: 5 });
         assert!(!place(5, 0x100, 0x1010, b"x"), "withdrawn QP");

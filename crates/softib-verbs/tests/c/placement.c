@@ -86,9 +86,8 @@ static char src[SIZE];
 static char dst[4 * SIZE];
 static char other[4 * SIZE];
 
-/* One WRITE of `src` to (addr, rkey) from `qp`; its completion's status. */
-static enum ibv_wc_status write_one(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *smr,
-				    uint64_t addr, uint32_t rkey)
+/* Posts one signaled WRITE of `src` to (addr, rkey) from `qp`. */
+static void post_write(struct ibv_qp *qp, struct ibv_mr *smr, uint64_t addr, uint32_t rkey)
 {
 	struct ibv_sge sge = {(uintptr_t)src, SIZE, smr->lkey};
 	struct ibv_send_wr wr = {0}, *bad;
@@ -100,6 +99,13 @@ static enum ibv_wc_status write_one(struct ibv_qp *qp, struct ibv_cq *cq, struct
 	wr.wr.rdma.rkey = rkey;
 	if (ibv_post_send(qp, &wr, &bad))
 		DIE("ibv_post_send");
+}
+
+/* One WRITE of `src` to (addr, rkey) from `qp`; its completion's status. */
+static enum ibv_wc_status write_one(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *smr,
+				    uint64_t addr, uint32_t rkey)
+{
+	post_write(qp, smr, addr, rkey);
 	struct ibv_wc wc;
 	if (!poll_one(cq, &wc, 10))
 		DIE("no completion");
@@ -166,16 +172,7 @@ int main(int argc, char **argv)
 		for (int r = 0; r < 50; r++) {
 			memset(src, 'k', SIZE);
 			memset(dst, '.', sizeof(dst));
-			struct ibv_sge sge = {(uintptr_t)src, SIZE, smr->lkey};
-			struct ibv_send_wr wr = {0}, *bad;
-			wr.opcode = IBV_WR_RDMA_WRITE;
-			wr.send_flags = IBV_SEND_SIGNALED;
-			wr.sg_list = &sge;
-			wr.num_sge = 1;
-			wr.wr.rdma.remote_addr = (uintptr_t)dst;
-			wr.wr.rdma.rkey = dmr->rkey;
-			if (ibv_post_send(a, &wr, &bad))
-				DIE("ibv_post_send");
+			post_write(a, smr, (uintptr_t)dst, dmr->rkey);
 			double end = now() + 5;
 			while (*(volatile char *)&dst[SIZE - 1] != 'k' && now() < end)
 				;
