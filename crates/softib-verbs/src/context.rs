@@ -542,50 +542,45 @@ fn progress_loop(shared: &Shared) {
     }
 }
 
-/// Looks for a packet for up to `d`, yielding the CPU between looks; true if one came, the
-/// thread was woken or the application made a call (then the caller looks again whether it
-/// polls). The socket is looked at with a zero-timeout poll(2), a same-host inbox by reading
-/// its head.
+/// Looks for a packet for up to `d` ([`watch`]); true if one came, the thread was woken or
+/// the application made a call (then the caller looks again whether it polls). The socket is
+/// looked at with a zero-timeout poll(2), a same-host inbox by reading its head.
 fn linger(shared: &Shared, d: Duration) -> bool {
-    let start = std::time::Instant::now();
     let polls = shared.app_polls.load(Ordering::Relaxed);
-    loop {
-        if shared
+    watch(d, || {
+        shared
             .shm_waker
             .as_ref()
             .is_some_and(softib_udp::shm::Waker::ready)
             || shared.app_polls.load(Ordering::Relaxed) != polls
             || readable(&[shared.sock_fd, shared.wake_fd])
-        {
+    })
+}
+
+/// True if the application's call counter moves within [`APP_POLL_WINDOW`] ([`watch`]: the
+/// thread yields its CPU meanwhile, as the application may need this very CPU to move it).
+/// It does not sleep: a timed sleep of a few microseconds takes tens here, and an
+/// application that spins on memory (perftest's `ib_write_lat`) waits for this answer before
+/// its packets are served.
+fn app_is_polling(shared: &Shared) -> bool {
+    let p0 = shared.app_polls.load(Ordering::Relaxed);
+    watch(APP_POLL_WINDOW, || {
+        shared.app_polls.load(Ordering::Relaxed) != p0
+    })
+}
+
+/// Looks at `until` for up to `d`, yielding the CPU between looks (a runnable thread of
+/// this CPU, such as the application, runs meanwhile); true as soon as it holds.
+fn watch(d: Duration, mut until: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if until() {
             return true;
         }
         if start.elapsed() >= d {
             return false;
         }
-        // SAFETY: no arguments; lets a runnable thread of this CPU run.
-        unsafe {
-            libc::sched_yield();
-        }
-    }
-}
-
-/// True if the application's call counter moves within [`APP_POLL_WINDOW`]. The thread
-/// yields its CPU meanwhile rather than spin: the application may need this very CPU to move
-/// it. It does not sleep either: a timed sleep of a few microseconds takes tens here, and
-/// an application that spins on memory (perftest's `ib_write_lat`) waits for this answer
-/// before its packets are served (`ib_write_lat -s 64` on this library: 94 µs one way with a
-/// 10 µs sleep, 40 µs with this window).
-fn app_is_polling(shared: &Shared) -> bool {
-    let p0 = shared.app_polls.load(Ordering::Relaxed);
-    let start = std::time::Instant::now();
-    loop {
-        if shared.app_polls.load(Ordering::Relaxed) != p0 {
-            return true;
-        }
-        if start.elapsed() >= APP_POLL_WINDOW {
-            return false;
-        }
-        // SAFETY: no arguments; lets a runnable thread of this CPU (the application) run.
+        // SAFETY: no arguments.
         unsafe {
             libc::sched_yield();
         }
