@@ -192,6 +192,14 @@ impl Mapping {
         unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU32>() }
     }
 
+    /// True when the table entry at `at` (a state word, 1 when live, then a 32-bit key) is
+    /// live with `key`. The state is read SeqCst: a sender's look pairs with the owner's
+    /// clear (see [`Outbox::place_write`]).
+    fn entry_is(&self, at: usize, key: u32) -> bool {
+        self.u32_at(at).load(Ordering::SeqCst) == 1
+            && self.u32_at(at + 4).load(Ordering::Relaxed) == key
+    }
+
     /// The sequence number of the slot of position `pos`.
     fn seq(&self, pos: u64) -> &AtomicU64 {
         self.u64_at(SEQS + 8 * (pos % SLOTS) as usize)
@@ -426,12 +434,9 @@ impl Publisher {
     fn withdraw(&self, offsets: impl Iterator<Item = usize>, key: u32) {
         let mut found = false;
         for at in offsets {
-            let m = &self.map;
-            if m.u32_at(at).load(Ordering::Relaxed) == 1
-                && m.u32_at(at + 4).load(Ordering::Relaxed) == key
-            {
+            if self.map.entry_is(at, key) {
                 // Pairs with the sender's count of itself and its look at the entry.
-                m.u32_at(at).store(0, Ordering::SeqCst);
+                self.map.u32_at(at).store(0, Ordering::SeqCst);
                 found = true;
             }
         }
@@ -448,14 +453,9 @@ impl Publisher {
         }
     }
 
-    /// Writes an entry's fields behind its state word, then makes it live. False when the
+    /// Writes an entry's fields behind its state word, then makes it live. Nothing when the
     /// table is full (the region or QP is then simply not published).
-    fn publish(
-        &self,
-        offsets: impl Iterator<Item = usize>,
-        fields: &[(usize, u64)],
-        key: u32,
-    ) -> bool {
+    fn publish(&self, offsets: impl Iterator<Item = usize>, fields: &[(usize, u64)], key: u32) {
         let m = &self.map;
         for at in offsets {
             if m.u32_at(at).load(Ordering::Relaxed) != 0 {
@@ -466,9 +466,8 @@ impl Publisher {
                 m.u64_at(at + off).store(v, Ordering::Relaxed);
             }
             m.u32_at(at).store(1, Ordering::Release);
-            return true;
+            return;
         }
-        false
     }
 }
 
@@ -723,17 +722,13 @@ impl Outbox {
     /// The peer's address of `[va, va + len)` under `rkey` for its QP `qpn`, if published.
     fn find_target(&self, qpn: u32, rkey: u32, va: u64, len: u64) -> Option<u64> {
         let m = &self.map;
-        let live = |at: usize, key: u32| {
-            m.u32_at(at).load(Ordering::SeqCst) == 1
-                && m.u32_at(at + 4).load(Ordering::Relaxed) == key
-        };
         let qp = (0..QP_ENTRIES)
             .map(Publisher::qp_at)
-            .find(|&at| live(at, qpn))?;
+            .find(|&at| m.entry_is(at, qpn))?;
         let pd = m.u64_at(qp + 8).load(Ordering::Relaxed);
         let r = (0..REGION_ENTRIES)
             .map(Publisher::region_at)
-            .find(|&at| live(at, rkey) && m.u64_at(at + 8).load(Ordering::Relaxed) == pd)?;
+            .find(|&at| m.entry_is(at, rkey) && m.u64_at(at + 8).load(Ordering::Relaxed) == pd)?;
         let iova = m.u64_at(r + 16).load(Ordering::Relaxed);
         let rlen = m.u64_at(r + 24).load(Ordering::Relaxed);
         let addr = m.u64_at(r + 32).load(Ordering::Relaxed);
