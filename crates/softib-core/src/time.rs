@@ -100,9 +100,45 @@ pub fn transport_timer(exp: u8) -> Option<Duration> {
     Some(Duration::from_nanos(TRANSPORT_TIMER_UNIT_NS << exp))
 }
 
+/// When a transport timer of exponent `exp` started at `now` expires, on a clock whose
+/// readings may lag true time by up to `lag` ([`crate::hca::Hca::set_clock_lag`]); `None`
+/// for the infinite timeout.
+///
+/// - It expires `lag` later than `now + Ttr`: never before Ttr has truly passed (C9-141's
+///   lower bound).
+/// - Ttr is at least `lag`: the smallest nonzero timeout such an HCA supports, which it
+///   uses for smaller ones (C9-140). Expiring up to `lag` late, plus a tick of the clock,
+///   then stays within C9-141's upper bound of 4 Ttr.
+///
+/// With `lag` 0 this is `now + Ttr`.
+pub fn transport_deadline(now: Instant, exp: u8, lag: Duration) -> Option<Instant> {
+    transport_timer(exp).map(|d| now.saturating_add(d.max(lag)).saturating_add(lag))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transport_deadline_on_a_lagging_clock() {
+        let t = Instant::from_nanos(1_000);
+        let ttr = transport_timer(14).unwrap();
+        assert_eq!(transport_deadline(t, 0, Duration::from_millis(8)), None);
+        assert_eq!(
+            transport_deadline(t, 14, Duration::ZERO),
+            Some(t.saturating_add(ttr))
+        );
+        let lag = Duration::from_millis(8);
+        assert_eq!(
+            transport_deadline(t, 14, lag),
+            Some(t.saturating_add(ttr + lag))
+        );
+        // Below the lag, Ttr is the lag (4.096 µs × 2^10 = 4.19 ms < 8 ms).
+        assert_eq!(
+            transport_deadline(t, 10, lag),
+            Some(t.saturating_add(2 * lag))
+        );
+    }
 
     #[test]
     fn instant_arithmetic() {

@@ -22,6 +22,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{hdr, patch_transport, Dir, Pair, Seen, Svc, BTH_AT};
 use softib_core::setup::ConnectOptions;
 use softib_core::time::Instant;
@@ -1345,6 +1347,44 @@ fn c9_130_case(svc: Svc) {
     }
 }
 
+#[test]
+fn c9_130_rnr_retry_waits_the_advertised_time_on_a_lagging_clock() {
+    c9_130_lagging_case(Svc::Rc);
+}
+
+#[test]
+fn o9_76_a1_xrc_rnr_retry_waits_the_advertised_time_on_a_lagging_clock() {
+    c9_130_lagging_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_76_a1_rd_rnr_retry_waits_the_advertised_time_on_a_lagging_clock() {
+    c9_130_lagging_case(Svc::Rd);
+}
+
+/// C9-130 with readings that lag true time by up to `LAG_NS`: the RNR NAK is taken on a
+/// reading a whole lag behind (true time `t0`), and the retry still waits the whole interval
+/// of true time, read exactly.
+fn c9_130_lagging_case(svc: Svc) {
+    for code in [1u8, 14, 0] {
+        let mut p = one_send(svc);
+        p.a.hca.set_clock_lag(Duration::from_nanos(LAG_NS));
+        let t0 = 50_000_000;
+        p.advance_to(t0 - LAG_NS);
+        to_a(&mut p, P, 0x20 | code);
+        let wait = softib_wire::aeth::RnrTimer::new(code).as_nanos();
+        assert!(from_a(&mut p).is_empty());
+        p.advance_to(t0 + wait - 1);
+        assert!(from_a(&mut p).is_empty(), "code {code}: too early");
+        p.advance_to(t0 + wait);
+        assert_eq!(
+            op_psns(&from_a(&mut p)),
+            vec![(Opcode::RC_SEND_ONLY, P)],
+            "code {code}"
+        );
+    }
+}
+
 /// A SEND to a B that never posts a receive, with `rnr_retry`; returns the pair after
 /// running until `limit_ns` (virtual).
 fn rnr_forever(svc: Svc, rnr_retry: u8, limit_ns: u64) -> Pair {
@@ -1716,6 +1756,63 @@ fn c9_141_case(svc: Svc) {
     assert!((t0 + ttr..=t0 + 4 * ttr).contains(&t), "{t}");
     p.advance_to(t);
     assert_eq!(op_psns(&from_a(&mut p)), vec![(Opcode::RC_SEND_ONLY, P)]);
+}
+
+/// How far a coarse clock's readings lag true time in the lagging-clock cases (twice a
+/// 4 ms tick, what softib-udp's coarse clock tells the HCA at HZ=250).
+const LAG_NS: u64 = 8_000_000;
+
+#[test]
+fn c9_141_timeout_between_ttr_and_4_ttr_on_a_lagging_clock() {
+    c9_141_lagging_case(Svc::Rc);
+}
+
+#[test]
+fn o9_87_xrc_timeout_between_ttr_and_4_ttr_on_a_lagging_clock() {
+    c9_141_lagging_case(Svc::Xrc);
+}
+
+#[test]
+fn o9_88_rd_timeout_between_ttr_and_4_ttr_on_a_lagging_clock() {
+    c9_141_lagging_case(Svc::Rd);
+}
+
+/// C9-141 with readings that lag true time by up to `LAG_NS` (`Hca::set_clock_lag`). The
+/// request is stamped with a reading a whole lag behind (true time `t0`), and the timer is
+/// still not due before `t0 + Ttr`. Read a whole lag behind when it is checked, it is seen
+/// within 4 Ttr. Below the lag, Ttr is the lag (the smallest the HCA then supports, C9-140):
+/// timeout 5 (131 µs) and 14 (67 ms).
+fn c9_141_lagging_case(svc: Svc) {
+    for timeout in [5u8, 14] {
+        let ttr = (4096u64 << timeout).max(LAG_NS);
+        let mut p = pair_with(
+            svc,
+            ConnectOptions {
+                timeout,
+                ..ConnectOptions::default()
+            },
+        );
+        p.a.hca.set_clock_lag(Duration::from_nanos(LAG_NS));
+        let t0 = 50_000_000;
+        p.advance_to(t0 - LAG_NS);
+        let wr = send(&p, 1, 0, 8);
+        p.post_a(&[wr]);
+        assert_eq!(from_a(&mut p).len(), 1);
+        let t = a_timer(&p).unwrap();
+        assert!(t >= t0 + ttr, "timeout {timeout}: due at {t}, before Ttr");
+        assert!(
+            t + LAG_NS <= t0 + 4 * ttr,
+            "timeout {timeout}: seen after 4 Ttr"
+        );
+        p.advance_to(t - 1);
+        assert!(from_a(&mut p).is_empty(), "timeout {timeout}");
+        p.advance_to(t);
+        assert_eq!(
+            op_psns(&from_a(&mut p)),
+            vec![(Opcode::RC_SEND_ONLY, P)],
+            "timeout {timeout}"
+        );
+    }
 }
 
 #[test]

@@ -22,6 +22,7 @@
 // of `shm` (which allow it).
 #![deny(unsafe_code)]
 
+pub mod clock;
 pub mod endpoint;
 pub mod frame;
 pub mod relay;
@@ -34,6 +35,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use clock::{Clock, ClockChoice};
 use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState, BATCH_SIZE};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::net::{SendAncillaryBuffer, SendFlags, SocketAddrAny};
@@ -203,6 +205,9 @@ pub struct DeviceConfig {
     /// RoCEv2 port, unless every softib process on the host uses another one (see
     /// softib-verbs' "auto" devices on a host whose kernel rxe holds 4791).
     pub peer_port: u16,
+    /// The clock the device reads: the precise one, or the coarse one where the precise one
+    /// is slow to read ([`clock`]).
+    pub clock: ClockChoice,
 }
 
 impl DeviceConfig {
@@ -229,6 +234,7 @@ impl DeviceConfig {
             busy_yields: BUSY_YIELDS,
             transport: Transport::Auto,
             peer_port: ROCEV2_PORT,
+            clock: ClockChoice::Auto,
         }
     }
 
@@ -295,7 +301,7 @@ pub struct Device {
     socket: UdpSocket,
     state: UdpSocketState,
     local: SocketAddr,
-    epoch: std::time::Instant,
+    clock: Clock,
     icrc: IcrcPolicy,
     gso: bool,
     /// Peers reached through another socket address: (peer IP, where its datagrams go and
@@ -340,6 +346,9 @@ pub struct Device {
     /// Empty socket reads in a row, and when the quiet socket is read next (ns, HCA clock).
     udp_quiet: u32,
     udp_next_check: u64,
+    /// Rounds the quiet socket was not read in (on the coarse clock, which cannot time
+    /// [`UDP_QUIET_CHECK_NS`], the socket is read every [`UDP_QUIET_CHECK_ROUNDS`]).
+    udp_skipped: u32,
 }
 
 /// How a destination is reached.
@@ -355,9 +364,11 @@ enum Peer {
 const SHM_LOOK_AGAIN_NS: u64 = 1_000_000_000;
 
 /// Empty socket reads in a row after which a device with an inbox reads its socket only
-/// every [`UDP_QUIET_CHECK_NS`].
+/// every [`UDP_QUIET_CHECK_NS`] (on the coarse clock, every [`UDP_QUIET_CHECK_ROUNDS`]
+/// rounds).
 const UDP_QUIET_ROUNDS: u32 = 8;
 const UDP_QUIET_CHECK_NS: u64 = 50_000;
+const UDP_QUIET_CHECK_ROUNDS: u32 = 64;
 
 /// Most datagrams one round takes from the inbox (what one GRO receive batch may hold).
 const SHM_RX_BATCH: usize = 1024;
@@ -424,6 +435,8 @@ impl Device {
             None => None,
         };
         let mut hca = Hca::new(cfg.hca_config());
+        let clock = Clock::new(cfg.clock);
+        hca.set_clock_lag(clock.lag());
         if let Some(i) = &inbox {
             hca.set_placement_sink(Box::new(i.publisher()));
         }
@@ -432,7 +445,7 @@ impl Device {
             socket,
             state,
             local,
-            epoch: std::time::Instant::now(),
+            clock,
             icrc: cfg.icrc,
             gso: cfg.gso,
             routes: Vec::new(),
@@ -460,6 +473,7 @@ impl Device {
             shm_pushed_to: Vec::with_capacity(4),
             udp_quiet: 0,
             udp_next_check: 0,
+            udp_skipped: 0,
         })
     }
 
@@ -527,9 +541,14 @@ impl Device {
         self.tx_route4 = None;
     }
 
+    /// The clock the device reads ([`DeviceConfig::clock`]).
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
     /// The HCA's clock now.
     pub fn now(&self) -> Instant {
-        Instant::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+        self.clock.now()
     }
 
     /// One round of the progress engine without sleeping: send what the HCA has queued,
@@ -909,12 +928,16 @@ impl Device {
         // UDP_QUIET_CHECK_NS, not on every round: its empty `recvmmsg` would be most of a
         // busy-polling round between same-host peers. Any datagram from it (a UDP peer)
         // brings back a read per round.
-        let udp = if self.inbox.is_some()
-            && self.udp_quiet >= UDP_QUIET_ROUNDS
-            && now.as_nanos() < self.udp_next_check
-        {
+        let not_due = if self.clock.is_coarse() {
+            self.udp_skipped < UDP_QUIET_CHECK_ROUNDS
+        } else {
+            now.as_nanos() < self.udp_next_check
+        };
+        let udp = if self.inbox.is_some() && self.udp_quiet >= UDP_QUIET_ROUNDS && not_due {
+            self.udp_skipped += 1;
             0
         } else {
+            self.udp_skipped = 0;
             let n = self.receive_udp(now)?;
             if n == 0 {
                 self.udp_quiet = self.udp_quiet.saturating_add(1);

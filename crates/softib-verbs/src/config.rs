@@ -182,6 +182,15 @@ pub fn transport() -> softib_udp::Transport {
         .unwrap_or_default()
 }
 
+/// `SOFTIB_CLOCK=auto|precise|coarse`: the clock the device reads (default auto: the coarse
+/// one where the precise one is slow to read, as in a VM whose clock source is emulated).
+pub fn clock() -> softib_udp::ClockChoice {
+    std::env::var("SOFTIB_CLOCK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_default()
+}
+
 /// `SOFTIB_PCAP`, if set.
 pub fn pcap_base() -> Option<String> {
     std::env::var("SOFTIB_PCAP").ok().filter(|s| !s.is_empty())

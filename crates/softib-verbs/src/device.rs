@@ -278,6 +278,7 @@ fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
         cfg.active_mtu = interface_mtu(addr.ip());
         cfg.max_unacked_psns = config::window();
         cfg.transport = config::transport();
+        cfg.clock = config::clock();
         if spec.bind.is_none() {
             cfg.peer_port = addr.port();
         }
@@ -410,6 +411,7 @@ pub(crate) fn wind_up(s: &Shared) {
             eng.dev.local_addr(),
             eng.dev.hca().counters()
         );
+        eprintln!("softib {}: {:?}", eng.dev.local_addr(), eng.dev.clock());
     }
 }
 

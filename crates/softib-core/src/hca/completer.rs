@@ -16,7 +16,7 @@ use softib_wire::transport::TransportPacket;
 use softib_wire::{Operation, Position, Psn};
 
 use super::Hca;
-use crate::time::{transport_timer, Instant};
+use crate::time::{transport_deadline, Instant};
 use crate::verbs::cq::WorkCompletion;
 use crate::verbs::types::{AccessFlags, QpState, WcStatus};
 use crate::verbs::wr::{WqePayload, WrOpcode};
@@ -138,7 +138,7 @@ impl Hca {
                 if r.retry_from.is_some_and(|p| psn.distance(p) >= 0) {
                     r.retry_from = None;
                 }
-                r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+                r.timer = transport_deadline(now, qp.attr.timeout, self.clock_lag);
             }
             Operation::RdmaReadResponse => self.rc_read_response(now, qpn, t, info.position),
             _ => {}
@@ -280,7 +280,7 @@ impl Hca {
         if r.retry_from.is_some_and(|p| psn.distance(p) >= 0) {
             r.retry_from = None;
         }
-        r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+        r.timer = transport_deadline(now, qp.attr.timeout, self.clock_lag);
     }
 
     /// Places `data` at byte `offset` of the message buffer of send WQE `i` (READ data, atomic
@@ -391,7 +391,7 @@ impl Hca {
             r.retry_from = None;
             r.retries = 0;
             r.rnr_retries = 0;
-            r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+            r.timer = transport_deadline(now, qp.attr.timeout, self.clock_lag);
         }
         if released {
             self.schedule_tx(qpn);
@@ -436,7 +436,7 @@ impl Hca {
         let r = &mut qp.transport.req;
         r.retries += 1;
         r.retry_from = Some(psn);
-        r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+        r.timer = transport_deadline(now, qp.attr.timeout, self.clock_lag);
         self.counters.retry_naks += 1;
         self.rc_rewind(qpn, psn);
         self.schedule_tx(qpn);
@@ -459,7 +459,9 @@ impl Hca {
             return;
         }
         r.rnr_retries = r.rnr_retries.saturating_add(1);
-        r.rnr_wait = Some(now.saturating_add(core::time::Duration::from_nanos(wait_ns)));
+        // At least the interval the responder asked for (C9-130), also on a lagging clock.
+        let wait = core::time::Duration::from_nanos(wait_ns).saturating_add(self.clock_lag);
+        r.rnr_wait = Some(now.saturating_add(wait));
         r.timer = None;
         self.rc_rewind(qpn, psn);
     }
@@ -529,7 +531,7 @@ impl Hca {
                     qp.transport.req.timer = None;
                 } else if qp.transport.req.timer.is_none() {
                     qp.transport.req.timer =
-                        transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+                        transport_deadline(now, qp.attr.timeout, self.clock_lag);
                 }
             }
             match super::rd::eecn_of_key(qpn) {

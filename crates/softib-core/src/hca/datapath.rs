@@ -482,6 +482,16 @@ impl Hca {
         sent
     }
 
+    /// Tells the HCA that the `now` its caller passes may lag true time by up to `lag` (a
+    /// coarse clock, read for its cost; 0, the default, for an exact one). Every timer it
+    /// starts then runs `lag` longer, so that none expires early in true time: a transport
+    /// timer never before Ttr (C9-141), an RNR wait never before the interval of the NAK
+    /// (C9-130). Timers expire as late as `lag` plus the caller's own delay in reporting
+    /// them.
+    pub fn set_clock_lag(&mut self, lag: core::time::Duration) {
+        self.clock_lag = lag;
+    }
+
     /// Turns the express paths on (the default) or off: the requester's for common requests,
     /// the responder's for common requests and ACKs read straight from the frame. Both ways
     /// give the same packets and state; off leaves everything to the general path, which is

@@ -210,6 +210,8 @@ pub struct Hca {
     /// Whether common requests take the requester's express path (see
     /// [`Hca::set_express_path`]).
     pub(crate) express: bool,
+    /// How far the `now` a caller passes may lag true time ([`Hca::set_clock_lag`]).
+    pub(crate) clock_lag: core::time::Duration,
 }
 
 impl Hca {
@@ -248,6 +250,7 @@ impl Hca {
             mcast: Default::default(),
             udp_socket_port: config.udp_socket_port,
             express: true,
+            clock_lag: core::time::Duration::ZERO,
         }
     }
 

@@ -29,7 +29,7 @@ use softib_wire::xrceth::Xrceth;
 use softib_wire::{Psn, Service, XrcSrqn};
 
 use super::Hca;
-use crate::time::{transport_timer, Instant};
+use crate::time::{transport_deadline, Instant};
 use crate::verbs::cq::WorkCompletion;
 use crate::verbs::event::QpErrorCause;
 use crate::verbs::types::{AccessFlags, QpState, QpType, SendFlags, WcStatus};
@@ -373,7 +373,7 @@ impl Hca {
             _ => next_psn,
         };
         if r.timer.is_none() {
-            r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+            r.timer = transport_deadline(now, qp.attr.timeout, self.clock_lag);
         }
         // What `poll_transmit` does after a packet, with the QP in hand: back on the list
         // while anything is left to send (as `rc_may_have_tx_work`; the QP is in RTS), and
@@ -502,7 +502,7 @@ impl Hca {
             r.cur_psn = psn.next();
         }
         if r.timer.is_none() {
-            r.timer = transport_timer(qp.attr.timeout).map(|d| now.saturating_add(d));
+            r.timer = transport_deadline(now, qp.attr.timeout, self.clock_lag);
         }
         match self.build_request(qpn, cur, plan, headers, None, out) {
             Ok(built) => built,
@@ -754,8 +754,7 @@ impl Hca {
         self.counters.retry_timeouts += 1;
         self.rc_rewind(qpn, from);
         if let Some(qp) = self.qps.get_mut(&qpn) {
-            let t = transport_timer(qp.attr.timeout);
-            qp.transport.req.timer = t.map(|d| now.saturating_add(d));
+            qp.transport.req.timer = transport_deadline(now, qp.attr.timeout, self.clock_lag);
         }
     }
 

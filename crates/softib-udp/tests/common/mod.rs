@@ -10,7 +10,7 @@ use softib_core::setup::ConnectOptions;
 use softib_core::verbs::cq::WorkCompletion;
 use softib_core::verbs::types::{Mtu, QpType};
 use softib_udp::endpoint::{Endpoint, EndpointConfig};
-use softib_udp::{Device, DeviceConfig};
+use softib_udp::{ClockChoice, Device, DeviceConfig};
 use softib_wire::Psn;
 
 pub fn addr(a: u8, b: u8) -> SocketAddr {
@@ -30,10 +30,23 @@ pub fn endpoint_on(
     pcap: Option<&str>,
     transport: softib_udp::Transport,
 ) -> Endpoint {
+    endpoint_with_clock(bind, psn, buf_len, pcap, transport, ClockChoice::Auto)
+}
+
+/// [`endpoint_on`] reading the given clock.
+pub fn endpoint_with_clock(
+    bind: SocketAddr,
+    psn: u32,
+    buf_len: usize,
+    pcap: Option<&str>,
+    transport: softib_udp::Transport,
+    clock: ClockChoice,
+) -> Endpoint {
     let mut cfg = DeviceConfig::new(bind);
     cfg.active_mtu = Mtu::Mtu1024;
     cfg.pcap = pcap.map(Into::into);
     cfg.transport = transport;
+    cfg.clock = clock;
     let dev = Device::open(&cfg).expect("bind the RoCEv2 socket");
     let ecfg = EndpointConfig {
         qp_type: QpType::Rc,

@@ -1,0 +1,178 @@
+//! The device's clock: `CLOCK_MONOTONIC`, or `CLOCK_MONOTONIC_COARSE` where the precise clock
+//! is slow to read.
+//!
+//! A busy-polling device reads its clock once a round, and once after each post. On a
+//! machine whose kernel reads time through the vDSO from the TSC that costs tens of
+//! nanoseconds. In a VM whose clock source is an emulated device (the HPET, the ACPI PM
+//! timer), every read is a system call and an emulated device access: 2.7 µs in the qemu
+//! guest of `../shared/interop/rxe-vm`, several per message on the critical path of a
+//! ping-pong. The coarse clock is read from the vDSO there too (44 ns), but lags true time
+//! by up to a tick of the kernel (4 ms at HZ=250). The HCA is told how much
+//! ([`softib_core::hca::Hca::set_clock_lag`]) so that its timers never expire early.
+
+use std::time::Duration;
+
+use rustix::time::{clock_getres, clock_gettime, ClockId, Timespec};
+use softib_core::time::Instant;
+
+/// Which clock a device reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClockChoice {
+    /// The coarse clock if reading the precise one costs more than [`SLOW_CLOCK_NS`], else
+    /// the precise one.
+    #[default]
+    Auto,
+    /// `CLOCK_MONOTONIC`.
+    Precise,
+    /// `CLOCK_MONOTONIC_COARSE`.
+    Coarse,
+}
+
+impl std::str::FromStr for ClockChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ClockChoice, String> {
+        match s {
+            "auto" => Ok(ClockChoice::Auto),
+            "precise" => Ok(ClockChoice::Precise),
+            "coarse" => Ok(ClockChoice::Coarse),
+            other => Err(format!("clock {other:?}: auto, precise or coarse")),
+        }
+    }
+}
+
+impl std::fmt::Display for ClockChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClockChoice::Auto => "auto",
+            ClockChoice::Precise => "precise",
+            ClockChoice::Coarse => "coarse",
+        })
+    }
+}
+
+/// A precise clock read that costs more than this (the average of [`PROBE_READS`]) makes
+/// [`ClockChoice::Auto`] choose the coarse clock. A vDSO read from the TSC costs 20–50 ns;
+/// a system call alone costs more than this.
+pub const SLOW_CLOCK_NS: u64 = 500;
+
+/// Precise reads [`ClockChoice::Auto`] times (after one to warm up).
+const PROBE_READS: u32 = 16;
+
+/// A device's clock: nanoseconds since the device was made.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    id: ClockId,
+    epoch_ns: u64,
+    lag: Duration,
+}
+
+impl Clock {
+    /// The clock `choice` asks for; [`ClockChoice::Auto`] measures the precise clock's cost
+    /// first.
+    pub fn new(choice: ClockChoice) -> Clock {
+        let coarse = match choice {
+            ClockChoice::Precise => false,
+            ClockChoice::Coarse => true,
+            ClockChoice::Auto => precise_read_ns() > SLOW_CLOCK_NS,
+        };
+        let (id, lag) = if coarse {
+            // Readings lag by up to a tick, the clock's resolution; twice that allows for a
+            // tick that comes late.
+            let res = duration(clock_getres(ClockId::MonotonicCoarse));
+            (
+                ClockId::MonotonicCoarse,
+                2 * res.max(Duration::from_millis(1)),
+            )
+        } else {
+            (ClockId::Monotonic, Duration::ZERO)
+        };
+        Clock {
+            id,
+            epoch_ns: nanos(clock_gettime(ClockId::Monotonic)),
+            lag,
+        }
+    }
+
+    /// Now, on this clock.
+    #[inline]
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(nanos(clock_gettime(self.id)).saturating_sub(self.epoch_ns))
+    }
+
+    /// True for the coarse clock.
+    pub fn is_coarse(&self) -> bool {
+        self.id == ClockId::MonotonicCoarse
+    }
+
+    /// How far a reading may lag true time: 0 for the precise clock.
+    pub fn lag(&self) -> Duration {
+        self.lag
+    }
+}
+
+/// What one precise read costs, on average, in nanoseconds.
+fn precise_read_ns() -> u64 {
+    let _ = clock_gettime(ClockId::Monotonic);
+    let start = std::time::Instant::now();
+    for _ in 0..PROBE_READS {
+        std::hint::black_box(clock_gettime(ClockId::Monotonic));
+    }
+    u64::try_from(start.elapsed().as_nanos() / u128::from(PROBE_READS)).unwrap_or(u64::MAX)
+}
+
+fn nanos(t: Timespec) -> u64 {
+    u64::try_from(t.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(t.tv_nsec).unwrap_or(0))
+}
+
+fn duration(t: Timespec) -> Duration {
+    Duration::from_nanos(nanos(t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choices_parse_and_print() {
+        for c in [ClockChoice::Auto, ClockChoice::Precise, ClockChoice::Coarse] {
+            assert_eq!(c.to_string().parse::<ClockChoice>(), Ok(c));
+        }
+        assert!("fast".parse::<ClockChoice>().is_err());
+    }
+
+    #[test]
+    fn precise_clock_has_no_lag_and_moves() {
+        let c = Clock::new(ClockChoice::Precise);
+        assert!(!c.is_coarse());
+        assert_eq!(c.lag(), Duration::ZERO);
+        let a = c.now();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(c.now().duration_since(a) >= Duration::from_millis(2));
+    }
+
+    #[test]
+    fn coarse_clock_lags_within_its_bound() {
+        let c = Clock::new(ClockChoice::Coarse);
+        let p = Clock {
+            id: ClockId::Monotonic,
+            ..c
+        };
+        assert!(c.is_coarse());
+        assert!(c.lag() >= Duration::from_millis(2));
+        for _ in 0..1000 {
+            let coarse = c.now();
+            let precise = p.now();
+            // Read second, the precise reading is later; the coarse one lags it by at most
+            // the lag the HCA is told.
+            assert!(coarse <= precise, "{coarse:?} > {precise:?}");
+            assert!(precise.duration_since(coarse) <= c.lag());
+        }
+        // It moves, a tick at a time.
+        let a = c.now();
+        std::thread::sleep(c.lag());
+        assert!(c.now() > a);
+    }
+}
