@@ -9,10 +9,16 @@
 //! ping-pong. The coarse clock is read from the vDSO there too (44 ns), but lags true time
 //! by up to a tick of the kernel (4 ms at HZ=250). The HCA is told how much
 //! ([`softib_core::hca::Hca::set_clock_lag`]) so that its timers never expire early.
+//!
+//! The clocks are read through the C library (`clock_gettime(3)`), which takes the vDSO where
+//! there is one, and also runs under valgrind, which gives its programs no vDSO.
+
+// The two `libc` calls of `read` and `resolution`.
+#![allow(unsafe_code)]
 
 use std::time::Duration;
 
-use rustix::time::{clock_getres, clock_gettime, ClockId, Timespec};
+use libc::{clockid_t, timespec, CLOCK_MONOTONIC, CLOCK_MONOTONIC_COARSE};
 use softib_core::time::Instant;
 
 /// Which clock a device reads.
@@ -61,7 +67,7 @@ const PROBE_READS: u32 = 16;
 /// A device's clock: nanoseconds since the device was made.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
-    id: ClockId,
+    coarse: bool,
     epoch_ns: u64,
     lag: Duration,
 }
@@ -75,20 +81,17 @@ impl Clock {
             ClockChoice::Coarse => true,
             ClockChoice::Auto => precise_read_ns() > SLOW_CLOCK_NS,
         };
-        let (id, lag) = if coarse {
-            // Readings lag by up to a tick, the clock's resolution; twice that allows for a
-            // tick that comes late.
-            let res = duration(clock_getres(ClockId::MonotonicCoarse));
-            (
-                ClockId::MonotonicCoarse,
-                2 * res.max(Duration::from_millis(1)),
-            )
+        // Coarse readings lag by up to a tick, the clock's resolution; twice that allows for
+        // a tick that comes late.
+        let lag = if coarse {
+            2 * Duration::from_nanos(resolution(CLOCK_MONOTONIC_COARSE))
+                .max(Duration::from_millis(1))
         } else {
-            (ClockId::Monotonic, Duration::ZERO)
+            Duration::ZERO
         };
         Clock {
-            id,
-            epoch_ns: nanos(clock_gettime(ClockId::Monotonic)),
+            coarse,
+            epoch_ns: read(CLOCK_MONOTONIC),
             lag,
         }
     }
@@ -96,12 +99,17 @@ impl Clock {
     /// Now, on this clock.
     #[inline]
     pub fn now(&self) -> Instant {
-        Instant::from_nanos(nanos(clock_gettime(self.id)).saturating_sub(self.epoch_ns))
+        let id = if self.coarse {
+            CLOCK_MONOTONIC_COARSE
+        } else {
+            CLOCK_MONOTONIC
+        };
+        Instant::from_nanos(read(id).saturating_sub(self.epoch_ns))
     }
 
     /// True for the coarse clock.
     pub fn is_coarse(&self) -> bool {
-        self.id == ClockId::MonotonicCoarse
+        self.coarse
     }
 
     /// How far a reading may lag true time: 0 for the precise clock.
@@ -112,23 +120,42 @@ impl Clock {
 
 /// What one precise read costs, on average, in nanoseconds.
 fn precise_read_ns() -> u64 {
-    let _ = clock_gettime(ClockId::Monotonic);
+    let _ = read(CLOCK_MONOTONIC);
     let start = std::time::Instant::now();
     for _ in 0..PROBE_READS {
-        std::hint::black_box(clock_gettime(ClockId::Monotonic));
+        std::hint::black_box(read(CLOCK_MONOTONIC));
     }
     u64::try_from(start.elapsed().as_nanos() / u128::from(PROBE_READS)).unwrap_or(u64::MAX)
 }
 
-fn nanos(t: Timespec) -> u64 {
+/// Clock `id` now, in nanoseconds (0 if it cannot be read; the two clocks here always can).
+#[inline]
+fn read(id: clockid_t) -> u64 {
+    let mut t = timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the one timespec it is given.
+    unsafe { libc::clock_gettime(id, &mut t) };
+    nanos(&t)
+}
+
+/// The resolution of clock `id`, in nanoseconds.
+fn resolution(id: clockid_t) -> u64 {
+    let mut t = timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the one timespec it is given.
+    unsafe { libc::clock_getres(id, &mut t) };
+    nanos(&t)
+}
+
+fn nanos(t: &timespec) -> u64 {
     u64::try_from(t.tv_sec)
         .unwrap_or(0)
         .saturating_mul(1_000_000_000)
         .saturating_add(u64::try_from(t.tv_nsec).unwrap_or(0))
-}
-
-fn duration(t: Timespec) -> Duration {
-    Duration::from_nanos(nanos(t))
 }
 
 #[cfg(test)]
@@ -156,10 +183,7 @@ mod tests {
     #[test]
     fn coarse_clock_lags_within_its_bound() {
         let c = Clock::new(ClockChoice::Coarse);
-        let p = Clock {
-            id: ClockId::Monotonic,
-            ..c
-        };
+        let p = Clock { coarse: false, ..c };
         assert!(c.is_coarse());
         assert!(c.lag() >= Duration::from_millis(2));
         for _ in 0..1000 {

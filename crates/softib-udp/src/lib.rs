@@ -18,8 +18,8 @@
 //! drives the verbs through [`Device::hca_mut`] and calls [`Device::progress`] (busy-poll or
 //! blocking) whenever it waits for completions.
 
-// No unsafe code except the one `setsockopt` call of `sockopt` and the shared-memory mapping
-// of `shm` (which allow it).
+// No unsafe code except the one `setsockopt` call of `sockopt`, the shared-memory mapping
+// of `shm` and the clock reads of `clock` (which allow it).
 #![deny(unsafe_code)]
 
 pub mod clock;
