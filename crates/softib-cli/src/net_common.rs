@@ -54,6 +54,10 @@ pub struct DeviceArgs {
     /// stack), or `auto`: shared memory to a peer that offers it, UDP otherwise.
     #[arg(long, default_value_t = softib_udp::Transport::Auto)]
     pub transport: softib_udp::Transport,
+    /// The clock the device reads: `precise`, `coarse` (a kernel tick's resolution, read for
+    /// its cost), or `auto`: the coarse one where the precise one is slow to read.
+    #[arg(long, default_value_t = softib_udp::ClockChoice::Auto)]
+    pub clock: softib_udp::ClockChoice,
 }
 
 impl DeviceArgs {
@@ -71,6 +75,7 @@ impl DeviceArgs {
             window: 128,
             busy_yields: softib_udp::BUSY_YIELDS,
             transport: softib_udp::Transport::Auto,
+            clock: softib_udp::ClockChoice::Auto,
         }
     }
 
@@ -94,6 +99,7 @@ impl DeviceArgs {
         c.max_unacked_psns = self.window;
         c.busy_yields = self.busy_yields;
         c.transport = self.transport;
+        c.clock = self.clock;
         if self.no_ipv4_icrc_check {
             c.icrc = IcrcPolicy::AcceptIpv4Unverified;
         }
@@ -120,6 +126,7 @@ impl DeviceArgs {
         if self.stats {
             eprintln!("runtime: {:?}", dev.stats());
             eprintln!("hca: {:?}", dev.hca().counters());
+            eprintln!("clock: {:?}", dev.clock());
         }
     }
 

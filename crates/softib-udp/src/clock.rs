@@ -56,13 +56,16 @@ impl std::fmt::Display for ClockChoice {
     }
 }
 
-/// A precise clock read that costs more than this (the average of [`PROBE_READS`]) makes
-/// [`ClockChoice::Auto`] choose the coarse clock. A vDSO read from the TSC costs 20–50 ns;
-/// a system call alone costs more than this.
+/// A precise clock read that costs more than this makes [`ClockChoice::Auto`] choose the
+/// coarse clock. A vDSO read from the TSC costs 20–50 ns; a system call alone costs more
+/// than this.
 pub const SLOW_CLOCK_NS: u64 = 500;
 
-/// Precise reads [`ClockChoice::Auto`] times (after one to warm up).
+/// [`ClockChoice::Auto`] times [`PROBE_BATCHES`] batches of [`PROBE_READS`] precise reads
+/// (after one to warm up) and takes the cheapest batch: a batch the thread was preempted in
+/// does not count.
 const PROBE_READS: u32 = 16;
+const PROBE_BATCHES: u32 = 4;
 
 /// A device's clock: nanoseconds since the device was made.
 #[derive(Debug, Clone, Copy)]
@@ -118,14 +121,19 @@ impl Clock {
     }
 }
 
-/// What one precise read costs, on average, in nanoseconds.
+/// What one precise read costs, in nanoseconds: the average of the cheapest batch.
 fn precise_read_ns() -> u64 {
     let _ = read(CLOCK_MONOTONIC);
-    let start = std::time::Instant::now();
-    for _ in 0..PROBE_READS {
-        std::hint::black_box(read(CLOCK_MONOTONIC));
-    }
-    u64::try_from(start.elapsed().as_nanos() / u128::from(PROBE_READS)).unwrap_or(u64::MAX)
+    (0..PROBE_BATCHES)
+        .map(|_| {
+            let start = read(CLOCK_MONOTONIC);
+            for _ in 0..PROBE_READS {
+                std::hint::black_box(read(CLOCK_MONOTONIC));
+            }
+            read(CLOCK_MONOTONIC).saturating_sub(start) / u64::from(PROBE_READS + 1)
+        })
+        .min()
+        .unwrap_or(0)
 }
 
 /// Clock `id` now, in nanoseconds (0 if it cannot be read; the two clocks here always can).
