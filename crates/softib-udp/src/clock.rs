@@ -13,7 +13,7 @@
 //! The clocks are read through the C library (`clock_gettime(3)`), which takes the vDSO where
 //! there is one, and also runs under valgrind, which gives its programs no vDSO.
 
-// The two `libc` calls of `read` and `resolution`.
+// The `libc` call of `ask`.
 #![allow(unsafe_code)]
 
 use std::time::Duration;
@@ -139,23 +139,23 @@ fn precise_read_ns() -> u64 {
 /// Clock `id` now, in nanoseconds (0 if it cannot be read; the two clocks here always can).
 #[inline]
 fn read(id: clockid_t) -> u64 {
-    let mut t = timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the one timespec it is given.
-    unsafe { libc::clock_gettime(id, &mut t) };
-    nanos(&t)
+    ask(libc::clock_gettime, id)
 }
 
 /// The resolution of clock `id`, in nanoseconds.
 fn resolution(id: clockid_t) -> u64 {
+    ask(libc::clock_getres, id)
+}
+
+/// What `f` (`clock_gettime` or `clock_getres`) says of clock `id`, in nanoseconds.
+#[inline(always)]
+fn ask(f: unsafe extern "C" fn(clockid_t, *mut timespec) -> libc::c_int, id: clockid_t) -> u64 {
     let mut t = timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: writes the one timespec it is given.
-    unsafe { libc::clock_getres(id, &mut t) };
+    // SAFETY: both functions write the one timespec they are given.
+    unsafe { f(id, &mut t) };
     nanos(&t)
 }
 
