@@ -285,6 +285,9 @@ pub struct DeviceStats {
     pub tx_placed: u64,
     /// RDMA WRITEs a same-host peer placed into this device's memory.
     pub rx_placed: u64,
+    /// Same-host peers this device stopped placing WRITEs into because the kernel refused
+    /// (process_vm_writev failed with EPERM or ENOSYS: a seccomp filter, a ptrace policy).
+    pub placement_refused: u64,
 }
 
 /// One datagram waiting in the send batch.
@@ -1202,6 +1205,9 @@ fn shm_send(
     // Placed only where the push will surely find room: a placed WRITE that went by UDP
     // instead would be placed a second time by the responder.
     let placed = placeable && out.roomy() && place_write(out, datagram);
+    if placeable && !placed && out.take_refusal() {
+        stats.placement_refused += 1;
+    }
     match out.push_marked(local, datagram, placed) {
         shm::Pushed::Queued => {
             stats.tx_placed += u64::from(placed);

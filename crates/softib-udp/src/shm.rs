@@ -559,6 +559,8 @@ pub struct Outbox {
     /// Placing into the peer is allowed: its inbox belongs to this user, and the kernel has
     /// not refused yet.
     may_place: std::sync::atomic::AtomicBool,
+    /// The kernel refused a placement, not yet reported ([`Outbox::take_refusal`]).
+    refused: std::sync::atomic::AtomicBool,
     /// Positions below this are free for the lap they are in: the consumer's head, as last
     /// read, one lap on. A push inside it claims its slots without reading the consumer's
     /// cache lines; past it, the head is read again.
@@ -575,6 +577,7 @@ impl Outbox {
         let ours = map.uid == rustix::process::geteuid().as_raw();
         (map.well_formed() && map.owner_alive()).then(|| Outbox {
             may_place: std::sync::atomic::AtomicBool::new(ours),
+            refused: std::sync::atomic::AtomicBool::new(false),
             map,
             path,
             free_below: AtomicU64::new(0),
@@ -668,8 +671,9 @@ impl Outbox {
     /// `va`) straight into the peer's memory, with process_vm_writev(2), if the peer
     /// published both the QP and a region of the QP's PD that holds `[va, va + len)`. The
     /// last byte is stored last, as the responder places it. True when placed; false leaves
-    /// it to the responder (also, from then on, when the kernel refuses: another user's
-    /// process, or a ptrace policy).
+    /// it to the responder (also, from then on, when the kernel refuses: EPERM for another
+    /// user's process, a ptrace policy or a seccomp filter such as a container's default;
+    /// ENOSYS where the system call is missing, as under gVisor).
     ///
     /// The caller's HCA vouches that the responder expects this packet next (see
     /// `softib_core::PlacementUpdate`); the responder still checks it, without the copy.
@@ -710,13 +714,25 @@ impl Outbox {
                 let n = unsafe {
                     libc::process_vm_writev(pid, local.as_ptr(), 2, remote.as_ptr(), 2, 0)
                 };
-                if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+                if n < 0
+                    && matches!(
+                        io::Error::last_os_error().raw_os_error(),
+                        Some(libc::EPERM | libc::ENOSYS)
+                    )
+                {
                     self.may_place.store(false, Ordering::Relaxed);
+                    self.refused.store(true, Ordering::Relaxed);
                 }
                 n == data.len() as isize
             });
         m.u32_at(OFF_PLACING).fetch_sub(1, Ordering::Release);
         placed
+    }
+
+    /// True once after the kernel refused a placement (placing into this peer is off from
+    /// then on).
+    pub fn take_refusal(&self) -> bool {
+        self.refused.swap(false, Ordering::Relaxed)
     }
 
     /// The peer's address of `[va, va + len)` under `rkey` for its QP `qpn`, if published.

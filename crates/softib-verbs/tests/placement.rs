@@ -66,6 +66,27 @@ fn placed_writes_land_whole_and_alone() {
     if let Some(n) = run_case("lands", "rx_placed") {
         assert_eq!(n, 200, "WRITEs taken as placed by the responder");
     }
+    if let Some(n) = run_case("lands", "placement_refused") {
+        assert_eq!(n, 0, "peers refused");
+    }
+}
+
+#[test]
+fn refused_placement_leaves_every_write_to_the_responder() {
+    // process_vm_writev refused by a seccomp filter, as a container's default profile does
+    // (EPERM) or where the call is missing (ENOSYS): the 200 WRITEs all land, none placed,
+    // and after the first refusal the sender stops trying (the peer is counted once).
+    for case in ["denied_eperm", "denied_enosys"] {
+        if let Some(n) = run_case(case, "tx_placed") {
+            assert_eq!(n, 0, "{case}: WRITEs placed by the sender");
+        }
+        if let Some(n) = run_case(case, "rx_placed") {
+            assert_eq!(n, 0, "{case}: WRITEs taken as placed by the responder");
+        }
+        if let Some(n) = run_case(case, "placement_refused") {
+            assert_eq!(n, 1, "{case}: peers refused");
+        }
+    }
 }
 
 #[test]

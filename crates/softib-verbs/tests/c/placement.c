@@ -6,16 +6,28 @@
  * under a wrong R_Key or another PD's region, or for a QP in the error state; the WRITE then
  * fails as the responder decides and the memory keeps its bytes.
  *
- * `placement CASE`, CASE = lands | not_again | dereg | bad_rkey | other_pd | qp_error; exits 0
- * when every check holds. tests/placement.rs runs it with SOFTIB_STATS=1 and checks, from the
- * counters printed at exit, that the WRITEs that should be placed were (tx_placed).
+ * `placement CASE`, CASE = lands | not_again | dereg | bad_rkey | other_pd | qp_error |
+ * denied_eperm | denied_enosys; exits 0 when every check holds. The denied cases run `lands`
+ * with process_vm_writev(2) refused by a seccomp filter (EPERM, as a container's default
+ * profile does; ENOSYS, as where the call is missing): every WRITE still lands, copied by the
+ * responder. tests/placement.rs runs it with SOFTIB_STATS=1 and checks, from the counters
+ * printed at exit, that the WRITEs that should be placed were (tx_placed), and that none was
+ * when the call is refused.
  */
+#include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 
 #include <infiniband/verbs.h>
 
@@ -120,14 +132,49 @@ static int all(const char *p, int c, size_t n)
 	return 1;
 }
 
+/* Makes process_vm_writev(2) fail with `err` in this process and the threads it starts. */
+static void refuse_process_vm_writev(int err)
+{
+#if defined(__x86_64__)
+	const unsigned arch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+	const unsigned arch = AUDIT_ARCH_AARCH64;
+#else
+	DIE("no seccomp filter for this architecture");
+#endif
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (err & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+		DIE("seccomp: %s", strerror(errno));
+	/* The filter holds: the call fails as asked. */
+	char x = 0;
+	struct iovec v = {.iov_base = &x, .iov_len = 1};
+	if (syscall(__NR_process_vm_writev, getpid(), &v, 1, &v, 1, 0) != -1 || errno != err)
+		DIE("process_vm_writev was not refused");
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
 	if (argc != 2) {
-		fprintf(stderr, "usage: placement lands|not_again|dereg|bad_rkey|other_pd|qp_error\n");
+		fprintf(stderr, "usage: placement lands|not_again|dereg|bad_rkey|other_pd|qp_error|"
+				"denied_eperm|denied_enosys\n");
 		return 2;
 	}
 	const char *c = argv[1];
+	/* Before the context, so that its progress thread is filtered too. */
+	if (!strcmp(c, "denied_eperm"))
+		refuse_process_vm_writev(EPERM);
+	else if (!strcmp(c, "denied_enosys"))
+		refuse_process_vm_writev(ENOSYS);
 	struct ibv_context *ctx = open_ctx();
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
@@ -151,7 +198,7 @@ int main(int argc, char **argv)
 	if (write_one(a, acq, smr, (uintptr_t)dst, dmr->rkey) != IBV_WC_SUCCESS)
 		DIE("warm-up WRITE");
 
-	if (!strcmp(c, "lands")) {
+	if (!strcmp(c, "lands") || !strncmp(c, "denied_", 7)) {
 		/* Every WRITE lands whole, at its offset, and nothing beside it moves. */
 		for (int r = 0; r < ROUNDS; r++) {
 			memset(src, 'a' + r % 26, SIZE);
