@@ -38,8 +38,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use rustix::fs::{Mode, OFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 
-/// "SOFTIBQ2": the inbox format.
-const MAGIC: u64 = u64::from_be_bytes(*b"SOFTIBQ2");
+/// "SOFTIBQ3": the inbox format.
+const MAGIC: u64 = u64::from_be_bytes(*b"SOFTIBQ3");
 /// Slots of a ring (a power of two): 4 MiB of data, what a UDP socket buffer holds, so that a
 /// requester's window of full-MTU packets fits as it fits in the kernel's buffers.
 pub const SLOTS: u64 = 32768;
@@ -70,6 +70,9 @@ const OFF_MAGIC: usize = 0;
 const OFF_SLOTS: usize = 8;
 const OFF_SLOT_SIZE: usize = 12;
 const OFF_PID: usize = 16;
+/// The inode of the owner's PID namespace: [`OFF_PID`] means that process only to a peer in
+/// the same one.
+const OFF_PID_NS: usize = 24;
 const OFF_TAIL: usize = 64;
 const OFF_HEAD: usize = 128;
 const OFF_SLEEPING: usize = 192;
@@ -95,6 +98,10 @@ const E_PORT: usize = 4;
 const E_FAMILY: usize = 6;
 const E_IP: usize = 8;
 
+/// Where inbox files are, and how their names start.
+const INBOX_DIR: &str = "/dev/shm";
+const INBOX_PREFIX: &str = "softib-";
+
 /// The inbox file of the device bound to `addr` in this process's network namespace: the
 /// namespace is part of the name, since the same address may be bound in another one (whose
 /// devices are not this one's peers).
@@ -102,28 +109,43 @@ pub fn inbox_path(addr: SocketAddr) -> PathBuf {
     let ip = crate::frame::canonical_ip(addr.ip());
     let ns = net_namespace();
     let name = match ip {
-        IpAddr::V4(a) => format!("softib-{ns}-{a}-{}", addr.port()),
+        IpAddr::V4(a) => format!("{INBOX_PREFIX}{ns}-{a}-{}", addr.port()),
         IpAddr::V6(a) => format!(
-            "softib-{ns}-{}-{}",
+            "{INBOX_PREFIX}{ns}-{}-{}",
             a.to_string().replace(':', "_"),
             addr.port()
         ),
     };
-    PathBuf::from("/dev/shm").join(name)
+    PathBuf::from(INBOX_DIR).join(name)
 }
 
 /// The inode number of this process's network namespace (`/proc/self/ns/net`), 0 if unknown.
 fn net_namespace() -> u64 {
     static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *NS.get_or_init(|| {
-        std::fs::read_link("/proc/self/ns/net")
-            .ok()
-            .and_then(|p| {
-                let s = p.to_string_lossy().into_owned();
-                s.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
-            })
-            .unwrap_or(0)
-    })
+    *NS.get_or_init(|| namespace("net"))
+}
+
+/// The inode number of this process's PID namespace (`/proc/self/ns/pid`), 0 if unknown.
+/// Processes that share `/dev/shm` and a network namespace may still see different PIDs
+/// (containers started with the host's network and IPC but their own PIDs).
+fn pid_namespace() -> u64 {
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| namespace("pid"))
+}
+
+/// The inode number of this process's namespace of `kind`, 0 if unknown.
+fn namespace(kind: &str) -> u64 {
+    std::fs::read_link(format!("/proc/self/ns/{kind}"))
+        .ok()
+        .and_then(|p| {
+            let s = p.to_string_lossy().into_owned();
+            s.strip_prefix(kind)?
+                .strip_prefix(":[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
 }
 
 /// A mapping of an inbox file.
@@ -235,7 +257,19 @@ impl Mapping {
             && self.u32_at(OFF_SLOT_SIZE).load(Ordering::Relaxed) == SLOT_SIZE as u32
     }
 
+    /// True when the owner's PID names the same process here as there: both in one known
+    /// PID namespace.
+    fn same_pid_namespace(&self) -> bool {
+        let ours = pid_namespace();
+        ours != 0 && self.u64_at(OFF_PID_NS).load(Ordering::Relaxed) == ours
+    }
+
+    /// True unless the owner is known to be gone: its PID names no process, in the same PID
+    /// namespace (an owner in another one is taken to be alive).
     fn owner_alive(&self) -> bool {
+        if !self.same_pid_namespace() {
+            return true;
+        }
         let pid = self.u32_at(OFF_PID).load(Ordering::Relaxed);
         let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else {
             return false;
@@ -245,6 +279,38 @@ impl Mapping {
             // Alive but not ours to signal: still a process.
             Err(rustix::io::Errno::PERM) => true,
             Err(_) => false,
+        }
+    }
+}
+
+/// Removes the inbox files of this user whose owner died without removing them (a process
+/// killed by SIGKILL, which runs no exit handler): well formed, owned by a process of this
+/// PID namespace that no longer exists. A file is unlinked only while its path still names
+/// the file looked at (a new owner may have replaced it meanwhile).
+fn sweep_dead_inboxes() {
+    let Ok(dir) = std::fs::read_dir(INBOX_DIR) else {
+        return;
+    };
+    let me = rustix::process::geteuid().as_raw();
+    for entry in dir.flatten() {
+        if !entry
+            .file_name()
+            .as_encoded_bytes()
+            .starts_with(INBOX_PREFIX.as_bytes())
+        {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(fd) = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) else {
+            continue;
+        };
+        let Ok(map) = Mapping::map(&fd) else {
+            continue;
+        };
+        let dead =
+            map.uid == me && map.well_formed() && map.same_pid_namespace() && !map.owner_alive();
+        if dead && rustix::fs::stat(&path).is_ok_and(|st| st.st_ino == map.ino) {
+            let _ = rustix::fs::unlink(&path);
         }
     }
 }
@@ -287,6 +353,7 @@ pub struct Inbox {
 impl Inbox {
     /// Creates the inbox of the device bound to `addr`, replacing a stale one.
     pub fn create(addr: SocketAddr) -> io::Result<Inbox> {
+        sweep_dead_inboxes();
         let path = inbox_path(addr);
         // A file left by a process that died goes; a live owner's stays (the address is
         // bound, so a second device on it could not have come this far).
@@ -310,6 +377,8 @@ impl Inbox {
             rustix::process::getpid().as_raw_nonzero().get() as u32,
             Ordering::Relaxed,
         );
+        map.u64_at(OFF_PID_NS)
+            .store(pid_namespace(), Ordering::Relaxed);
         map.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
         if let Ok(mut l) = LIVE.lock() {
             l.push((this_pid(), path.clone()));
@@ -556,8 +625,8 @@ pub enum Pushed {
 pub struct Outbox {
     map: Mapping,
     path: PathBuf,
-    /// Placing into the peer is allowed: its inbox belongs to this user, and the kernel has
-    /// not refused yet.
+    /// Placing into the peer is allowed: its inbox belongs to this user, its owner's PID is
+    /// one of this PID namespace, and the kernel has not refused yet.
     may_place: std::sync::atomic::AtomicBool,
     /// The kernel refused a placement, not yet reported ([`Outbox::take_refusal`]).
     refused: std::sync::atomic::AtomicBool,
@@ -574,7 +643,9 @@ impl Outbox {
         let path = inbox_path(peer);
         let fd = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).ok()?;
         let map = Mapping::map(&fd).ok()?;
-        let ours = map.uid == rustix::process::geteuid().as_raw();
+        // Placement writes into the process the header's PID names: only one of this user,
+        // named in this PID namespace.
+        let ours = map.uid == rustix::process::geteuid().as_raw() && map.same_pid_namespace();
         (map.well_formed() && map.owner_alive()).then(|| Outbox {
             may_place: std::sync::atomic::AtomicBool::new(ours),
             refused: std::sync::atomic::AtomicBool::new(false),
@@ -998,6 +1069,72 @@ mod tests {
         assert!(place(5, 0x200, 0x1010, b"z"));
         assert_eq!(read(16), b'z');
         drop(target);
+    }
+
+    #[test]
+    fn nothing_is_placed_into_an_owner_of_another_pid_namespace() {
+        use softib_core::{PlacementSink, PlacementUpdate as U};
+        let me = addr(40_034);
+        let inbox = Inbox::create(me).unwrap();
+        let mut publisher = inbox.publisher();
+        let target = vec![b'.'; 64];
+        publisher.update(U::Qp { qpn: 5, pd: 7 });
+        publisher.update(U::Region {
+            rkey: 0x100,
+            pd: 7,
+            iova: 0x1000,
+            len: 64,
+            addr: target.as_ptr() as u64,
+        });
+        let place = |out: &Outbox| out.place_write(5, 0x100, 0x1000, b"x");
+        assert!(place(&Outbox::attach(me).unwrap()), "same namespace");
+        // The header's PID names another process there than here: a sender attaching now
+        // still delivers into the ring, but places nothing.
+        let ns = &inbox.map.u64_at(OFF_PID_NS);
+        ns.store(ns.load(Ordering::Relaxed) ^ 1, Ordering::Relaxed);
+        let out = Outbox::attach(me).expect("an owner of another namespace counts as alive");
+        assert!(!place(&out), "placed across PID namespaces");
+        assert_eq!(out.push(me, b"still delivered"), Pushed::Queued);
+        drop(target);
+    }
+
+    #[test]
+    fn inboxes_of_dead_owners_are_swept_at_the_next_open() {
+        // A process killed by SIGKILL leaves its inbox file: the next inbox created on the
+        // host removes it, and only such files.
+        let dead_pid = (1u32 << 22) + 12_345; // above the kernel's largest pid_max
+        let stale = |port, tweak: &dyn Fn(&Mapping)| {
+            let inbox = Inbox::create(addr(port)).unwrap();
+            inbox.map.u32_at(OFF_PID).store(dead_pid, Ordering::Relaxed);
+            tweak(&inbox.map);
+            let path = inbox.path.clone();
+            // As a killed process would: no Drop, no removal.
+            if let Ok(mut l) = LIVE.lock() {
+                l.retain(|(_, p)| *p != path);
+            }
+            std::mem::forget(inbox);
+            path
+        };
+        let dead = stale(40_035, &|_| {});
+        let other_ns = stale(40_036, &|m| {
+            let ns = m.u64_at(OFF_PID_NS);
+            ns.store(ns.load(Ordering::Relaxed) ^ 1, Ordering::Relaxed);
+        });
+        let unfinished = stale(40_037, &|m| m.u64_at(OFF_MAGIC).store(0, Ordering::Relaxed));
+        let live = Inbox::create(addr(40_038)).unwrap();
+        assert!(live.path.exists());
+        assert!(!dead.exists(), "a dead owner's inbox stayed");
+        assert!(
+            other_ns.exists(),
+            "an owner of another PID namespace cannot be judged"
+        );
+        assert!(unfinished.exists(), "an inbox not yet made was removed");
+        let again = Inbox::create(addr(40_039)).unwrap();
+        assert!(live.path.exists(), "a live owner's inbox was removed");
+        for p in [other_ns, unfinished] {
+            let _ = std::fs::remove_file(p);
+        }
+        drop(again);
     }
 
     #[test]
