@@ -44,6 +44,8 @@ const APP_POLL_WINDOW: Duration = Duration::from_micros(5);
 /// sleeps, when the application is passive (a server of RDMA WRITEs or READs): the peer's
 /// next packet usually comes sooner than a thread wake-up would take.
 const LINGER: Duration = Duration::from_micros(50);
+/// The first part of [`LINGER`], spent as a real-time thread where it is one.
+const LINGER_RT: Duration = Duration::from_micros(10);
 /// The application is passive when it made no call for this long.
 const PASSIVE_AFTER: Duration = Duration::from_millis(1);
 /// Longest sleep of an idle progress thread (it also wakes on packets, deadlines and close).
@@ -447,14 +449,22 @@ fn progress_loop(shared: &Shared) {
     let mut lingering = false;
     while !shared.stop.load(Ordering::Acquire) {
         if lingering && !wait.is_zero() {
-            // A real-time thread that spins would keep ordinary threads off its CPU (its
-            // sched_yield only lets other real-time threads run): ordinary while it lingers,
-            // real-time again to sleep (a woken real-time thread runs at once).
-            sched.stepping_aside();
-            if linger(shared, wait.min(LINGER)) {
+            // A real-time thread that spins keeps ordinary threads off its CPU (its
+            // sched_yield only lets other real-time threads run), so it lingers real-time
+            // only for LINGER_RT: long enough for the next request of a latency loop (the
+            // next READ or atomic), which is then served without two policy switches, two
+            // system calls. Ordinary for the rest, real-time again to sleep (a woken
+            // real-time thread runs at once).
+            let d = wait.min(LINGER);
+            let came = linger(shared, d.min(LINGER_RT)) || {
+                sched.stepping_aside();
+                let came = linger(shared, d.saturating_sub(LINGER_RT));
+                sched.serving();
+                came
+            };
+            if came {
                 wait = Duration::ZERO;
             }
-            sched.serving();
         }
         if !wait.is_zero() {
             // Announced in the device's shared-memory inbox, so that same-host peers ring
