@@ -46,6 +46,8 @@ const APP_POLL_WINDOW: Duration = Duration::from_micros(5);
 const LINGER: Duration = Duration::from_micros(50);
 /// The first part of [`LINGER`], spent as a real-time thread where it is one.
 const LINGER_RT: Duration = Duration::from_micros(10);
+/// Longest run of real-time lingers before an ordinary one ([`LINGER_RT`]).
+const RT_RUN_MAX: Duration = Duration::from_millis(1);
 /// The application is passive when it made no call for this long.
 const PASSIVE_AFTER: Duration = Duration::from_millis(1);
 /// Longest sleep of an idle progress thread (it also wakes on packets, deadlines and close).
@@ -447,6 +449,8 @@ fn progress_loop(shared: &Shared) {
     let mut idle_since = None;
     // The last turn served packets for a passive application: look for more before sleeping.
     let mut lingering = false;
+    // Since when the thread has lingered real-time without stepping aside or sleeping.
+    let mut rt_run: Option<std::time::Instant> = None;
     while !shared.stop.load(Ordering::Acquire) {
         if lingering && !wait.is_zero() {
             // A real-time thread that spins keeps ordinary threads off its CPU (its
@@ -454,11 +458,21 @@ fn progress_loop(shared: &Shared) {
             // only for LINGER_RT: long enough for the next request of a latency loop (the
             // next READ or atomic), which is then served without two policy switches, two
             // system calls. Ordinary for the rest, real-time again to sleep (a woken
-            // real-time thread runs at once).
+            // real-time thread runs at once). A run of real-time lingers that keeps finding
+            // packets (a stream) ends after RT_RUN_MAX with an ordinary one, which lets the
+            // other threads of its CPU in: without it, passive servers of streams starved
+            // every ordinary thread of a loaded machine.
             let d = wait.min(LINGER);
-            let came = linger(shared, d.min(LINGER_RT)) || {
+            let run = *rt_run.get_or_insert_with(std::time::Instant::now);
+            let rt = if run.elapsed() < RT_RUN_MAX {
+                d.min(LINGER_RT)
+            } else {
+                Duration::ZERO
+            };
+            let came = (!rt.is_zero() && linger(shared, rt)) || {
+                rt_run = None;
                 sched.stepping_aside();
-                let came = linger(shared, d.saturating_sub(LINGER_RT));
+                let came = linger(shared, d.saturating_sub(rt));
                 sched.serving();
                 came
             };
@@ -467,6 +481,7 @@ fn progress_loop(shared: &Shared) {
             }
         }
         if !wait.is_zero() {
+            rt_run = None;
             // Announced in the device's shared-memory inbox, so that same-host peers ring
             // the socket; a datagram already there cancels the sleep.
             let waker = shared.shm_waker.as_ref();
@@ -509,6 +524,7 @@ fn progress_loop(shared: &Shared) {
         let Some(mut eng) = eng else {
             debug_assert!(polling);
             sched.stepping_aside();
+            rt_run = None;
             shared.parked.store(true, Ordering::Release);
             // A waiter that registered before `parked` was set signalled nobody: look again.
             if shared.cq_waiters.load(Ordering::Acquire) == 0 {
