@@ -460,8 +460,9 @@ fn progress_loop(shared: &Shared) {
             // system calls. Ordinary for the rest, real-time again to sleep (a woken
             // real-time thread runs at once). A run of real-time lingers that keeps finding
             // packets (a stream) ends after RT_RUN_MAX with an ordinary one, which lets the
-            // other threads of its CPU in: without it, passive servers of streams starved
-            // every ordinary thread of a loaded machine.
+            // other threads of its CPU in: without it, passive servers of streams could keep
+            // every ordinary thread of a loaded machine off its CPUs (a CI run saw a process
+            // not reach its listen in 10 s).
             let d = wait.min(LINGER);
             let run = *rt_run.get_or_insert_with(std::time::Instant::now);
             let rt = if run.elapsed() < RT_RUN_MAX {
