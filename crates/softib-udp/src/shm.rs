@@ -174,6 +174,12 @@ impl Drop for Mapping {
 }
 
 impl Mapping {
+    /// Opens and maps the existing inbox file at `path`.
+    fn open(path: &std::path::Path) -> io::Result<Mapping> {
+        let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
+        Mapping::map(&fd)
+    }
+
     /// Maps `fd` (at least FILE_LEN bytes long) read-write and shared.
     fn map(fd: &rustix::fd::OwnedFd) -> io::Result<Mapping> {
         let st = rustix::fs::fstat(fd)?;
@@ -301,10 +307,7 @@ fn sweep_dead_inboxes() {
             continue;
         }
         let path = entry.path();
-        let Ok(fd) = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) else {
-            continue;
-        };
-        let Ok(map) = Mapping::map(&fd) else {
+        let Ok(map) = Mapping::open(&path) else {
             continue;
         };
         let dead =
@@ -373,10 +376,7 @@ impl Inbox {
         map.u32_at(OFF_SLOTS).store(SLOTS as u32, Ordering::Relaxed);
         map.u32_at(OFF_SLOT_SIZE)
             .store(SLOT_SIZE as u32, Ordering::Relaxed);
-        map.u32_at(OFF_PID).store(
-            rustix::process::getpid().as_raw_nonzero().get() as u32,
-            Ordering::Relaxed,
-        );
+        map.u32_at(OFF_PID).store(this_pid(), Ordering::Relaxed);
         map.u64_at(OFF_PID_NS)
             .store(pid_namespace(), Ordering::Relaxed);
         map.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
@@ -641,8 +641,7 @@ impl Outbox {
     /// whose owner is alive.
     pub fn attach(peer: SocketAddr) -> Option<Outbox> {
         let path = inbox_path(peer);
-        let fd = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).ok()?;
-        let map = Mapping::map(&fd).ok()?;
+        let map = Mapping::open(&path).ok()?;
         // Placement writes into the process the header's PID names: only one of this user,
         // named in this PID namespace.
         let ours = map.uid == rustix::process::geteuid().as_raw() && map.same_pid_namespace();
