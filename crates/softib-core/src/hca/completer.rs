@@ -18,8 +18,9 @@ use softib_wire::{Operation, Position, Psn};
 use super::Hca;
 use crate::time::{transport_deadline, Instant};
 use crate::verbs::cq::WorkCompletion;
+use crate::verbs::qp::Qp;
 use crate::verbs::types::{AccessFlags, QpState, WcStatus};
-use crate::verbs::wr::{WqePayload, WrOpcode};
+use crate::verbs::wr::{SendWqe, SpareBuffers, WqePayload, WrOpcode};
 
 /// How an acknowledgement relates to the PSN it carries.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -473,6 +474,12 @@ impl Hca {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 return;
             };
+            // The common run first, with the QP in hand: done WQEs that complete nothing and
+            // hold no READ / ATOMIC slot leave only their credit position behind.
+            if qp.sq.front().is_some_and(retires_quietly) {
+                retire_quiet_run(qp, &mut self.spare);
+                retired = true;
+            }
             let Some(w) = qp.sq.front() else {
                 break;
             };
@@ -542,4 +549,31 @@ impl Hca {
             self.schedule_tx(qpn);
         }
     }
+}
+
+/// A done WQE whose retirement completes nothing and returns no READ / ATOMIC slot.
+#[inline(always)]
+fn retires_quietly(w: &SendWqe) -> bool {
+    w.tx.done
+        && !w.signaled
+        && !matches!(w.opcode, WrOpcode::RdmaRead { .. })
+        && !w.opcode.is_atomic()
+}
+
+/// Retires the run of WQEs at the front of `qp`'s send queue that [`retires_quietly`]: off
+/// the queue, their heap parts back to `spare`, the credit position that of the last.
+#[inline(never)]
+fn retire_quiet_run(qp: &mut Qp, spare: &mut SpareBuffers) {
+    let quiet = qp.sq.iter().take_while(|w| retires_quietly(w)).count();
+    let Some(last) = quiet.checked_sub(1).and_then(|i| qp.sq.get(i)) else {
+        return;
+    };
+    let (ssn, rwqe_through) = (last.tx.ssn, last.tx.rwqe_through);
+    for w in qp.sq.drain(..quiet) {
+        spare.recycle(w.payload);
+    }
+    let r = &mut qp.transport.req;
+    r.cur = r.cur.saturating_sub(quiet);
+    r.credits.retired_ssn = ssn;
+    r.credits.retired_rwqe = rwqe_through;
 }
