@@ -44,5 +44,5 @@ pub use hca::{
     is_multicast_gid, read_grh_area, GrhAreaInfo, GRH_AREA, GSI_QKEY, GSI_QPN, MCAST_QPN,
 };
 pub use hca::{raw_header_len, raw_max_message, MULTICAST_LID_BASE, PERMISSIVE_LID};
-pub use hca::{PlacementSink, PlacementUpdate};
+pub use hca::{PlacementSink, PlacementUpdate, Transmitted};
 pub use verbs::device::HcaConfig;

@@ -42,7 +42,7 @@ use rustix::net::{SendAncillaryBuffer, SendFlags, SocketAddrAny};
 use softib_core::time::Instant;
 use softib_core::verbs::device::GidEntry;
 use softib_core::verbs::types::{Gid, GidType, Mtu};
-use softib_core::{Hca, HcaConfig};
+use softib_core::{Hca, HcaConfig, Transmitted};
 use softib_wire::pcap::{PcapWriter, LINKTYPE_ETHERNET};
 use softib_wire::udp::ROCEV2_PORT;
 
@@ -319,6 +319,8 @@ pub struct Device {
     ident_deltas: softib_wire::icrc::Ipv4IdentDeltaCache,
     tx_frame: Vec<u8>,
     tx_buf: Vec<u8>,
+    /// Where each datagram the HCA appended to `tx_buf` in the last call starts.
+    tx_starts: Vec<usize>,
     tx: Vec<TxEntry>,
     /// Pure ACKs at the end of `tx` (pushed after its last other datagram): a request pushed
     /// after none has no ACK to pass ([`Device::ack_behind_request`]).
@@ -457,6 +459,7 @@ impl Device {
             ident_deltas: Default::default(),
             tx_frame: Vec::with_capacity(softib_core::MAX_FRAME),
             tx_buf: Vec::with_capacity(TX_BATCH * 4200),
+            tx_starts: Vec::with_capacity(TX_BATCH),
             tx: Vec::with_capacity(TX_BATCH),
             tx_acks_at_tail: 0,
             rx_buf: vec![0u8; (RX_HEADROOM + RX_SLOT) * BATCH_SIZE],
@@ -682,7 +685,26 @@ impl Device {
     fn flush_frames(&mut self, now: Instant) -> io::Result<usize> {
         let mut sent = 0;
         loop {
-            if !self.hca.poll_transmit(now, &mut self.tx_frame) {
+            // Without a capture, the requester's common packets come as datagrams, straight
+            // into the batch, several of one QP at a time; the others as frames, whose
+            // datagram is copied there.
+            if self.pcap.is_none() {
+                let room = TX_BATCH.saturating_sub(self.tx.len());
+                match self.hca.poll_transmit_batched(
+                    now,
+                    &mut self.tx_frame,
+                    &mut self.tx_buf,
+                    &mut self.tx_starts,
+                    room,
+                ) {
+                    Transmitted::Nothing => break,
+                    Transmitted::Frame => {}
+                    Transmitted::Datagrams { dst } => {
+                        sent += self.queue_datagrams(dst, now)?;
+                        continue;
+                    }
+                }
+            } else if !self.hca.poll_transmit(now, &mut self.tx_frame) {
                 break;
             }
             if let Some(p) = &mut self.pcap {
@@ -725,26 +747,101 @@ impl Device {
             }
             let start = self.tx_buf.len();
             let len = payload.len();
-            let opcode = payload.first().copied();
-            let request = opcode.is_some_and(|op| !is_response(op));
             self.tx_buf.extend_from_slice(payload);
-            self.tx.push(TxEntry { dest, start, len });
-            if request {
-                if self.tx_acks_at_tail > 0 {
-                    self.ack_behind_request();
-                }
-                self.tx_acks_at_tail = 0;
-            } else if opcode == Some(OPCODE_RC_ACK) {
-                self.tx_acks_at_tail += 1;
-            } else {
-                self.tx_acks_at_tail = 0;
-            }
-            if self.tx.len() >= TX_BATCH {
-                sent += self.send_batch()?;
-            }
+            sent += self.queued(dest, start, len)?;
         }
         sent += self.send_batch()?;
         Ok(sent)
+    }
+
+    /// Queues the datagrams the HCA appended to `tx_buf` at `tx_starts`, for IPv4 address
+    /// `dst`: through a same-host peer's inbox where there is one (then off the batch),
+    /// else into the batch. Returns how many datagrams a full batch sent.
+    fn queue_datagrams(&mut self, dst: [u8; 4], now: Instant) -> io::Result<usize> {
+        let dest = match self.tx_route4 {
+            Some((last, dest)) if last == dst => dest,
+            _ => {
+                let dest = self.route_to(IpAddr::from(dst));
+                self.tx_route4 = Some((dst, dest));
+                dest
+            }
+        };
+        let Some(&first) = self.tx_starts.first() else {
+            return Ok(0);
+        };
+        let n = self.tx_starts.len();
+        let end =
+            |k: usize, starts: &[usize], len: usize| starts.get(k + 1).copied().unwrap_or(len);
+        if self.transport != Transport::Udp {
+            // Only the last may be placeable (the HCA ends a run with it).
+            let mut pushed = 0;
+            for k in 0..n {
+                let (start, stop) = (
+                    self.tx_starts[k],
+                    end(k, &self.tx_starts, self.tx_buf.len()),
+                );
+                let path = shm_send(
+                    &mut self.peers,
+                    self.transport,
+                    self.local,
+                    dest,
+                    &self.tx_buf[start..stop],
+                    k + 1 == n && self.hca.tx_placeable(),
+                    now,
+                    &mut self.stats,
+                    &mut self.shm_pushed_to,
+                );
+                if path == ShmSend::Udp {
+                    break;
+                }
+                pushed += 1;
+            }
+            if pushed == n {
+                self.tx_buf.truncate(first);
+                return Ok(0);
+            }
+            if pushed > 0 {
+                // The rest go by UDP: moved down over the ones pushed.
+                let from = self.tx_starts[pushed];
+                self.tx_buf.copy_within(from.., first);
+                self.tx_buf.truncate(self.tx_buf.len() - (from - first));
+                for s in &mut self.tx_starts[pushed..] {
+                    *s -= from - first;
+                }
+                self.tx_starts.drain(..pushed);
+            }
+        }
+        let mut sent = 0;
+        let starts = std::mem::take(&mut self.tx_starts);
+        for (k, &start) in starts.iter().enumerate() {
+            let len = end(k, &starts, self.tx_buf.len()) - start;
+            sent += self.queued(dest, start, len)?;
+        }
+        self.tx_starts = starts;
+        Ok(sent)
+    }
+
+    /// Queues the datagram at `tx_buf[start..start + len]` for `dest` (its ACKs behind the
+    /// request they precede); sends the batch when full and returns how many went.
+    #[inline(always)]
+    fn queued(&mut self, dest: SocketAddr, start: usize, len: usize) -> io::Result<usize> {
+        let opcode = self.tx_buf.get(start).copied();
+        let request = opcode.is_some_and(|op| !is_response(op));
+        self.tx.push(TxEntry { dest, start, len });
+        if request {
+            if self.tx_acks_at_tail > 0 {
+                self.ack_behind_request();
+            }
+            self.tx_acks_at_tail = 0;
+        } else if opcode == Some(OPCODE_RC_ACK) {
+            self.tx_acks_at_tail += 1;
+        } else {
+            self.tx_acks_at_tail = 0;
+        }
+        if self.tx.len() >= TX_BATCH {
+            return self.send_batch();
+        }
+        Ok(0)
     }
 
     /// Moves pure ACKs queued just before the request datagram that was pushed last behind
@@ -768,7 +865,7 @@ impl Device {
             return;
         }
         let from = self.tx[first_ack].start;
-        self.tx_buf[from..].rotate_right(last.len);
+        self.tx_buf[from..last.start + last.len].rotate_right(last.len);
         self.tx.copy_within(first_ack..n - 1, first_ack + 1);
         self.tx[first_ack] = TxEntry {
             dest: last.dest,

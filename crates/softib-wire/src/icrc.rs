@@ -211,6 +211,40 @@ pub(crate) fn raw(covered: &[u8]) -> u32 {
     h.finalize()
 }
 
+/// A CRC-32 pass stopped after some bytes, to be finished over several different rests
+/// (`Continued::after(a).finish(b) == raw(a ++ b)`), without looking up the CPU's features
+/// again for each.
+#[derive(Clone, Default)]
+pub struct Continued(Hasher);
+
+impl Continued {
+    /// The pass over `covered`.
+    pub fn after(covered: &[u8]) -> Continued {
+        let mut h = hasher();
+        h.update(covered);
+        Continued(h)
+    }
+
+    /// The CRC-32 of the bytes so far followed by `rest`.
+    #[inline(always)]
+    pub fn finish(&self, rest: &[u8]) -> u32 {
+        let mut h = self.0.clone();
+        h.update(rest);
+        h.finalize()
+    }
+
+    /// The CRC-32 of the bytes so far.
+    pub fn value(&self) -> u32 {
+        self.0.clone().finalize()
+    }
+}
+
+impl std::fmt::Debug for Continued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Continued({:#010x})", self.value())
+    }
+}
+
 /// The fast path of [`roce_v4`] / [`roce_v6`] (`ip_hdr` of exactly `IP` bytes, an 8-byte UDP
 /// header, room for a BTH; `None` otherwise), in one stack array of `N` bytes: the LRH
 /// stand-in, then the IP, UDP and BTH headers (`H` bytes), masked, then the bytes after the BTH

@@ -828,6 +828,87 @@ impl HeaderTemplate {
         true
     }
 
+    /// [`HeaderTemplate::build_v4_express`] for a sender whose UDP socket writes the IP and UDP
+    /// headers itself, with IPv4 Identification 0 (what the kernel gives a lone datagram with
+    /// DF set): only the datagram (BTH, `ext`, `payload`, pad, ICRC) is appended to `out`, and
+    /// where it starts is returned. Its bytes are those of the UDP payload of the frame
+    /// `build_v4_express(0, ..)` writes (tested); `None`, and `out` untouched, where that
+    /// returns false.
+    ///
+    /// The ICRC covers the LRH stand-in and the masked IP and UDP headers before the BTH. Up to
+    /// the UDP ports they depend on the template and the IP total length only: `prefix`
+    /// keeps their CRC for the last total length (a connection's messages mostly have one
+    /// size). The pass then covers 4 + 12 + `ext`, payload and pad bytes, whole 16-byte
+    /// blocks for the common sizes: the UDP length and masked checksum are written for it
+    /// over the 4 bytes in front of the datagram (the end of the previous one, put back
+    /// after; `out` is given 4 leading bytes when shorter).
+    #[inline]
+    pub fn append_v4_datagram(
+        &self,
+        prefix: &mut V4PrefixCrc,
+        mut bth: [u8; bth::LEN],
+        ext: &[u8],
+        payload: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<usize> {
+        const IP_UDP: usize = ipv4::LEN + udp::LEN;
+        const LRH: usize = 8;
+        /// The UDP length and checksum: the covered bytes before the BTH that the prefix
+        /// leaves out.
+        const UDP_TAIL: usize = 4;
+        if !self.v4 || usize::from(self.eth_len) != ethernet::LEN || ext.len() > EXPRESS_EXT_MAX {
+            return None;
+        }
+        let pad = crate::transport::pad_for(payload.len());
+        let udp_len = udp::LEN + bth::LEN + ext.len() + payload.len() + pad + ICRC_LEN;
+        let total_len = u16::try_from(ipv4::LEN + udp_len).ok()?;
+        let udp_len = total_len - ipv4::LEN as u16;
+        let flags = &mut bth[bth::field::FLAGS];
+        *flags = (*flags & !bth::field::PAD_MASK) | ((pad as u8) << bth::field::PAD_SHIFT);
+        if prefix.total_len != total_len {
+            let masked = ip_udp_v4(&self.masked[..IP_UDP], total_len, 0, udp_len);
+            let mut p = [0xFFu8; LRH + IP_UDP - UDP_TAIL];
+            p[LRH..].copy_from_slice(&masked[..IP_UDP - UDP_TAIL]);
+            *prefix = V4PrefixCrc {
+                total_len,
+                after: icrc::Continued::after(&p),
+            };
+        }
+        if out.len() < UDP_TAIL {
+            out.resize(UDP_TAIL, 0);
+        }
+        let start = out.len();
+        // BTH and extension headers in one fixed-size copy (the excess cut off after).
+        let mut head = [0u8; bth::LEN + EXPRESS_EXT_MAX];
+        head[..bth::LEN].copy_from_slice(&bth);
+        head[bth::LEN..bth::LEN + ext.len()].copy_from_slice(ext);
+        head[bth::ICRC_MASKED_BYTE] = 0xFF;
+        out.extend_from_slice(&head);
+        out.truncate(start + bth::LEN + ext.len());
+        out.extend_from_slice(payload);
+        out.extend_from_slice(&[0u8; 3][..pad]);
+        let end = out.len();
+        // The UDP length and the checksum masked to ones, over the 4 bytes in front.
+        let [len_hi, len_lo] = udp_len.to_be_bytes();
+        let tail = &mut out[start - UDP_TAIL..start];
+        let saved = [tail[0], tail[1], tail[2], tail[3]];
+        tail.copy_from_slice(&[len_hi, len_lo, 0xFF, 0xFF]);
+        let crc = prefix.after.finish(&out[start - UDP_TAIL..end]);
+        out[start - UDP_TAIL..start].copy_from_slice(&saved);
+        out[start + bth::ICRC_MASKED_BYTE] = bth[bth::ICRC_MASKED_BYTE];
+        out.extend_from_slice(&crc.to_le_bytes());
+        Some(start)
+    }
+
+    /// The destination of an IPv4 template's packets.
+    #[inline]
+    pub fn v4_destination(&self) -> Option<[u8; 4]> {
+        let at = usize::from(self.eth_len) + 16;
+        self.v4
+            .then(|| self.bytes[at..at + 4].try_into().ok())
+            .flatten()
+    }
+
     /// The IPv4 header checksum for a total length and an Identification: the complement of
     /// the ones' complement sum, the template's words and the two (end-around carry).
     #[inline(always)]
@@ -835,6 +916,25 @@ impl HeaderTemplate {
         ipv4::checksum_adding(self.ip_sum, [total_len, ident])
     }
 }
+
+/// The CRC of the ICRC-covered bytes of a RoCEv2/IPv4 packet before its UDP length (the LRH
+/// stand-in, the masked IPv4 header, the UDP ports) for one IP total length, IPv4
+/// Identification 0 ([`HeaderTemplate::append_v4_datagram`] keeps it per connection), kept as
+/// the CRC state a packet's pass continues from.
+#[derive(Debug, Clone, Default)]
+pub struct V4PrefixCrc {
+    /// The IP total length it is for; 0 (no packet is that short) for none.
+    total_len: u16,
+    after: icrc::Continued,
+}
+
+impl PartialEq for V4PrefixCrc {
+    fn eq(&self, other: &V4PrefixCrc) -> bool {
+        self.total_len == other.total_len && self.after.value() == other.after.value()
+    }
+}
+
+impl Eq for V4PrefixCrc {}
 
 /// An IPv4 header without options and a UDP header (`base`, 28 bytes: a template's wire or
 /// masked copy) with a total length, an Identification and a UDP length filled in.
@@ -1159,6 +1259,7 @@ mod tests {
     fn express_build_matches_build() {
         let payload: Vec<u8> = (0..1100u32).map(|i| (i * 7 + 3) as u8).collect();
         let mut checked = 0;
+        let mut prefix_for_other_len = V4PrefixCrc::default();
         for code in 0..=u8::MAX {
             let op = Opcode(code);
             let Some(info) = op.info() else { continue };
@@ -1212,6 +1313,47 @@ mod tests {
                     ));
                     assert_eq!(got, want, "{op:?} {len} {ident}");
                     checked += 1;
+                    if ident == 0 {
+                        // The datagram form, appended behind others: the frame's UDP
+                        // payload, the bytes in front of it unchanged, whatever the cached
+                        // prefix was for.
+                        let at = ethernet::LEN + ipv4::LEN + udp::LEN;
+                        let udp_len = usize::from(u16::from_be_bytes([want[at - 4], want[at - 3]]));
+                        let datagram = &want[at..at - udp::LEN + udp_len];
+                        let dst = tmpl.v4_destination().unwrap();
+                        assert_eq!(&want[ethernet::LEN + 16..ethernet::LEN + 20], &dst);
+                        for (mut prefix, before) in [
+                            (V4PrefixCrc::default(), vec![]),
+                            (V4PrefixCrc::default(), vec![9u8; 3]),
+                            (prefix_for_other_len.clone(), vec![1u8, 2, 3, 4, 5, 6]),
+                        ] {
+                            let mut out = before.clone();
+                            let start = tmpl
+                                .append_v4_datagram(
+                                    &mut prefix,
+                                    bth_bytes,
+                                    &ext,
+                                    &payload[..len],
+                                    &mut out,
+                                )
+                                .unwrap();
+                            assert_eq!(&out[start..], datagram, "{op:?} {len}");
+                            assert_eq!(start, before.len().max(4));
+                            assert_eq!(&out[..before.len()], &before[..]);
+                            // The prefix kept is the one for this length.
+                            let mut again = vec![0u8; 4];
+                            tmpl.append_v4_datagram(
+                                &mut prefix,
+                                bth_bytes,
+                                &ext,
+                                &payload[..len],
+                                &mut again,
+                            )
+                            .unwrap();
+                            assert_eq!(&again[4..], datagram);
+                            prefix_for_other_len = prefix;
+                        }
+                    }
                 }
             }
         }
@@ -1223,12 +1365,25 @@ mod tests {
         ] {
             let mut out = vec![1, 2, 3];
             assert!(!tmpl.build_v4_express(1, bth_bytes, &[], &[0; 8], &mut out));
+            let mut prefix = V4PrefixCrc::default();
+            assert!(tmpl
+                .append_v4_datagram(&mut prefix, bth_bytes, &[], &[0; 8], &mut out)
+                .is_none());
             assert_eq!(out, [1, 2, 3]);
         }
         let tmpl = HeaderTemplate::new(&ethernet(None), &ip(false), 1);
         let mut out = vec![1, 2, 3];
         assert!(!tmpl.build_v4_express(1, bth_bytes, &[0; EXPRESS_EXT_MAX + 4], &[], &mut out));
         assert!(!tmpl.build_v4_express(1, bth_bytes, &[], &vec![0; 65_536], &mut out));
+        let mut prefix = V4PrefixCrc::default();
+        for (ext, payload) in [
+            (&[0u8; EXPRESS_EXT_MAX + 4][..], &[][..]),
+            (&[], &vec![0; 65_536][..]),
+        ] {
+            assert!(tmpl
+                .append_v4_datagram(&mut prefix, bth_bytes, ext, payload, &mut out)
+                .is_none());
+        }
         assert_eq!(out, [1, 2, 3]);
     }
 

@@ -474,17 +474,18 @@ impl Hca {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 return;
             };
-            // The common run first, with the QP in hand: done WQEs that complete nothing and
-            // hold no READ / ATOMIC slot leave only their credit position behind.
-            if qp.sq.front().is_some_and(retires_quietly) {
-                retire_quiet_run(qp, &mut self.spare);
-                retired = true;
-            }
             let Some(w) = qp.sq.front() else {
                 break;
             };
             if !w.tx.done {
                 break;
+            }
+            // The common run with the QP in hand: done WQEs that complete nothing and hold no
+            // READ / ATOMIC slot leave only their credit position behind.
+            if retires_quietly(w) {
+                retire_quiet_run(qp, &mut self.spare);
+                retired = true;
+                continue;
             }
             // What the completion needs is read in place: the WQE is large, and moving it
             // out of the queue costs a copy.

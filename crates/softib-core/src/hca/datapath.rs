@@ -52,6 +52,34 @@ pub const MULTICAST_LID_BASE: u16 = 0xC000;
 /// Largest frame the HCA builds: 4096-byte payload plus every header.
 pub const MAX_FRAME: usize = 4096 + 14 + 40 + 8 + 64 + 4 + 64;
 
+/// What [`Hca::poll_transmit_batched`] gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transmitted {
+    /// Nothing is ready now.
+    Nothing,
+    /// A frame, written to the frame buffer.
+    Frame,
+    /// Datagrams (BTH .. ICRC) appended to the batch, where `starts` says, for IPv4
+    /// address `dst`.
+    Datagrams {
+        /// The IPv4 destination.
+        dst: [u8; 4],
+    },
+}
+
+/// A driver's batch of datagrams, lent to the HCA for one [`Hca::poll_transmit_batched`].
+#[derive(Debug)]
+pub(crate) struct DatagramBatch<'a> {
+    /// The datagrams, back to back.
+    pub(crate) bytes: &'a mut Vec<u8>,
+    /// Where each datagram appended by this call starts in `bytes`.
+    pub(crate) starts: &'a mut Vec<usize>,
+    /// How many datagrams the batch takes at most.
+    pub(crate) room: usize,
+    /// The IPv4 destination of the datagrams appended.
+    pub(crate) dst: Option<[u8; 4]>,
+}
+
 /// The Ethernet address softib uses for a GID: for a multicast GID the IP multicast MAC
 /// (`01:00:5e` + the low 23 bits of an IPv4-mapped group, RFC 1112; `33:33` + the last four
 /// bytes of an IPv6 group, RFC 2464); `02:00:a:b:c:d` for the IPv4-mapped GID of a.b.c.d; for
@@ -415,6 +443,19 @@ impl Hca {
     /// frame is longer than the last one: a caller that passes the same buffer every time
     /// saves the zero-fill of a fresh one.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> bool {
+        self.transmit(now, out, None)
+    }
+
+    /// [`Hca::poll_transmit`], with the datagram batch of [`Hca::poll_transmit_batched`] when
+    /// there is one. One body for both (not inlined into each): the packet builders it calls
+    /// then have one call site each and are inlined into it.
+    #[inline(never)]
+    fn transmit(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<u8>,
+        mut batch: Option<&mut DatagramBatch<'_>>,
+    ) -> bool {
         self.tx_placeable = false;
         while let Some(qpn) = self.tx_ready.pop_front() {
             let qp_type = match self.qps.get_mut(&qpn) {
@@ -446,7 +487,7 @@ impl Hca {
                     // After a packet the QP stays on the list while anything is left to send
                     // (the next `rc_next_packet` checks windows and credits anyway); when it
                     // sent nothing, only if it really can send, so a blocked QP leaves the list.
-                    match self.rc_next_packet(now, qpn, out) {
+                    match self.rc_next_packet(now, qpn, out, batch.as_deref_mut()) {
                         Tx::SentListed => {
                             self.counters.sent_pkts += 1;
                             return true;
@@ -467,6 +508,50 @@ impl Hca {
         }
         out.clear();
         false
+    }
+
+    /// [`Hca::poll_transmit`] for a driver whose UDP socket writes the IP and UDP headers
+    /// (with [`HcaConfig::udp_socket_port`]): the common requests (the requester's express
+    /// path) are appended to `bytes` as their datagrams alone, BTH .. ICRC, as many of one
+    /// QP in a row as it has ready, up to `room` of them; `starts` receives where each
+    /// begins ([`Transmitted::Datagrams`]; the 4 bytes in front of the first are the
+    /// batch's, or filler when it was shorter). Every other packet is written to `frame` as
+    /// `poll_transmit` writes it ([`Transmitted::Frame`]). The datagrams are the UDP payloads
+    /// of the frames as many `poll_transmit` calls would have written, with the same state
+    /// changes, so the driver skips copying them out of frames, and the steps shared by one
+    /// QP's packets are taken once for all of them. [`Hca::tx_placeable`] speaks of the last
+    /// one.
+    ///
+    /// [`HcaConfig::udp_socket_port`]: crate::HcaConfig::udp_socket_port
+    #[inline]
+    pub fn poll_transmit_batched(
+        &mut self,
+        now: Instant,
+        frame: &mut Vec<u8>,
+        bytes: &mut Vec<u8>,
+        starts: &mut Vec<usize>,
+        room: usize,
+    ) -> Transmitted {
+        starts.clear();
+        if self.udp_socket_port.is_none() || room == 0 {
+            return if self.poll_transmit(now, frame) {
+                Transmitted::Frame
+            } else {
+                Transmitted::Nothing
+            };
+        }
+        let mut batch = DatagramBatch {
+            bytes,
+            starts,
+            room,
+            dst: None,
+        };
+        let sent = self.transmit(now, frame, Some(&mut batch));
+        match (sent, batch.dst) {
+            (false, _) => Transmitted::Nothing,
+            (true, Some(dst)) => Transmitted::Datagrams { dst },
+            (true, None) => Transmitted::Frame,
+        }
     }
 
     /// [`Hca::poll_transmit`] for a raw QP: true when a packet was written.
@@ -782,6 +867,7 @@ impl Hca {
                     local,
                     sport,
                     template: roce::HeaderTemplate::new(&a.eth, &a.ip, sport),
+                    prefix: roce::V4PrefixCrc::default(),
                 })
             });
     }
@@ -856,7 +942,7 @@ impl Hca {
 /// they were derived from. They are used only while those inputs are unchanged
 /// ([`TxHeaders::is_for`], checked per packet), so no change of the QP's address vector, of
 /// the GID table or of the UDP source port needs to invalidate them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TxHeaders {
     /// The address vector's GRH fields (destination GID, SGID index, flow label, hop limit,
     /// traffic class).
@@ -866,6 +952,9 @@ pub(crate) struct TxHeaders {
     /// The UDP source port.
     sport: u16,
     template: roce::HeaderTemplate,
+    /// The ICRC's CRC over the template's headers up to the UDP ports, for the last IP
+    /// total length of a datagram ([`roce::HeaderTemplate::append_v4_datagram`]).
+    prefix: roce::V4PrefixCrc,
 }
 
 impl TxHeaders {
@@ -882,17 +971,18 @@ impl TxHeaders {
         self.sport == sport && self.grh == *grh && self.local == local.gid
     }
 
-    /// The header template when these are the headers of packets on `port` (a RoCE port)
-    /// towards `av` from UDP port `sport` ([`TxHeaders::is_for`]).
+    /// The header template, and the prefix CRC kept beside it, when these are the headers of
+    /// packets on `port` (a RoCE port) towards `av` from UDP port `sport`
+    /// ([`TxHeaders::is_for`]).
     #[inline(always)]
-    pub(crate) fn template_for(
-        &self,
+    pub(crate) fn datagram_parts(
+        &mut self,
         port: &PortConfig,
         av: &AhAttr,
         sport: u16,
-    ) -> Option<&roce::HeaderTemplate> {
+    ) -> Option<(&roce::HeaderTemplate, &mut roce::V4PrefixCrc)> {
         (port.link_layer != LinkLayer::InfiniBand && self.is_for(port, av, sport))
-            .then_some(&self.template)
+            .then_some((&self.template, &mut self.prefix))
     }
 }
 

@@ -36,7 +36,7 @@ mod xrc;
 
 pub(crate) use datapath::TxHeaders;
 pub use datapath::{
-    gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, MAX_FRAME, MULTICAST_LID_BASE,
+    gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, Transmitted, MAX_FRAME, MULTICAST_LID_BASE,
     PERMISSIVE_LID,
 };
 pub use placement::{PlacementSink, PlacementUpdate};

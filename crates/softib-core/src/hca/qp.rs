@@ -625,22 +625,28 @@ impl Hca {
             let mut sq = std::mem::take(&mut self.qps.get_mut(&v).expect("looked up above").sq);
             let base = sq.len();
             let mut posted = Ok(());
+            // What every WR is checked against, looked up once (the spare buffers are lent
+            // out too, for the WRs' heap parts).
+            let mut spare = std::mem::take(&mut self.spare);
+            let qp = &self.qps[&v];
+            let port = self.port(qp.attr.port_num);
             for (index, wr) in wrs.iter().enumerate() {
                 if base + index >= max_send_wr as usize {
                     posted = Err(PostSendError::QueueFull { index, max_send_wr });
                     break;
                 }
-                if let Err(e) = self.queue_send_wr(&self.qps[&v], index, wr, &mut sq) {
+                if let Err(e) = self.queue_send_wr(qp, port, index, wr, &mut sq) {
                     posted = Err(e);
                     break;
                 }
                 // The payload's heap part is added in place.
                 if wr.inline_data.is_some() || wr.sg_list.len() > 1 {
                     if let Some(w) = sq.back_mut() {
-                        self.spare.fill(&mut w.payload, wr, min_inline);
+                        spare.fill(&mut w.payload, wr, min_inline);
                     }
                 }
             }
+            self.spare = spare;
             if posted.is_err() {
                 sq.truncate(base);
             }
@@ -659,8 +665,9 @@ impl Hca {
             return Ok(());
         }
         let mut wqes = std::collections::VecDeque::with_capacity(wrs.len());
+        let port = self.port(qp.attr.port_num);
         for (index, wr) in wrs.iter().enumerate() {
-            self.queue_send_wr(qp, index, wr, &mut wqes)?;
+            self.queue_send_wr(qp, port, index, wr, &mut wqes)?;
         }
         let cq = qp.send_cq;
         for wqe in wqes {
@@ -679,6 +686,7 @@ impl Hca {
     fn queue_send_wr(
         &self,
         qp: &Qp,
+        port: Option<&crate::verbs::device::PortConfig>,
         index: usize,
         wr: &SendWr,
         sq: &mut std::collections::VecDeque<SendWqe>,
@@ -748,7 +756,6 @@ impl Hca {
             }
         }
         let port_num = qp.attr.port_num;
-        let port = self.port(port_num);
         let max_msg = port.map_or(self.device.max_msg_sz, |p| p.max_msg_sz);
         let len = wr.message_len();
         if len > u64::from(max_msg) {

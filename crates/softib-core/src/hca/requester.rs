@@ -186,7 +186,14 @@ impl Hca {
 
     /// Sends one packet of the QP (a response if one is owed, else a request); returns true
     /// when a frame was written to `out`.
-    pub(crate) fn rc_next_packet(&mut self, now: Instant, qpn: u32, out: &mut Vec<u8>) -> Tx {
+    #[inline(always)]
+    pub(crate) fn rc_next_packet(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        out: &mut Vec<u8>,
+        batch: Option<&mut super::datapath::DatagramBatch<'_>>,
+    ) -> Tx {
         let Some(qp) = self.qps.get(&qpn) else {
             return Tx::Nothing;
         };
@@ -200,7 +207,7 @@ impl Hca {
             return Tx::Nothing;
         }
         if self.express {
-            if let Some(tx) = self.rc_express_next_request(now, qpn, out) {
+            if let Some(tx) = self.rc_express_next_request(now, qpn, out, batch) {
                 return tx;
             }
         }
@@ -216,162 +223,252 @@ impl Hca {
     /// and every state change are those of [`Hca::rc_next_request`] for the same WQE (the
     /// tests run workloads both ways and compare). `None`, with nothing changed, for anything
     /// else: the general path takes it.
+    ///
+    /// With a datagram batch lent ([`Hca::poll_transmit_batched`]) the packets go into it as
+    /// datagrams, and the QP sends as many such requests in a row as it has ready and the
+    /// batch has room for: what is the same for all of them (the QP's look-up, its port and
+    /// headers, the transmit list and the timer) is done once. The packets and state changes
+    /// are those of as many calls one after the other.
     #[inline]
-    fn rc_express_next_request(&mut self, now: Instant, qpn: u32, out: &mut Vec<u8>) -> Option<Tx> {
+    fn rc_express_next_request(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        out: &mut Vec<u8>,
+        batch: Option<&mut super::datapath::DatagramBatch<'_>>,
+    ) -> Option<Tx> {
         let qp = self.qps.get_mut(&qpn)?;
         if qp.qp_type != QpType::Rc {
             return None;
         }
-        let r = &qp.transport.req;
-        let cur = r.cur;
-        let w = qp.sq.get(cur)?;
-        if !matches!(
-            w.opcode,
-            WrOpcode::Send
-                | WrOpcode::SendWithImm(_)
-                | WrOpcode::RdmaWrite { .. }
-                | WrOpcode::RdmaWriteWithImm { .. }
-        ) {
-            return None;
-        }
         let mtu = qp.attr.path_mtu.bytes();
-        if w.tx.started || w.length > mtu || r.credits.limited_wait.is_some() {
+        // The first WQE's kind before anything is looked up for the run (a READ or a long
+        // message goes to the general path at once).
+        let w = qp.sq.get(qp.transport.req.cur)?;
+        if w.tx.started
+            || w.length > mtu
+            || !matches!(
+                w.opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm(_)
+                    | WrOpcode::RdmaWrite { .. }
+                    | WrOpcode::RdmaWriteWithImm { .. }
+            )
+        {
             return None;
         }
-        if w.flags.contains(SendFlags::FENCE) && r.rd_atomic_outstanding > 0 {
-            return None;
-        }
-        // The extension headers, serialized, and the opcode.
-        let mut ext = [0u8; softib_wire::roce::EXPRESS_EXT_MAX];
-        let (opcode, ext_len, consumes) = match w.opcode {
-            WrOpcode::Send => (Opcode::RC_SEND_ONLY, 0, true),
-            WrOpcode::SendWithImm(imm) => {
-                let _ = ImmDt { imm }.emit(&mut ext);
-                (
-                    Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
-                    softib_wire::immdt::LEN,
-                    true,
-                )
-            }
-            WrOpcode::RdmaWrite { remote } | WrOpcode::RdmaWriteWithImm { remote, .. } => {
-                let reth = Reth {
-                    va: remote.addr,
-                    rkey: remote.rkey,
-                    dma_len: w.length,
-                };
-                let _ = reth.emit(&mut ext);
-                match w.opcode {
-                    WrOpcode::RdmaWriteWithImm { imm, .. } => {
-                        let _ = ImmDt { imm }.emit(&mut ext[softib_wire::reth::LEN..]);
-                        (
-                            Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-                            softib_wire::roce::EXPRESS_EXT_MAX,
-                            true,
-                        )
-                    }
-                    _ => (Opcode::RC_RDMA_WRITE_ONLY, softib_wire::reth::LEN, false),
-                }
-            }
-            _ => return None,
-        };
-        let c = &r.credits;
-        let rwqe_started = c.rwqe_started.wrapping_add(u32::from(consumes));
-        if consumes && !c.covers(rwqe_started) {
-            return None;
-        }
-        // PSN window ([`Hca::rc_can_start`]), with the oldest unacknowledged PSN before this
-        // WQE starts.
-        let psn = qp.transport.next_psn;
-        let next_psn = psn.next();
-        let oldest = oldest_unacked(&qp.sq);
-        if let Some(p) = oldest {
-            if psn.sub(p.value()).value() + 1 > self.max_unacked_psns {
-                return None;
-            }
-        }
-        // The payload.
-        let payload: &[u8] = match &w.payload {
-            _ if w.length == 0 => &[],
-            WqePayload::Inline(v) => v.get(..w.length as usize)?,
-            WqePayload::Sge(s) if u64::from(s.length) >= u64::from(w.length) => {
-                self.mrs.local_bytes(
-                    qp.pd,
-                    s.lkey,
-                    s.addr,
-                    u64::from(w.length),
-                    AccessFlags::empty(),
-                )?
-            }
-            WqePayload::Sge(_) | WqePayload::Sges(_) => return None,
-        };
-        // The headers.
         let port = crate::verbs::ah::port_config(&self.ports, qp.attr.port_num.max(1))?;
-        let ident = self.ip_ident.wrapping_add(1);
-        let (wire_ident, sport) = match self.udp_socket_port {
-            Some(port) => (0, port),
-            None => (ident, super::datapath::udp_source_port(qpn)),
+        let (socket, sport) = match self.udp_socket_port {
+            Some(port) => (true, port),
+            None => (false, super::datapath::udp_source_port(qpn)),
         };
-        let template =
+        let (template, prefix) =
             qp.transport
                 .tx_headers
-                .as_ref()?
-                .template_for(port, &qp.attr.ah_attr, sport)?;
-        // AckReq, as [`Hca::rc_next_request`] decides it for the last packet of a new WQE.
-        let pkts_since_ack_req = r.pkts_since_ack_req + 1;
-        let ack_req = last_packet_asks(LastPacket {
-            last_posted: cur + 1 == qp.sq.len(),
-            repeats_ask: false,
-            pkts_since_ack_req,
-            in_flight: next_psn.sub(oldest.unwrap_or(psn).value()).value(),
-            max_unacked: self.max_unacked_psns,
-            next: next_unstarted(&qp.sq, cur, mtu),
-            next_has_credit: c.covers(rwqe_started.wrapping_add(1)),
-        });
-        let bth = Bth {
-            opcode,
-            solicited: w.flags.contains(SendFlags::SOLICITED),
-            mig_req: super::apm::mig_req(&qp.attr),
-            pkey: DEFAULT_PKEY,
-            dest_qp: softib_wire::Qpn::new(qp.attr.dest_qp_num),
-            ack_req,
-            psn,
-            ..Bth::default()
+                .as_mut()?
+                .datagram_parts(port, &qp.attr.ah_attr, sport)?;
+        // A driver whose socket writes the IP and UDP headers lends its batch: datagrams
+        // alone go into it.
+        let mut batch = batch.filter(|_| socket);
+        let dst = match batch {
+            Some(_) => Some(template.v4_destination()?),
+            None => None,
         };
-        if !template.build_v4_express(wire_ident, bth.to_bytes(), &ext[..ext_len], payload, out) {
+        let mut sent = 0usize;
+        let mut placeable = false;
+        // The oldest unacknowledged PSN before the next WQE starts: looked up for the first;
+        // within a run nothing is acknowledged, so after a packet it is the run's first PSN.
+        let mut oldest = oldest_unacked(&qp.sq);
+        loop {
+            let r = &qp.transport.req;
+            let cur = r.cur;
+            let Some(w) = qp.sq.get(cur) else {
+                break;
+            };
+            if !matches!(
+                w.opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm(_)
+                    | WrOpcode::RdmaWrite { .. }
+                    | WrOpcode::RdmaWriteWithImm { .. }
+            ) {
+                break;
+            }
+            if w.tx.started || w.length > mtu || r.credits.limited_wait.is_some() {
+                break;
+            }
+            if w.flags.contains(SendFlags::FENCE) && r.rd_atomic_outstanding > 0 {
+                break;
+            }
+            // The extension headers, serialized, and the opcode.
+            let mut ext = [0u8; softib_wire::roce::EXPRESS_EXT_MAX];
+            let (opcode, ext_len, consumes) = match w.opcode {
+                WrOpcode::Send => (Opcode::RC_SEND_ONLY, 0, true),
+                WrOpcode::SendWithImm(imm) => {
+                    let _ = ImmDt { imm }.emit(&mut ext);
+                    (
+                        Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+                        softib_wire::immdt::LEN,
+                        true,
+                    )
+                }
+                WrOpcode::RdmaWrite { remote } | WrOpcode::RdmaWriteWithImm { remote, .. } => {
+                    let reth = Reth {
+                        va: remote.addr,
+                        rkey: remote.rkey,
+                        dma_len: w.length,
+                    };
+                    let _ = reth.emit(&mut ext);
+                    match w.opcode {
+                        WrOpcode::RdmaWriteWithImm { imm, .. } => {
+                            let _ = ImmDt { imm }.emit(&mut ext[softib_wire::reth::LEN..]);
+                            (
+                                Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+                                softib_wire::roce::EXPRESS_EXT_MAX,
+                                true,
+                            )
+                        }
+                        _ => (Opcode::RC_RDMA_WRITE_ONLY, softib_wire::reth::LEN, false),
+                    }
+                }
+                _ => break,
+            };
+            let c = &r.credits;
+            let rwqe_started = c.rwqe_started.wrapping_add(u32::from(consumes));
+            if consumes && !c.covers(rwqe_started) {
+                break;
+            }
+            // PSN window ([`Hca::rc_can_start`]), with the oldest unacknowledged PSN before
+            // this WQE starts.
+            let psn = qp.transport.next_psn;
+            let next_psn = psn.next();
+            if let Some(p) = oldest {
+                if psn.sub(p.value()).value() + 1 > self.max_unacked_psns {
+                    break;
+                }
+            }
+            // The payload.
+            let payload: &[u8] = match &w.payload {
+                _ if w.length == 0 => &[],
+                WqePayload::Inline(v) => {
+                    let Some(v) = v.get(..w.length as usize) else {
+                        break;
+                    };
+                    v
+                }
+                WqePayload::Sge(s) if u64::from(s.length) >= u64::from(w.length) => {
+                    let Some(b) = self.mrs.local_bytes(
+                        qp.pd,
+                        s.lkey,
+                        s.addr,
+                        u64::from(w.length),
+                        AccessFlags::empty(),
+                    ) else {
+                        break;
+                    };
+                    b
+                }
+                WqePayload::Sge(_) | WqePayload::Sges(_) => break,
+            };
+            let ident = self.ip_ident.wrapping_add(1);
+            let wire_ident = if socket { 0 } else { ident };
+            // AckReq, as [`Hca::rc_next_request`] decides it for the last packet of a new WQE.
+            let pkts_since_ack_req = r.pkts_since_ack_req + 1;
+            let ack_req = last_packet_asks(LastPacket {
+                last_posted: cur + 1 == qp.sq.len(),
+                repeats_ask: false,
+                pkts_since_ack_req,
+                in_flight: next_psn.sub(oldest.unwrap_or(psn).value()).value(),
+                max_unacked: self.max_unacked_psns,
+                next: next_unstarted(&qp.sq, cur, mtu),
+                next_has_credit: c.covers(rwqe_started.wrapping_add(1)),
+            });
+            let bth = Bth {
+                opcode,
+                solicited: w.flags.contains(SendFlags::SOLICITED),
+                mig_req: super::apm::mig_req(&qp.attr),
+                pkey: DEFAULT_PKEY,
+                dest_qp: softib_wire::Qpn::new(qp.attr.dest_qp_num),
+                ack_req,
+                psn,
+                ..Bth::default()
+            };
+            match batch.as_deref_mut() {
+                Some(b) => {
+                    let Some(start) = template.append_v4_datagram(
+                        prefix,
+                        bth.to_bytes(),
+                        &ext[..ext_len],
+                        payload,
+                        b.bytes,
+                    ) else {
+                        break;
+                    };
+                    b.starts.push(start);
+                }
+                None => {
+                    if !template.build_v4_express(
+                        wire_ident,
+                        bth.to_bytes(),
+                        &ext[..ext_len],
+                        payload,
+                        out,
+                    ) {
+                        break;
+                    }
+                }
+            }
+            // The packet is out: the state moves as the general path moves it.
+            self.ip_ident = ident;
+            self.counters.express_requests += 1;
+            // A same-host sender may place an RDMA WRITE Only itself when nothing before it
+            // is unacknowledged: the responder then expects exactly this PSN, with no NAK
+            // pending (`placement`).
+            placeable = opcode == Opcode::RC_RDMA_WRITE_ONLY && oldest.is_none();
+            let w = &mut qp.sq[cur];
+            w.tx.started = true;
+            w.tx.first_psn = psn;
+            w.tx.npsn = 1;
+            w.tx.resp_next_psn = psn;
+            w.state = WqeState::InProgress;
+            qp.transport.next_psn = next_psn;
+            let r = &mut qp.transport.req;
+            let c = &mut r.credits;
+            c.last_ssn = c.last_ssn.wrapping_add(1) & MASK24;
+            c.rwqe_started = rwqe_started;
+            w.tx.ssn = c.last_ssn;
+            w.tx.rwqe_through = rwqe_started;
+            r.pkts_since_ack_req = if ack_req { 0 } else { pkts_since_ack_req };
+            w.tx.asked_ack = ack_req;
+            w.tx.sent_once = 1;
+            w.tx.all_sent = true;
+            r.cur = cur + 1;
+            while qp.sq.get(r.cur).is_some_and(|n| n.tx.done) {
+                r.cur += 1;
+            }
+            r.cur_psn = match qp.sq.get(r.cur) {
+                Some(n) if n.tx.started => rewind_point(n),
+                _ => next_psn,
+            };
+            sent += 1;
+            oldest = oldest.or(Some(psn));
+            // One frame at a time; a batch takes datagrams while it has room, up to a
+            // placeable one (its driver looks at `tx_placeable` for the last packet).
+            match batch.as_deref() {
+                Some(b) if !placeable && b.starts.len() < b.room => {}
+                _ => break,
+            }
+        }
+        if sent == 0 {
             return None;
         }
-        // The frame is out: the state moves as the general path moves it.
-        self.ip_ident = ident;
-        self.counters.express_requests += 1;
-        // A same-host sender may place an RDMA WRITE Only itself when nothing before it is
-        // unacknowledged: the responder then expects exactly this PSN, with no NAK pending
-        // (`placement`).
-        self.tx_placeable = opcode == Opcode::RC_RDMA_WRITE_ONLY && oldest.is_none();
-        let w = &mut qp.sq[cur];
-        w.tx.started = true;
-        w.tx.first_psn = psn;
-        w.tx.npsn = 1;
-        w.tx.resp_next_psn = psn;
-        w.state = WqeState::InProgress;
-        qp.transport.next_psn = next_psn;
-        let r = &mut qp.transport.req;
-        let c = &mut r.credits;
-        c.last_ssn = c.last_ssn.wrapping_add(1) & MASK24;
-        c.rwqe_started = rwqe_started;
-        w.tx.ssn = c.last_ssn;
-        w.tx.rwqe_through = rwqe_started;
-        r.pkts_since_ack_req = if ack_req { 0 } else { pkts_since_ack_req };
-        w.tx.asked_ack = ack_req;
-        w.tx.sent_once = 1;
-        w.tx.all_sent = true;
-        r.cur = cur + 1;
-        while qp.sq.get(r.cur).is_some_and(|n| n.tx.done) {
-            r.cur += 1;
+        self.tx_placeable = placeable;
+        if let Some(b) = batch {
+            b.dst = dst;
         }
-        r.cur_psn = match qp.sq.get(r.cur) {
-            Some(n) if n.tx.started => rewind_point(n),
-            _ => next_psn,
-        };
+        // `poll_transmit` counts one packet.
+        self.counters.sent_pkts += sent as u64 - 1;
+        let r = &mut qp.transport.req;
         if r.timer.is_none() {
             r.timer = transport_deadline(now, qp.attr.timeout, self.clock_lag);
         }

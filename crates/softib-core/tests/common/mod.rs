@@ -109,10 +109,35 @@ pub fn alt_gid(ip: [u8; 4]) -> softib_core::verbs::types::Gid {
     gid_of_ipv4([ip[0], ip[1], ip[2] + 1, ip[3]])
 }
 
+thread_local! {
+    /// The pairs this thread makes send from a UDP socket's port ([`with_udp_socket_ports`]).
+    static SOCKET_PORTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every pair it makes configured as a driver over a UDP socket configures its
+/// HCA ([`HcaConfig::udp_socket_port`]: UDP source port [`socket_port`] of the node, IPv4
+/// Identification 0).
+#[allow(dead_code)]
+pub fn with_udp_socket_ports<R>(f: impl FnOnce() -> R) -> R {
+    SOCKET_PORTS.with(|c| c.set(true));
+    let r = f();
+    SOCKET_PORTS.with(|c| c.set(false));
+    r
+}
+
+/// The UDP source port of node `node`'s packets under [`with_udp_socket_ports`].
+#[allow(dead_code)]
+pub fn socket_port(node: u32) -> u16 {
+    0xc000 + node as u16
+}
+
 /// A side whose QP is of `qp_type`: RC, an XRC initiator, (`XrcRecv`) an XRC target with an
 /// XRC SRQ in a new XRC domain, or (`Rd`) an RD QP and an EE context of a new RD domain.
 fn side(node: u32, ip: [u8; 4], mtu: Mtu, qp_type: QpType) -> Side {
     let mut cfg = HcaConfig::new(node);
+    if SOCKET_PORTS.with(|c| c.get()) {
+        cfg.udp_socket_port = Some(socket_port(node));
+    }
     cfg.ports[0].gids.push(GidEntry {
         gid: gid_of_ipv4(ip),
         gid_type: GidType::RoceV2,
