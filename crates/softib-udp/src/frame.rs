@@ -334,6 +334,9 @@ pub struct GroIdents {
     /// ICRC deltas of the last two segment sizes guessed for (a run's full segments and its
     /// shorter last one).
     deltas: Ipv4IdentDeltaCache,
+    /// The ICRC pass over the last frame's headers before its UDP length (the segments of a
+    /// run share them).
+    prefix: softib_wire::icrc::V4FramePrefix,
     /// The Identification guessed for the next segment.
     next: u16,
 }
@@ -371,7 +374,9 @@ impl GroIdents {
                 guess => Some((deltas.get(end - udp_at - UDP_LEN, guess), guess)),
             }
         };
-        let Ok(ident) = softib_wire::icrc::solve_roce_v4_frame_ident_lazy(frame, hint) else {
+        let Ok(ident) =
+            softib_wire::icrc::solve_roce_v4_frame_ident_cached(frame, &mut self.prefix, hint)
+        else {
             return false;
         };
         self.next = ident.wrapping_add(1);

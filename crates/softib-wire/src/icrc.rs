@@ -834,6 +834,92 @@ pub fn solve_roce_v4_frame_ident(
     solve_roce_v4_frame_ident_lazy(frame, || hint)
 }
 
+/// The ICRC pass over the covered bytes of an IPv4 RoCEv2 frame before its UDP length (the
+/// LRH stand-in, the masked IPv4 header, the UDP ports), kept for the next frame with the same
+/// header ([`solve_roce_v4_frame_ident_cached`]): a receiver's frames from one peer mostly
+/// share one, segment after segment.
+#[derive(Debug, Clone, Default)]
+pub struct V4FramePrefix {
+    /// The masked IPv4 header and UDP ports the pass is over.
+    key: Option<[u8; V4_PREFIX_KEY]>,
+    after: Continued,
+}
+
+/// Length of the IPv4 header and the UDP ports.
+const V4_PREFIX_KEY: usize = ipv4::LEN + 4;
+
+/// [`solve_roce_v4_frame_ident_lazy`] with the pass over the headers before the UDP length
+/// taken from `cache` when the frame's are the same as the last (else made and kept there).
+/// The result is the same (tested); the pass covers the UDP length onwards, and only the
+/// UDP checksum and the BTH's variant byte are masked in the frame for it (and put back).
+pub fn solve_roce_v4_frame_ident_cached<'d>(
+    frame: &mut [u8],
+    cache: &mut V4FramePrefix,
+    hint: impl FnOnce() -> Option<(&'d Ipv4IdentDeltas, u16)>,
+) -> Result<u16> {
+    const UDP_AT: usize = ipv4::LEN;
+    let have = frame.len();
+    let ether_type = match frame.get(12..14) {
+        Some(t) => u16::from_be_bytes([t[0], t[1]]),
+        None => return Err(Error::truncated(Header::Ethernet, ETH_LEN, have)),
+    };
+    let Some(hdrs) = frame
+        .get(ETH_LEN..)
+        .and_then(|f| f.first_chunk::<{ V4_HEADERS_LEN }>())
+    else {
+        return Err(Error::truncated(
+            Header::Ipv4,
+            ETH_LEN + V4_HEADERS_LEN,
+            have,
+        ));
+    };
+    if ether_type != crate::ethernet::ETHERTYPE_IPV4 {
+        return Err(Error::BadField {
+            field: crate::error::Field::EtherType,
+            value: u64::from(ether_type),
+        });
+    }
+    if hdrs[0] != 0x45 {
+        return Err(Error::BadField {
+            field: crate::error::Field::Ipv4Ihl,
+            value: u64::from(hdrs[0] & 0x0f),
+        });
+    }
+    let udp_len = usize::from(u16::from_be_bytes([hdrs[UDP_AT + 4], hdrs[UDP_AT + 5]]));
+    let end = UDP_AT + udp_len;
+    if udp_len < udp::LEN + bth::LEN + LEN || end > have - ETH_LEN {
+        return Err(Error::truncated(Header::Icrc, ETH_LEN + end, have));
+    }
+    let given = u16::from_be_bytes([hdrs[IDENT_AT], hdrs[IDENT_AT + 1]]);
+    let mut key = [0u8; V4_PREFIX_KEY];
+    key.copy_from_slice(&hdrs[..V4_PREFIX_KEY]);
+    for &(off, bits) in IPV4_VARIANT {
+        key[off] |= bits;
+    }
+    if cache.key != Some(key) {
+        let mut p = [0xFFu8; LRH_LEN + V4_PREFIX_KEY];
+        p[LRH_LEN..].copy_from_slice(&key);
+        cache.after = Continued::after(&p);
+        cache.key = Some(key);
+    }
+    // From the UDP length on: the checksum and the BTH's variant byte masked for the pass.
+    let from = ETH_LEN + V4_PREFIX_KEY;
+    let (csum, variant) = (from + 2, from + 4 + bth::ICRC_MASKED_BYTE);
+    let saved = [frame[csum], frame[csum + 1], frame[variant]];
+    frame[csum] = 0xFF;
+    frame[csum + 1] = 0xFF;
+    frame[variant] = 0xFF;
+    let computed = cache.after.finish(&frame[from..ETH_LEN + end - LEN]);
+    frame[csum] = saved[0];
+    frame[csum + 1] = saved[1];
+    frame[variant] = saved[2];
+    let found = get(&frame[ETH_LEN + end - LEN..ETH_LEN + end])?;
+    solve_from(given, computed, found, end - LEN - IDENT_AT - 2, hint)
+}
+
+/// IPv4 + UDP + BTH.
+const V4_HEADERS_LEN: usize = ipv4::LEN + udp::LEN + bth::LEN;
+
 /// [`solve_roce_v4_frame_ident`] with the hint made only when it is needed: when the ICRC
 /// does not verify under the Identification the frame holds.
 pub fn solve_roce_v4_frame_ident_lazy<'d>(
@@ -1589,6 +1675,7 @@ mod tests {
     #[test]
     fn frame_solve_agrees_with_the_solve_over_parts() {
         let mut rng = Rng(0xf4a3_e501);
+        let mut kept = V4FramePrefix::default();
         for len in [12usize, 13, 16, 44, 76, 80, 81, 1036, 4108] {
             for pad in [0usize, 6] {
                 let mut f = rng.bytes(ETH_LEN + 20 + 8 + len + LEN + pad);
@@ -1623,23 +1710,42 @@ mod tests {
                             );
                             assert_eq!(solve_roce_v4_frame_ident(&mut g, hint), want, "len {len}");
                             assert_eq!(g, before);
+                            // Cached: fresh, kept from this very frame, and kept from
+                            // another frame's headers.
+                            for cache in [&mut V4FramePrefix::default(), &mut kept] {
+                                for _ in 0..2 {
+                                    assert_eq!(
+                                        solve_roce_v4_frame_ident_cached(&mut g, cache, || hint),
+                                        want,
+                                        "len {len}"
+                                    );
+                                    assert_eq!(g, before);
+                                }
+                            }
                             assert_eq!(want.is_ok(), flip.is_none(), "len {len} {flip:?}");
                         }
                     }
                 }
                 // Other layouts.
+                let cached = |g: &mut [u8]| {
+                    solve_roce_v4_frame_ident_cached(g, &mut V4FramePrefix::default(), || None)
+                };
                 let mut g = f.clone();
                 g[12] = 0x86;
                 assert!(solve_roce_v4_frame_ident(&mut g, None).is_err());
+                assert!(cached(&mut g).is_err());
                 let mut g = f.clone();
                 g[ETH_LEN] = 0x46;
                 assert!(solve_roce_v4_frame_ident(&mut g, None).is_err());
+                assert!(cached(&mut g).is_err());
                 let mut g = f.clone();
                 let long = udp_len + pad as u16 + 1;
                 g[ETH_LEN + 24..ETH_LEN + 26].copy_from_slice(&long.to_be_bytes());
                 assert!(solve_roce_v4_frame_ident(&mut g, None).is_err());
+                assert!(cached(&mut g).is_err());
                 for cut in [0, 13, 14, ETH_LEN + 39] {
                     assert!(solve_roce_v4_frame_ident(&mut f.clone()[..cut], None).is_err());
+                    assert!(cached(&mut f.clone()[..cut]).is_err());
                 }
             }
         }
