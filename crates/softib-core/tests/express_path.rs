@@ -377,23 +377,32 @@ fn frame_of_datagram(src: [u8; 4], sport: u16, dst: [u8; 4], datagram: &[u8]) ->
     f
 }
 
+/// Requires runs `a` and `b` (named `names`) of `seed` to have put the same frames on the
+/// wire in the same order, completed the same work and left the same memories, pointing at
+/// the first difference.
+fn same(seed: u64, (a, b): (&Outcome, &Outcome), names: (&str, &str)) {
+    if let Some(i) =
+        (0..a.frames.len().max(b.frames.len())).find(|&i| a.frames.get(i) != b.frames.get(i))
+    {
+        panic!(
+            "seed {seed}: frame {i} differs\n{}: {:02x?}\n{}: {:02x?}",
+            names.0,
+            a.frames.get(i),
+            names.1,
+            b.frames.get(i)
+        );
+    }
+    assert_eq!(a.a_wcs, b.a_wcs, "seed {seed}: A's completions");
+    assert_eq!(a.b_wcs, b.b_wcs, "seed {seed}: B's completions");
+    assert!(a.a_mem == b.a_mem, "seed {seed}: A's memory");
+    assert!(a.b_mem == b.b_mem, "seed {seed}: B's memory");
+}
+
 /// Compares the two runs of `seed`, pointing at the first difference.
 fn check(seed: u64, loss_per_mille: u64) {
     let on = run(seed, true, loss_per_mille);
     let off = run(seed, false, loss_per_mille);
-    if let Some(i) =
-        (0..on.frames.len().max(off.frames.len())).find(|&i| on.frames.get(i) != off.frames.get(i))
-    {
-        panic!(
-            "seed {seed}: frame {i} differs\nexpress: {:02x?}\ngeneral: {:02x?}",
-            on.frames.get(i),
-            off.frames.get(i)
-        );
-    }
-    assert_eq!(on.a_wcs, off.a_wcs, "seed {seed}: A's completions");
-    assert_eq!(on.b_wcs, off.b_wcs, "seed {seed}: B's completions");
-    assert!(on.a_mem == off.a_mem, "seed {seed}: A's memory");
-    assert!(on.b_mem == off.b_mem, "seed {seed}: B's memory");
+    same(seed, (&on, &off), ("express", "general"));
     // The comparison means something only if both paths were taken.
     assert_eq!(off.express, (0, 0));
     let (sent, taken) = on.express;
@@ -432,19 +441,7 @@ fn express_path_changes_nothing_under_loss() {
 fn check_batched(seed: u64, loss_per_mille: u64) {
     let batched = run_mode(seed, Mode::Batched, loss_per_mille);
     let frames = with_udp_socket_ports(|| run_mode(seed, Mode::Express, loss_per_mille));
-    if let Some(i) = (0..batched.frames.len().max(frames.frames.len()))
-        .find(|&i| batched.frames.get(i) != frames.frames.get(i))
-    {
-        panic!(
-            "seed {seed}: packet {i} differs\nbatched: {:02x?}\nframes:  {:02x?}",
-            batched.frames.get(i),
-            frames.frames.get(i)
-        );
-    }
-    assert_eq!(batched.a_wcs, frames.a_wcs, "seed {seed}: A's completions");
-    assert_eq!(batched.b_wcs, frames.b_wcs, "seed {seed}: B's completions");
-    assert!(batched.a_mem == frames.a_mem, "seed {seed}: A's memory");
-    assert!(batched.b_mem == frames.b_mem, "seed {seed}: B's memory");
+    same(seed, (&batched, &frames), ("batched", "frames"));
     assert_eq!(
         batched.express, frames.express,
         "seed {seed}: express counts"

@@ -631,6 +631,13 @@ impl Device {
         Ok(())
     }
 
+    /// Tells the device that its caller slept waiting for the socket in a poll of its own:
+    /// the next round's receive batch is a backlog, whose acknowledgements leave while it is
+    /// handled ([`RX_FLUSH_EVERY`]), as after [`Device::wait`].
+    pub fn woke(&mut self) {
+        self.rx_after_sleep = true;
+    }
+
     /// Sleeps until the socket is readable, the HCA's next timer is due, or `max_wait` passes.
     pub fn wait(&mut self, max_wait: Duration) -> io::Result<()> {
         let now = self.now();

@@ -451,6 +451,8 @@ fn progress_loop(shared: &Shared) {
     let mut lingering = false;
     // Since when the thread has lingered real-time without stepping aside or sleeping.
     let mut rt_run: Option<std::time::Instant> = None;
+    // The thread slept on the socket since it last drove the engine.
+    let mut slept = false;
     while !shared.stop.load(Ordering::Acquire) {
         if lingering && !wait.is_zero() {
             // A real-time thread that spins keeps ordinary threads off its CPU (its
@@ -488,6 +490,7 @@ fn progress_loop(shared: &Shared) {
             let waker = shared.shm_waker.as_ref();
             if waker.is_none_or(softib_udp::shm::Waker::sleep_begin) {
                 sleep_on(&[shared.sock_fd, shared.wake_fd], wait);
+                slept = true;
                 if let Some(w) = waker {
                     w.sleep_end();
                 }
@@ -545,6 +548,9 @@ fn progress_loop(shared: &Shared) {
             continue;
         };
         sched.serving();
+        if std::mem::take(&mut slept) {
+            eng.dev.woke();
+        }
         wait = {
             eng.flush(shared);
             let mut rounds = 0;

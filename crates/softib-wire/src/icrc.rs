@@ -821,9 +821,10 @@ const ETH_LEN: usize = 14;
 /// header without options, UDP, BTH .. ICRC, the UDP length saying where the ICRC ends
 /// (Ethernet padding may follow).
 ///
-/// The ICRC is computed over the frame itself, its headers not copied: the all-ones LRH
-/// stand-in (over the end of the Ethernet header) and the variant bits are written into the
-/// frame for the pass and then put back, so the frame is left as it was. The result is that
+/// The ICRC is computed over the frame itself, its payload not copied: the LRH stand-in, the
+/// masked IPv4 header and the UDP ports are one small pass ([`V4FramePrefix`]), and the
+/// variant bits behind them (the UDP checksum, the BTH's) are written into the frame for the
+/// pass over the rest and then put back, so the frame is left as it was. The result is that
 /// of [`solve_roce_v4_ident_hinted`] over the frame's IP header, UDP header and BTH .. ICRC;
 /// a frame without that layout (another EtherType, IPv4 options, a UDP length that does not
 /// fit) is an error.
@@ -926,47 +927,7 @@ pub fn solve_roce_v4_frame_ident_lazy<'d>(
     frame: &mut [u8],
     hint: impl FnOnce() -> Option<(&'d Ipv4IdentDeltas, u16)>,
 ) -> Result<u16> {
-    const H: usize = V4_HEADERS;
-    const UDP_AT: usize = ipv4::LEN;
-    let have = frame.len();
-    let ether_type = match frame.get(12..14) {
-        Some(t) => u16::from_be_bytes([t[0], t[1]]),
-        None => return Err(Error::truncated(Header::Ethernet, ETH_LEN, have)),
-    };
-    let (head, from_ip) = frame.split_at_mut(ETH_LEN);
-    let (Some(lrh), Some(hdrs)) = (
-        head.last_chunk_mut::<LRH_LEN>(),
-        from_ip.first_chunk_mut::<H>(),
-    ) else {
-        return Err(Error::truncated(Header::Ipv4, ETH_LEN + H, have));
-    };
-    if ether_type != crate::ethernet::ETHERTYPE_IPV4 {
-        return Err(Error::BadField {
-            field: crate::error::Field::EtherType,
-            value: u64::from(ether_type),
-        });
-    }
-    if hdrs[0] != 0x45 {
-        return Err(Error::BadField {
-            field: crate::error::Field::Ipv4Ihl,
-            value: u64::from(hdrs[0] & 0x0f),
-        });
-    }
-    let udp_len = usize::from(u16::from_be_bytes([hdrs[UDP_AT + 4], hdrs[UDP_AT + 5]]));
-    let end = UDP_AT + udp_len;
-    if udp_len < udp::LEN + bth::LEN + LEN || end > have - ETH_LEN {
-        return Err(Error::truncated(Header::Icrc, ETH_LEN + end, have));
-    }
-    let given = u16::from_be_bytes([hdrs[IDENT_AT], hdrs[IDENT_AT + 1]]);
-    let (saved_lrh, saved) = (*lrh, *hdrs);
-    *lrh = [0xFF; LRH_LEN];
-    mask_roce_headers(hdrs, IPV4_VARIANT);
-    let computed = raw(&frame[ETH_LEN - LRH_LEN..ETH_LEN + end - LEN]);
-    let found = get(&frame[ETH_LEN + end - LEN..ETH_LEN + end])?;
-    frame[ETH_LEN - LRH_LEN..ETH_LEN].copy_from_slice(&saved_lrh);
-    frame[ETH_LEN..ETH_LEN + H].copy_from_slice(&saved);
-    let after = end - LEN - IDENT_AT - 2;
-    solve_from(given, computed, found, after, hint)
+    solve_roce_v4_frame_ident_cached(frame, &mut V4FramePrefix::default(), hint)
 }
 
 /// The end of the solves: `computed` is the ICRC under Identification `given`, `found` the
