@@ -614,29 +614,27 @@ pub unsafe fn post_send_chain(
     let mut cur = wr;
     let mut rc = 0;
     let mut index = 0;
-    let mut one = std::mem::replace(&mut eng.scratch_send, SendWr::new(0, WrOpcode::Send));
+    // The engine's reused WR, borrowed in place beside the device (moving it out and back
+    // copied it twice per call).
+    let e = &mut *eng;
+    let (one, dev) = (&mut e.scratch_send, &mut e.dev);
     while !cur.is_null() {
         let w = &*cur;
-        if let Err(e) = fill_send_wr(&mut one, w, max_inline, max_sge) {
+        if let Err(e) = fill_send_wr(one, w, max_inline, max_sge) {
             rc = e;
             break;
         }
-        if let Err(e) = dest(&mut one, w, index) {
+        if let Err(e) = dest(one, w, index) {
             rc = e;
             break;
         }
-        if let Err(e) = eng
-            .dev
-            .hca_mut()
-            .post_send(q.qpn, std::slice::from_ref(&one))
-        {
+        if let Err(e) = dev.hca_mut().post_send(q.qpn, std::slice::from_ref(one)) {
             rc = convert::post_send_errno(&e);
             break;
         }
         cur = w.next;
         index += 1;
     }
-    eng.scratch_send = one;
     if rc != 0 && !bad_wr.is_null() {
         *bad_wr = cur;
     }
