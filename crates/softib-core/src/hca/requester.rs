@@ -244,16 +244,10 @@ impl Hca {
         let mtu = qp.attr.path_mtu.bytes();
         // The first WQE's kind before anything is looked up for the run (a READ or a long
         // message goes to the general path at once).
-        let w = qp.sq.get(qp.transport.req.cur)?;
-        if w.tx.started
-            || w.length > mtu
-            || !matches!(
-                w.opcode,
-                WrOpcode::Send
-                    | WrOpcode::SendWithImm(_)
-                    | WrOpcode::RdmaWrite { .. }
-                    | WrOpcode::RdmaWriteWithImm { .. }
-            )
+        if !qp
+            .sq
+            .get(qp.transport.req.cur)
+            .is_some_and(|w| express_kind(w, mtu))
         {
             return None;
         }
@@ -285,16 +279,7 @@ impl Hca {
             let Some(w) = qp.sq.get(cur) else {
                 break;
             };
-            if !matches!(
-                w.opcode,
-                WrOpcode::Send
-                    | WrOpcode::SendWithImm(_)
-                    | WrOpcode::RdmaWrite { .. }
-                    | WrOpcode::RdmaWriteWithImm { .. }
-            ) {
-                break;
-            }
-            if w.tx.started || w.length > mtu || r.credits.limited_wait.is_some() {
+            if !express_kind(w, mtu) || r.credits.limited_wait.is_some() {
                 break;
             }
             if w.flags.contains(SendFlags::FENCE) && r.rd_atomic_outstanding > 0 {
@@ -940,6 +925,21 @@ fn next_unstarted(
     sq.get(cur + 1)
         .filter(|n| !n.tx.started)
         .map(|n| (wqe_npsn(n, mtu), consumes_rwqe(&n.opcode)))
+}
+
+/// A WQE of the kind the requester's express path sends: a SEND or RDMA WRITE (with or
+/// without immediate data) not yet started, of one packet at path MTU `mtu`.
+#[inline(always)]
+fn express_kind(w: &SendWqe, mtu: u32) -> bool {
+    !w.tx.started
+        && w.length <= mtu
+        && matches!(
+            w.opcode,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm(_)
+                | WrOpcode::RdmaWrite { .. }
+                | WrOpcode::RdmaWriteWithImm { .. }
+        )
 }
 
 /// What decides AckReq on the last packet of a message ([`last_packet_asks`]).
