@@ -242,10 +242,21 @@ impl FrameBuilder {
             out[udp_at + 4..udp_at + 6].copy_from_slice(&udp_len.to_be_bytes());
             if udp_at == ETH_LEN + IPV4_LEN {
                 let total = (IPV4_LEN as u16) + udp_len;
-                out[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&total.to_be_bytes());
-                let mut view = Ipv4View::new_unchecked(&mut out[ETH_LEN..ETH_LEN + IPV4_LEN]);
-                view.set_checksum(0);
-                view.fill_checksum();
+                let ip = &mut out[ETH_LEN..ETH_LEN + IPV4_LEN];
+                if self.payload_len.is_some() {
+                    // Only the total length changed: patch the checksum for it (RFC 1624,
+                    // eqn. 3), the same value a recomputation gives (`patch_ipv4_ident`).
+                    let old = u16::from_be_bytes([ip[2], ip[3]]);
+                    let hc = u16::from_be_bytes([ip[10], ip[11]]);
+                    let sum = softib_wire::ipv4::checksum_adding(!hc, [!old, total]);
+                    ip[2..4].copy_from_slice(&total.to_be_bytes());
+                    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+                } else {
+                    ip[2..4].copy_from_slice(&total.to_be_bytes());
+                    let mut view = Ipv4View::new_unchecked(ip);
+                    view.set_checksum(0);
+                    view.fill_checksum();
+                }
             } else {
                 out[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
             }
@@ -519,6 +530,17 @@ mod tests {
             } else {
                 assert!(b.header(src, sport, dst, len).is_none());
             }
+        }
+        // Every length after another of the same peer: the checksum is patched for the new
+        // total length, not recomputed, and must come out the same.
+        let mut want = Vec::new();
+        for len in (0..9000)
+            .step_by(37)
+            .chain([MAX_DATAGRAM, 1, MAX_DATAGRAM - 1, 64])
+        {
+            assert!(frame_of_datagram(v4b, 4791, v4a, &vec![7; len], &mut want));
+            let h = b.header(v4b, 4791, v4a, len).unwrap();
+            assert_eq!(h, &want[..h.len()], "{len}");
         }
     }
 

@@ -631,6 +631,19 @@ impl Device {
         Ok(())
     }
 
+    /// Hands what waits in the shared-memory inbox to the HCA, without reading the socket or
+    /// sending anything: for a caller about to send (the C library's `ibv_post_send`), so that
+    /// the acknowledgements of what a same-host peer just sent leave in the same flush, in
+    /// front of the new requests. Returns the datagrams taken (0, at the cost of one look at
+    /// the ring, when none waits).
+    pub fn receive_inbox(&mut self) -> io::Result<usize> {
+        if !self.inbox.as_ref().is_some_and(shm::Inbox::ready) {
+            return Ok(0);
+        }
+        let now = self.now();
+        self.receive_shm(now)
+    }
+
     /// Tells the device that its caller slept waiting for the socket in a poll of its own:
     /// the next round's receive batch is a backlog, whose acknowledgements leave while it is
     /// handled ([`RX_FLUSH_EVERY`]), as after [`Device::wait`].

@@ -212,6 +212,11 @@ impl Engine {
         if shared.parked.load(Ordering::Acquire) && self.deferred < DEFER_MAX {
             shared.tx_pending.store(true, Ordering::Release);
         } else {
+            // What a same-host peer sent meanwhile is taken first: its acknowledgements leave
+            // ahead of the new requests. A program that answers a WRITE it spins on
+            // (perftest's latency tests) waits for that ACK before its next step, and no
+            // longer also for the copy of its own WRITE into the peer.
+            let _ = self.dev.receive_inbox();
             self.flush(shared);
         }
     }

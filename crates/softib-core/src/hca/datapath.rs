@@ -585,7 +585,11 @@ impl Hca {
         self.express = on;
     }
 
-    /// The earliest time at which [`Hca::handle_timeout`] has work to do.
+    /// When to call [`Hca::handle_timeout`] next: never later than the earliest time at which
+    /// it has work to do, and sometimes earlier. A timer that stopped or moved later keeps its
+    /// entry until that entry's time (a request arms the transport timer and its ACK stops it,
+    /// message after message: the entry is kept rather than taken out and put back each
+    /// time); the call at that time then finds nothing due and registers the real deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.first().map(|&(t, _)| t)
     }
@@ -1204,15 +1208,21 @@ pub(crate) fn rearm(
     } else {
         None
     };
-    if qp.transport.timer_key == want {
-        return;
-    }
-    if let Some(old) = qp.transport.timer_key.take() {
-        timers.remove(&(old, qpn));
-    }
-    if let Some(t) = want {
-        qp.transport.timer_key = Some(t);
-        timers.insert((t, qpn));
+    // The set holds at most one entry per QP, never later than the QP's earliest deadline. A
+    // deadline that went away or moved later keeps the entry: it fires early, and
+    // `handle_timeout` finds nothing due and registers the real one. The common path (a
+    // request arms the timer, its ACK disarms it, the next request arms it a little later)
+    // then touches the set once per timeout rather than twice per message.
+    match (qp.transport.timer_key, want) {
+        (_, None) => {}
+        (Some(k), Some(t)) if k <= t => {}
+        (old, Some(t)) => {
+            if let Some(old) = old {
+                timers.remove(&(old, qpn));
+            }
+            qp.transport.timer_key = Some(t);
+            timers.insert((t, qpn));
+        }
     }
 }
 

@@ -157,6 +157,10 @@ impl Hca {
             .qps
             .remove(&qpn.value())
             .ok_or(QpError::NoSuchQp(qpn))?;
+        // Its timer entry, which may outlive its deadlines (`datapath::rearm`).
+        if let Some(t) = qp.transport.timer_key {
+            self.timers.remove(&(t, qpn.value()));
+        }
         self.pd_use(qp.pd, -1);
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.cqs.get_mut(cq.0) {

@@ -264,6 +264,7 @@ impl Hca {
         eec.transport.req = Default::default();
         eec.transport.req.credits.unlimited = true;
         let carried = std::mem::take(&mut eec.sq);
+        eec.transport.timer_key = None;
         self.timers.retain(|&(_, k)| k != key);
         for w in carried {
             let Some(rd) = w.rd.filter(|d| !d.resync) else {

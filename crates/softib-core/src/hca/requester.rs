@@ -201,6 +201,11 @@ impl Hca {
         if !qp.transport.resp.responses.is_empty()
             && matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd)
         {
+            if self.express {
+                if let Some(tx) = self.rc_express_ack(qpn, out, batch) {
+                    return tx;
+                }
+            }
             return Tx::sent(self.rc_next_response(qpn, out));
         }
         if state != QpState::Rts || qp.transport.req.rnr_wait.is_some_and(|t| t > now) {
