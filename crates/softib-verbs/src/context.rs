@@ -212,19 +212,20 @@ impl Engine {
         if shared.parked.load(Ordering::Acquire) && self.deferred < DEFER_MAX {
             shared.tx_pending.store(true, Ordering::Release);
         } else {
-            // What a same-host peer sent meanwhile is taken first: its acknowledgements leave
-            // ahead of the new requests. A program that answers a WRITE it spins on
-            // (perftest's latency tests) waits for that ACK before its next step, and no
-            // longer also for the copy of its own WRITE into the peer.
-            let _ = self.dev.receive_inbox();
             self.flush(shared);
         }
     }
 
     /// Sends what the HCA has queued (after a post), then the events.
+    ///
+    /// What a same-host peer sent meanwhile is taken first: its acknowledgements leave ahead
+    /// of the new requests. A program that answers a WRITE it spins on (perftest's latency
+    /// tests) waits for that ACK before its next step, and no longer also for the copy of
+    /// its own WRITE into the peer.
     pub fn flush(&mut self, shared: &Shared) {
         shared.tx_pending.store(false, Ordering::Relaxed);
         self.deferred = 0;
+        let _ = self.dev.receive_inbox();
         let now = self.dev.now();
         let _ = self.dev.flush(now);
         self.dispatch_events(shared);
