@@ -442,6 +442,20 @@ impl Inbox {
         ready(&self.map)
     }
 
+    /// True when a datagram is waiting whose first byte (the BTH's OpCode) is not that of a
+    /// response (an ACK, a READ response, an atomic ACKnowledge: opcodes 0x0D..=0x12 of any
+    /// class), i.e. when taking it may owe its sender an answer. A hint only: the datagram is
+    /// untrusted and is parsed as always when it is taken.
+    pub fn request_waiting(&self) -> bool {
+        let head = self.head;
+        if self.map.seq(head).load(Ordering::Acquire) != head.wrapping_add(1) {
+            return false;
+        }
+        let mut op = [0u8; 1];
+        self.map.read(Mapping::slot(head) + ENTRY_HDR, &mut op);
+        !(0x0D..=0x12).contains(&(op[0] & 0x1F))
+    }
+
     /// True when the sender of the datagram [`Inbox::pop`] took last placed its RDMA WRITE
     /// itself.
     pub fn last_placed(&self) -> bool {
@@ -909,6 +923,36 @@ mod tests {
         drop(inbox);
         assert!(!out.still_valid());
         assert!(Outbox::attach(me).is_none());
+    }
+
+    /// `request_waiting` looks at the OpCode of the next datagram only: responses of every
+    /// class say no, anything else (requests, garbage) yes, an empty ring no.
+    #[test]
+    fn request_waiting_tells_requests_from_responses() {
+        let me = addr(40_021);
+        let mut inbox = Inbox::create(me).unwrap();
+        let out = Outbox::attach(me).unwrap();
+        let from = addr(40_022);
+        let mut buf = vec![0u8; SLOT_PAYLOAD];
+        assert!(!inbox.request_waiting());
+        for class in [0x00u8, 0x20, 0x40, 0x60, 0xA0] {
+            for low in 0..0x20u8 {
+                let op = class | low;
+                assert_eq!(out.push(from, &[op, 0, 0xff, 0xff]), Pushed::Queued);
+                assert_eq!(
+                    inbox.request_waiting(),
+                    !(0x0D..=0x12).contains(&low),
+                    "{op:#04x}"
+                );
+                // Behind it, a request: still the first datagram decides.
+                assert_eq!(out.push(from, &[0x04]), Pushed::Queued);
+                assert_eq!(inbox.request_waiting(), !(0x0D..=0x12).contains(&low));
+                inbox.pop(&mut buf).unwrap();
+                assert!(inbox.request_waiting());
+                inbox.pop(&mut buf).unwrap();
+                assert!(!inbox.request_waiting());
+            }
+        }
     }
 
     /// Four producer threads, one consumer: every datagram arrives once, each producer's in
