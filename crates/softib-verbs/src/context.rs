@@ -218,10 +218,10 @@ impl Engine {
 
     /// Sends what the HCA has queued (after a post), then the events.
     ///
-    /// What a same-host peer sent meanwhile is taken first: its acknowledgements leave ahead
-    /// of the new requests. A program that answers a WRITE it spins on (perftest's latency
-    /// tests) waits for that ACK before its next step, and no longer also for the copy of
-    /// its own WRITE into the peer.
+    /// A request a same-host peer sent meanwhile is taken first (`Device::receive_inbox`):
+    /// its acknowledgement leaves ahead of the new requests. A program that answers a WRITE
+    /// it spins on (perftest's latency tests) waits for that ACK before its next step, and no
+    /// longer also for the copy of its own WRITE into the peer.
     pub fn flush(&mut self, shared: &Shared) {
         shared.tx_pending.store(false, Ordering::Relaxed);
         self.deferred = 0;

@@ -1184,6 +1184,46 @@ pub(crate) fn reserved_opcode_native(frame: &[u8]) -> Option<(Bth, Lrh, Option<G
     Some((bth, lrh, grh, tb))
 }
 
+/// The UDP source port of `qpn`'s packets, and whether a socket writes the IP and UDP headers
+/// (then it is the socket's port, [`HcaConfig::udp_socket_port`]).
+///
+/// [`HcaConfig::udp_socket_port`]: crate::HcaConfig::udp_socket_port
+#[inline(always)]
+pub(crate) fn express_sport(udp_socket_port: Option<u16>, qpn: u32) -> (bool, u16) {
+    match udp_socket_port {
+        Some(port) => (true, port),
+        None => (false, udp_source_port(qpn)),
+    }
+}
+
+/// Writes an express packet (BTH as its wire bytes, extension headers, payload) with the QP's
+/// cached headers: appended to the lent batch as its datagram alone, or else as a frame into
+/// `out` with IPv4 Identification `wire_ident`. False, with nothing appended, when the packet
+/// does not fit the template's fast form.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_express(
+    template: &roce::HeaderTemplate,
+    prefix: &mut roce::V4PrefixCrc,
+    batch: Option<&mut DatagramBatch<'_>>,
+    wire_ident: u16,
+    bth: [u8; softib_wire::bth::LEN],
+    ext: &[u8],
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> bool {
+    match batch {
+        Some(b) => match template.append_v4_datagram(prefix, bth, ext, payload, b.bytes) {
+            Some(start) => {
+                b.starts.push(start);
+                true
+            }
+            None => false,
+        },
+        None => template.build_v4_express(wire_ident, bth, ext, payload, out),
+    }
+}
+
 /// Puts `qp` (number `qpn`) on the transmit list `tx_ready` (once).
 #[inline(always)]
 pub(crate) fn schedule(qp: &mut Qp, tx_ready: &mut std::collections::VecDeque<u32>, qpn: u32) {

@@ -257,10 +257,7 @@ impl Hca {
             return None;
         }
         let port = crate::verbs::ah::port_config(&self.ports, qp.attr.port_num.max(1))?;
-        let (socket, sport) = match self.udp_socket_port {
-            Some(port) => (true, port),
-            None => (false, super::datapath::udp_source_port(qpn)),
-        };
+        let (socket, sport) = super::datapath::express_sport(self.udp_socket_port, qpn);
         let (template, prefix) =
             qp.transport
                 .tx_headers
@@ -383,30 +380,17 @@ impl Hca {
                 psn,
                 ..Bth::default()
             };
-            match batch.as_deref_mut() {
-                Some(b) => {
-                    let Some(start) = template.append_v4_datagram(
-                        prefix,
-                        bth.to_bytes(),
-                        &ext[..ext_len],
-                        payload,
-                        b.bytes,
-                    ) else {
-                        break;
-                    };
-                    b.starts.push(start);
-                }
-                None => {
-                    if !template.build_v4_express(
-                        wire_ident,
-                        bth.to_bytes(),
-                        &ext[..ext_len],
-                        payload,
-                        out,
-                    ) {
-                        break;
-                    }
-                }
+            if !super::datapath::write_express(
+                template,
+                prefix,
+                batch.as_deref_mut(),
+                wire_ident,
+                bth.to_bytes(),
+                &ext[..ext_len],
+                payload,
+                out,
+            ) {
+                break;
             }
             // The packet is out: the state moves as the general path moves it.
             self.ip_ident = ident;

@@ -1315,10 +1315,7 @@ impl Hca {
             return None;
         };
         let port = crate::verbs::ah::port_config(&self.ports, qp.attr.port_num.max(1))?;
-        let (socket, sport) = match self.udp_socket_port {
-            Some(port) => (true, port),
-            None => (false, super::datapath::udp_source_port(qpn)),
-        };
+        let (socket, sport) = super::datapath::express_sport(self.udp_socket_port, qpn);
         let mig_req = super::apm::mig_req(&qp.attr);
         let dest_qp = softib_wire::Qpn::new(qp.attr.dest_qp_num);
         let own_rq = qp.srq.is_none();
@@ -1349,20 +1346,27 @@ impl Hca {
         let mut aeth = [0u8; softib_wire::aeth::LEN];
         let _ = Aeth { syndrome, msn }.emit(&mut aeth);
         let ident = self.ip_ident.wrapping_add(1);
-        match batch.filter(|_| socket) {
-            Some(b) => {
-                let dst = template.v4_destination()?;
-                let start =
-                    template.append_v4_datagram(prefix, bth.to_bytes(), &aeth, &[], b.bytes)?;
-                b.starts.push(start);
-                b.dst = Some(dst);
-            }
-            None => {
-                let wire_ident = if socket { 0 } else { ident };
-                if !template.build_v4_express(wire_ident, bth.to_bytes(), &aeth, &[], out) {
-                    return None;
-                }
-            }
+        let wire_ident = if socket { 0 } else { ident };
+        let mut batch = batch.filter(|_| socket);
+        let dst = match batch {
+            Some(_) => Some(template.v4_destination()?),
+            None => None,
+        };
+        let b = batch.as_deref_mut();
+        if !super::datapath::write_express(
+            template,
+            prefix,
+            b,
+            wire_ident,
+            bth.to_bytes(),
+            &aeth,
+            &[],
+            out,
+        ) {
+            return None;
+        }
+        if let Some(b) = batch {
+            b.dst = dst;
         }
         // The packet is out: the state moves as `rc_next_response` and `rc_advertise` move it.
         self.ip_ident = ident;
