@@ -750,14 +750,10 @@ impl Device {
             // The HCA's frames on an IPv4 socket: fixed offsets, and the route of the last
             // destination again.
             let (dest, payload) = match frame::plain_ipv4_datagram(&self.tx_frame) {
-                Some((dst, payload)) => match self.tx_route4 {
-                    Some((last, dest)) if last == dst => (dest, payload),
-                    _ => {
-                        let dest = self.route_to(IpAddr::from(dst));
-                        self.tx_route4 = Some((dst, dest));
-                        (dest, payload)
-                    }
-                },
+                Some((dst, payload)) => (
+                    route4(&mut self.tx_route4, &self.routes, self.peer_port, dst),
+                    payload,
+                ),
                 None => match frame::datagram_of_frame(&self.tx_frame) {
                     Some((dst, payload)) => (self.route_to(dst), payload),
                     None => {
@@ -795,14 +791,7 @@ impl Device {
     /// `dst`: through a same-host peer's inbox where there is one (then off the batch),
     /// else into the batch. Returns how many datagrams a full batch sent.
     fn queue_datagrams(&mut self, dst: [u8; 4], now: Instant) -> io::Result<usize> {
-        let dest = match self.tx_route4 {
-            Some((last, dest)) if last == dst => dest,
-            _ => {
-                let dest = self.route_to(IpAddr::from(dst));
-                self.tx_route4 = Some((dst, dest));
-                dest
-            }
-        };
+        let dest = route4(&mut self.tx_route4, &self.routes, self.peer_port, dst);
         let Some(&first) = self.tx_starts.first() else {
             return Ok(0);
         };
@@ -915,12 +904,7 @@ impl Device {
     }
 
     fn route_to(&self, dst: IpAddr) -> SocketAddr {
-        let dst = frame::canonical_ip(dst);
-        self.routes
-            .iter()
-            .find(|(p, _)| *p == dst)
-            .map(|&(_, via)| via)
-            .unwrap_or(SocketAddr::new(dst, self.peer_port))
+        route_to(&self.routes, self.peer_port, dst)
     }
 
     fn route_from(&self, from: SocketAddr) -> IpAddr {
@@ -1368,6 +1352,35 @@ fn shm_send(
     stats.tx_shm += 1;
     stats.tx_datagrams += 1;
     ShmSend::Sent
+}
+
+/// Where datagrams for `dst` go: its relay (`routes`) or `dst` itself at the peers' port.
+fn route_to(routes: &[(IpAddr, SocketAddr)], peer_port: u16, dst: IpAddr) -> SocketAddr {
+    let dst = frame::canonical_ip(dst);
+    routes
+        .iter()
+        .find(|(p, _)| *p == dst)
+        .map(|&(_, via)| via)
+        .unwrap_or(SocketAddr::new(dst, peer_port))
+}
+
+/// [`route_to`] for IPv4 destination `dst`, kept in `last` for the next datagram (most go
+/// where the one before went).
+#[inline(always)]
+fn route4(
+    last: &mut Option<([u8; 4], SocketAddr)>,
+    routes: &[(IpAddr, SocketAddr)],
+    peer_port: u16,
+    dst: [u8; 4],
+) -> SocketAddr {
+    match *last {
+        Some((l, dest)) if l == dst => dest,
+        _ => {
+            let dest = route_to(routes, peer_port, IpAddr::from(dst));
+            *last = Some((dst, dest));
+            dest
+        }
+    }
 }
 
 /// Places the payload of the RC RDMA WRITE Only in `datagram` (BTH, RETH, payload, pad,
