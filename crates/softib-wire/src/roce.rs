@@ -837,8 +837,8 @@ impl HeaderTemplate {
     ///
     /// The ICRC covers the LRH stand-in and the masked IP and UDP headers before the BTH. Up to
     /// the UDP ports they depend on the template and the IP total length only: `prefix`
-    /// keeps their CRC for the last total length (a connection's messages mostly have one
-    /// size). The pass then covers 4 + 12 + `ext`, payload and pad bytes, whole 16-byte
+    /// keeps their CRC for the last two total lengths (a connection's packets mostly have
+    /// one size, or two). The pass then covers 4 + 12 + `ext`, payload and pad bytes, whole 16-byte
     /// blocks for the common sizes: the UDP length and masked checksum are written for it
     /// over the 4 bytes in front of the datagram (the end of the previous one, put back
     /// after; `out` is given 4 leading bytes when shorter).
@@ -865,15 +865,12 @@ impl HeaderTemplate {
         let udp_len = total_len - ipv4::LEN as u16;
         let flags = &mut bth[bth::field::FLAGS];
         *flags = (*flags & !bth::field::PAD_MASK) | ((pad as u8) << bth::field::PAD_SHIFT);
-        if prefix.total_len != total_len {
+        let after = prefix.for_len(total_len, || {
             let masked = ip_udp_v4(&self.masked[..IP_UDP], total_len, 0, udp_len);
             let mut p = [0xFFu8; LRH + IP_UDP - UDP_TAIL];
             p[LRH..].copy_from_slice(&masked[..IP_UDP - UDP_TAIL]);
-            *prefix = V4PrefixCrc {
-                total_len,
-                after: icrc::Continued::after(&p),
-            };
-        }
+            icrc::Continued::after(&p)
+        });
         if out.len() < UDP_TAIL {
             out.resize(UDP_TAIL, 0);
         }
@@ -893,11 +890,24 @@ impl HeaderTemplate {
         let tail = &mut out[start - UDP_TAIL..start];
         let saved = [tail[0], tail[1], tail[2], tail[3]];
         tail.copy_from_slice(&[len_hi, len_lo, 0xFF, 0xFF]);
-        let crc = prefix.after.finish(&out[start - UDP_TAIL..end]);
+        let crc = after.finish(&out[start - UDP_TAIL..end]);
         out[start - UDP_TAIL..start].copy_from_slice(&saved);
         out[start + bth::ICRC_MASKED_BYTE] = bth[bth::ICRC_MASKED_BYTE];
         out.extend_from_slice(&crc.to_le_bytes());
         Some(start)
+    }
+
+    /// True when the template's source address is `addr`, a GID's 16 bytes: for an IPv4
+    /// template, `addr` is the IPv4-mapped form (`::ffff:a.b.c.d`) of its source; for IPv6,
+    /// its source itself.
+    #[inline]
+    pub fn source_is(&self, addr: &[u8; 16]) -> bool {
+        let ip = usize::from(self.eth_len);
+        if self.v4 {
+            u128::from_be_bytes(*addr) >> 32 == 0xffff && addr[12..] == self.bytes[ip + 12..ip + 16]
+        } else {
+            addr[..] == self.bytes[ip + 8..ip + 24]
+        }
     }
 
     /// The destination of an IPv4 template's packets.
@@ -918,19 +928,54 @@ impl HeaderTemplate {
 }
 
 /// The CRC of the ICRC-covered bytes of a RoCEv2/IPv4 packet before its UDP length (the LRH
-/// stand-in, the masked IPv4 header, the UDP ports) for one IP total length, IPv4
-/// Identification 0 ([`HeaderTemplate::append_v4_datagram`] keeps it per connection), kept as
-/// the CRC state a packet's pass continues from.
+/// stand-in, the masked IPv4 header, the UDP ports) for IPv4 Identification 0
+/// ([`HeaderTemplate::append_v4_datagram`] keeps it per connection), kept as the CRC state a
+/// packet's pass continues from, for the last two IP total lengths: a connection's packets
+/// mostly have one size, or alternate between two (an RDMA WRITE and the ACK of the peer's).
 #[derive(Debug, Clone, Default)]
 pub struct V4PrefixCrc {
-    /// The IP total length it is for; 0 (no packet is that short) for none.
-    total_len: u16,
-    after: icrc::Continued,
+    /// The passes; every QP holds one of these, so they are kept apart from their lengths,
+    /// which packs the two slots into 40 bytes.
+    after: [icrc::Continued; 2],
+    /// The IP total length of each slot; 0 (no packet is that short) for none.
+    total_len: [u16; 2],
+    /// The slot a new length replaces: the one not used last.
+    victim: u8,
+}
+
+impl V4PrefixCrc {
+    /// The pass for `total_len`, made by `make` (and kept, in place of the one used less
+    /// recently) when neither slot holds it.
+    #[inline(always)]
+    fn for_len(
+        &mut self,
+        total_len: u16,
+        make: impl FnOnce() -> icrc::Continued,
+    ) -> &icrc::Continued {
+        let i = if self.total_len[0] == total_len {
+            0
+        } else if self.total_len[1] == total_len {
+            1
+        } else {
+            let i = usize::from(self.victim & 1);
+            self.after[i] = make();
+            self.total_len[i] = total_len;
+            i
+        };
+        self.victim = (i ^ 1) as u8;
+        &self.after[i]
+    }
 }
 
 impl PartialEq for V4PrefixCrc {
     fn eq(&self, other: &V4PrefixCrc) -> bool {
-        self.total_len == other.total_len && self.after.value() == other.after.value()
+        self.victim == other.victim
+            && self.total_len == other.total_len
+            && self
+                .after
+                .iter()
+                .zip(&other.after)
+                .all(|(a, b)| a.value() == b.value())
     }
 }
 
@@ -1385,6 +1430,34 @@ mod tests {
                 .is_none());
         }
         assert_eq!(out, [1, 2, 3]);
+    }
+
+    /// A template's source address is recognised in a GID's bytes: the IPv4-mapped form of
+    /// an IPv4 source (with and without a VLAN tag), an IPv6 source itself; nothing else.
+    #[test]
+    fn template_source_is_its_gid() {
+        let mapped = |a: [u8; 4]| {
+            let mut g = [0u8; 16];
+            g[10] = 0xff;
+            g[11] = 0xff;
+            g[12..].copy_from_slice(&a);
+            g
+        };
+        for tag in [None, Some(VlanTag::from_tci(0xb123))] {
+            let v4 = HeaderTemplate::new(&ethernet(tag), &ip(false), 1);
+            assert!(v4.source_is(&mapped([10, 99, 0, 2])));
+            assert!(!v4.source_is(&mapped([10, 99, 0, 3])));
+            let mut not_mapped = mapped([10, 99, 0, 2]);
+            not_mapped[0] = 0xfe;
+            assert!(!v4.source_is(&not_mapped));
+            let v6 = HeaderTemplate::new(&ethernet(tag), &ip(true), 1);
+            assert!(v6.source_is(&[0xfe; 16]));
+            assert!(!v6.source_is(&[0x80; 16]));
+            let mut last = [0xfe; 16];
+            last[15] = 0xff;
+            assert!(!v6.source_is(&last));
+            assert!(!v6.source_is(&mapped([10, 99, 0, 2])));
+        }
     }
 
     /// A refused packet leaves the buffer as it was.

@@ -865,10 +865,8 @@ impl Hca {
             .and_then(|port| {
                 let a = roce_addrs(port, av, 0, sport)?;
                 let grh = av.grh?;
-                let local = port.gids.get(usize::from(grh.sgid_index))?.gid;
                 Some(TxHeaders {
                     grh,
-                    local,
                     sport,
                     template: roce::HeaderTemplate::new(&a.eth, &a.ip, sport),
                     prefix: roce::V4PrefixCrc::default(),
@@ -951,8 +949,6 @@ pub(crate) struct TxHeaders {
     /// The address vector's GRH fields (destination GID, SGID index, flow label, hop limit,
     /// traffic class).
     grh: crate::verbs::ah::GlobalRoute,
-    /// The local GID the SGID index named.
-    local: Gid,
     /// The UDP source port.
     sport: u16,
     template: roce::HeaderTemplate,
@@ -972,7 +968,8 @@ impl TxHeaders {
         let Some(local) = port.gids.get(usize::from(grh.sgid_index)) else {
             return false;
         };
-        self.sport == sport && self.grh == *grh && self.local == local.gid
+        // The local GID is the template's source address (and its MAC follows from it).
+        self.sport == sport && self.grh == *grh && self.template.source_is(&local.gid.0)
     }
 
     /// The header template, and the prefix CRC kept beside it, when these are the headers of
@@ -1461,6 +1458,20 @@ mod tests {
                 panic!("IPv4 expected");
             };
             assert_eq!(ip.dst, [10, 0, 0, 2]);
+            // The GID table changes behind the QP: its local GID is the source address.
+            hca.ports[0].gids[0].gid = gid_of_ipv4([10, 0, 0, 9]);
+            assert!(send(&mut hca, &mut out, 40));
+            let IpHeader::V4(ip) = check(&hca, &out) else {
+                panic!("IPv4 expected");
+            };
+            assert_eq!(ip.src, [10, 0, 0, 9]);
+            let local_v6 = Gid::new(Gid::LINK_LOCAL_PREFIX, 0x5678);
+            hca.ports[0].gids[0].gid = local_v6;
+            assert!(send(&mut hca, &mut out, 40));
+            let IpHeader::V6(ip) = check(&hca, &out) else {
+                panic!("IPv6 expected");
+            };
+            assert_eq!(Gid(ip.sgid), local_v6);
         }
     }
 
