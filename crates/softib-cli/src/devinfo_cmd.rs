@@ -95,6 +95,7 @@ fn describe(hca: &Hca, bind: &str, verbose: bool) -> String {
         }
         let _ = writeln!(s, "\tatomic_cap:\t\t\t{:?}", d.atomic_cap);
         let _ = writeln!(s, "\tmax_inline_data:\t\t{}", d.max_inline_data);
+        let _ = writeln!(s, "\ticrc_crc32:\t\t\t{}", softib_wire::icrc::crc_way());
     }
     for p in 1..=d.phys_port_cnt {
         let Ok(a) = hca.query_port(p) else { continue };
