@@ -98,14 +98,7 @@ const STAGE_LEN: usize = LRH_LEN + ipv4::MAX_LEN + udp::LEN + bth::LEN;
 /// Every variant bit lies in the first this-many bytes of its header.
 const VARIANT_SPAN: usize = 12;
 
-/// A `crc32fast` hasher at its initial state. `Hasher::new` detects the CPU's features on every
-/// call; this detects them once and clones the result.
-#[inline]
-fn hasher() -> Hasher {
-    engine().initial.clone()
-}
-
-/// How the express paths' passes ([`Continued::finish`]) compute CRC-32: `crc32fast`'s
+/// How the ICRC's CRC-32 passes ([`Pass`], [`Continued::finish`]) are computed: `crc32fast`'s
 /// carry-less multiplication (PCLMULQDQ) or a slice-by-16 table, whichever this CPU runs
 /// faster, measured once ([`Engine::choose`]).
 ///
@@ -117,6 +110,8 @@ fn hasher() -> Hasher {
 /// (`bench/instructions.sh` counts the CPU's own choice, `clmul`, as valgrind emulates the
 /// instruction in a helper too).
 struct Engine {
+    /// A `crc32fast` hasher at its initial state: `Hasher::new` detects the CPU's features on
+    /// every call, so this is made once and cloned.
     initial: Hasher,
     /// The table is the faster.
     table: bool,
@@ -151,6 +146,42 @@ fn table_update(state: u32, data: &[u8]) -> u32 {
     let mut d = TABLE_CRC.digest_with_initial((!state).reverse_bits());
     d.update(data);
     d.finalize()
+}
+
+/// A CRC-32 pass, computed the faster way on this CPU ([`Engine`]).
+#[derive(Clone)]
+enum Pass {
+    Clmul(Hasher),
+    /// The CRC-32 so far.
+    Table(u32),
+}
+
+impl Pass {
+    #[inline(always)]
+    fn new() -> Pass {
+        let e = engine();
+        if e.table {
+            Pass::Table(0)
+        } else {
+            Pass::Clmul(e.initial.clone())
+        }
+    }
+
+    #[inline(always)]
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            Pass::Clmul(h) => h.update(data),
+            Pass::Table(s) => *s = table_update(*s, data),
+        }
+    }
+
+    #[inline(always)]
+    fn finalize(self) -> u32 {
+        match self {
+            Pass::Clmul(h) => h.finalize(),
+            Pass::Table(s) => s,
+        }
+    }
 }
 
 impl Engine {
@@ -197,7 +228,7 @@ impl Engine {
 /// matters: every call ends in a reduction and a byte-wise tail, and for RoCEv2/IPv4 the run
 /// (8 + 20 + 8 + 12 bytes) is exactly three 16-byte blocks.
 struct Staged {
-    h: Hasher,
+    h: Pass,
     buf: [u8; STAGE_LEN],
     len: usize,
 }
@@ -206,7 +237,7 @@ impl Staged {
     /// Starts with the 8 all-ones bytes standing for the LRH.
     fn after_lrh() -> Staged {
         Staged {
-            h: hasher(),
+            h: Pass::new(),
             buf: [0xFF; STAGE_LEN],
             len: LRH_LEN,
         }
@@ -292,7 +323,7 @@ pub(crate) fn mask_ip_udp(hdrs: &mut [u8], ip_len: usize, ip_variant: &[(usize, 
 /// ICRC of a packet laid out for it.
 #[inline(always)]
 pub(crate) fn raw(covered: &[u8]) -> u32 {
-    let mut h = hasher();
+    let mut h = Pass::new();
     h.update(covered);
     h.finalize()
 }
@@ -306,9 +337,13 @@ pub struct Continued(Hasher);
 impl Continued {
     /// The pass over `covered`.
     pub fn after(covered: &[u8]) -> Continued {
-        let mut h = hasher();
-        h.update(covered);
-        Continued(h)
+        let mut p = Pass::new();
+        p.update(covered);
+        match p {
+            Pass::Clmul(h) => Continued(h),
+            // The state kept in a hasher ([`Continued::finish`] takes it out again).
+            Pass::Table(s) => Continued(Hasher::new_with_initial(s)),
+        }
     }
 
     /// The CRC-32 of the bytes so far followed by `rest`, the faster way on this CPU
@@ -359,7 +394,7 @@ fn contiguous<const IP: usize, const H: usize, const N: usize>(
     hdrs[IP..IP + udp::LEN].copy_from_slice(udp_hdr);
     hdrs[IP + udp::LEN..].copy_from_slice(bth_hdr);
     mask_roce_headers(hdrs, ip_variant);
-    let mut h = hasher();
+    let mut h = Pass::new();
     if let Some(dst) = tail.get_mut(..rest.len()) {
         dst.copy_from_slice(rest);
         h.update(&buf[..LRH_LEN + H + rest.len()]);
