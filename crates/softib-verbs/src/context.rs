@@ -116,6 +116,29 @@ pub struct Shared {
     pub sock_fd: RawFd,
     /// The device's shared-memory inbox flag, set while this thread sleeps for it.
     pub shm_waker: Option<softib_udp::shm::Waker>,
+    /// What the progress thread did (`SOFTIB_STATS`).
+    pub progress: ProgressStats,
+}
+
+/// Counts of the progress thread's steps, written by it alone, printed with `SOFTIB_STATS`.
+#[derive(Debug, Default)]
+pub struct ProgressStats {
+    /// Pauses while the application polled (it moved the packets itself).
+    pub parks: AtomicU64,
+    /// Turns that drove the engine.
+    pub turns: AtomicU64,
+    /// Of those, turns that found packets or sends to move.
+    pub busy_turns: AtomicU64,
+    /// Sleeps on the socket, announced in the inbox (same-host peers ring for them).
+    pub sleeps: AtomicU64,
+    /// Lingers after serving a passive application.
+    pub lingers: AtomicU64,
+}
+
+impl ProgressStats {
+    fn bump(c: &AtomicU64) {
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
 }
 
 /// An async event waiting for `ibv_get_async_event`.
@@ -471,6 +494,7 @@ fn progress_loop(shared: &Shared) {
             // other threads of its CPU in: without it, passive servers of streams could keep
             // every ordinary thread of a loaded machine off its CPUs (a CI run saw a process
             // not reach its listen in 10 s).
+            ProgressStats::bump(&shared.progress.lingers);
             let d = wait.min(LINGER);
             let run = *rt_run.get_or_insert_with(std::time::Instant::now);
             let rt = if run.elapsed() < RT_RUN_MAX {
@@ -495,6 +519,7 @@ fn progress_loop(shared: &Shared) {
             // the socket; a datagram already there cancels the sleep.
             let waker = shared.shm_waker.as_ref();
             if waker.is_none_or(softib_udp::shm::Waker::sleep_begin) {
+                ProgressStats::bump(&shared.progress.sleeps);
                 sleep_on(&[shared.sock_fd, shared.wake_fd], wait);
                 slept = true;
                 if let Some(w) = waker {
@@ -535,6 +560,7 @@ fn progress_loop(shared: &Shared) {
             debug_assert!(polling);
             sched.stepping_aside();
             rt_run = None;
+            ProgressStats::bump(&shared.progress.parks);
             shared.parked.store(true, Ordering::Release);
             // A waiter that registered before `parked` was set signalled nobody: look again.
             if shared.cq_waiters.load(Ordering::Acquire) == 0 {
@@ -557,11 +583,15 @@ fn progress_loop(shared: &Shared) {
         if std::mem::take(&mut slept) {
             eng.dev.woke();
         }
+        ProgressStats::bump(&shared.progress.turns);
         wait = {
             eng.flush(shared);
             let mut rounds = 0;
             while eng.io(shared) && rounds < ROUNDS_PER_TURN {
                 rounds += 1;
+            }
+            if rounds > 0 {
+                ProgressStats::bump(&shared.progress.busy_turns);
             }
             let now = eng.dev.now();
             let since = *idle_since.get_or_insert(now);
@@ -700,5 +730,6 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
         async_q: Mutex::new(VecDeque::new()),
         sock_fd,
         shm_waker,
+        progress: ProgressStats::default(),
     }))
 }

@@ -412,6 +412,11 @@ pub(crate) fn wind_up(s: &Shared) {
             eng.dev.hca().counters()
         );
         eprintln!("softib {}: {:?}", eng.dev.local_addr(), eng.dev.clock());
+        eprintln!(
+            "softib {}: progress thread {:?}",
+            eng.dev.local_addr(),
+            s.progress
+        );
     }
 }
 
