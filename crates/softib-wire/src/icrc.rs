@@ -64,6 +64,7 @@
 //! packet, and [`solve_roce_v4_ident`] finds the Identification an ICRC was computed over (at
 //! the price of a 16-bit instead of a 32-bit check, documented there).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use crc32fast::Hasher;
@@ -116,6 +117,9 @@ struct Engine {
     /// The table is the faster.
     table: bool,
 }
+
+/// [`Engine::table`] of the process's engine, for the passes that follow one it made.
+static TABLE: AtomicBool = AtomicBool::new(false);
 
 /// The process's [`Engine`], chosen at its first use.
 #[inline(always)]
@@ -194,6 +198,7 @@ impl Engine {
             Ok("clmul") => false,
             _ => Engine::table_is_faster(&initial),
         };
+        TABLE.store(table, Ordering::Relaxed);
         Engine { initial, table }
     }
 
@@ -351,7 +356,8 @@ impl Continued {
     #[inline(always)]
     pub fn finish(&self, rest: &[u8]) -> u32 {
         let mut h = self.0.clone();
-        if engine().table {
+        // A `Continued` comes from `after`, which chose the engine.
+        if TABLE.load(Ordering::Relaxed) {
             return table_update(h.finalize(), rest);
         }
         h.update(rest);
