@@ -128,7 +128,7 @@ fn engine() -> &'static Engine {
     ENGINE.get_or_init(Engine::choose)
 }
 
-/// How this process computes the express passes' CRC-32 ([`Engine`]): `"clmul"` or `"table"`.
+/// How this process computes the ICRC's CRC-32 ([`Engine`]): `"clmul"` or `"table"`.
 pub fn crc_way() -> &'static str {
     if engine().table {
         "table"
@@ -369,6 +369,15 @@ impl Continued {
         self.0.clone().finalize()
     }
 }
+
+/// Two passes are equal when they reached the same CRC.
+impl PartialEq for Continued {
+    fn eq(&self, other: &Continued) -> bool {
+        self.value() == other.value()
+    }
+}
+
+impl Eq for Continued {}
 
 impl std::fmt::Debug for Continued {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -966,47 +975,57 @@ pub fn solve_roce_v4_frame_ident(
     solve_roce_v4_frame_ident_lazy(frame, || hint)
 }
 
+/// Two kept values by key, the one used less recently replaced by a new key: the prefix
+/// passes of the last two IP headers ([`V4FramePrefix`]) or total lengths
+/// ([`crate::roce::V4PrefixCrc`]). Keys and values are kept apart (a QP holds one of the
+/// latter: a `u16` key beside a 16-byte value packs two slots into 40 bytes). `K::default()`
+/// is "none" and must never be looked up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TwoSlots<K, V> {
+    keys: [K; 2],
+    values: [V; 2],
+    /// The slot a new key replaces: the one not used last.
+    victim: u8,
+}
+
+impl<K: PartialEq, V> TwoSlots<K, V> {
+    /// The value of `key`, made by `make` (and kept, in place of the one used less recently)
+    /// when neither slot holds it.
+    #[inline(always)]
+    pub(crate) fn get_or_make(&mut self, key: K, make: impl FnOnce(&K) -> V) -> &V {
+        let i = if self.keys[0] == key {
+            0
+        } else if self.keys[1] == key {
+            1
+        } else {
+            let i = usize::from(self.victim & 1);
+            self.values[i] = make(&key);
+            self.keys[i] = key;
+            i
+        };
+        self.victim = (i ^ 1) as u8;
+        &self.values[i]
+    }
+}
+
 /// The ICRC pass over the covered bytes of an IPv4 RoCEv2 frame before its UDP length (the
 /// LRH stand-in, the masked IPv4 header, the UDP ports), kept for the next frame with the same
 /// header ([`solve_roce_v4_frame_ident_cached`]) for the last two headers: a receiver's frames
 /// from one peer mostly share one, segment after segment, or alternate between two (the
-/// peer's RDMA WRITE and the ACK of ours).
+/// peer's RDMA WRITE and the ACK of ours). Keyed by the masked IPv4 header and UDP ports the
+/// pass is over.
 #[derive(Debug, Clone, Default)]
-pub struct V4FramePrefix {
-    slots: [V4FramePrefixSlot; 2],
-    /// The slot a new header replaces: the one not used last.
-    victim: u8,
-}
-
-/// One header's pass of a [`V4FramePrefix`].
-#[derive(Debug, Clone, Default)]
-struct V4FramePrefixSlot {
-    /// The masked IPv4 header and UDP ports the pass is over.
-    key: Option<[u8; V4_PREFIX_KEY]>,
-    after: Continued,
-}
+pub struct V4FramePrefix(TwoSlots<Option<[u8; V4_PREFIX_KEY]>, Continued>);
 
 impl V4FramePrefix {
-    /// The pass over `key` (made and kept, in place of the one used less recently, when
-    /// neither slot holds it).
+    /// The pass over `key`.
     #[inline(always)]
     fn after(&mut self, key: &[u8; V4_PREFIX_KEY]) -> &Continued {
-        let i = if self.slots[0].key.as_ref() == Some(key) {
-            0
-        } else if self.slots[1].key.as_ref() == Some(key) {
-            1
-        } else {
-            let i = usize::from(self.victim & 1);
+        self.0.get_or_make(Some(*key), |_| {
             let mut p = [0xFFu8; LRH_LEN + V4_PREFIX_KEY];
             p[LRH_LEN..].copy_from_slice(key);
-            self.slots[i] = V4FramePrefixSlot {
-                key: Some(*key),
-                after: Continued::after(&p),
-            };
-            i
-        };
-        self.victim = (i ^ 1) as u8;
-        &self.slots[i].after
+            Continued::after(&p)
+        })
     }
 }
 
@@ -1894,6 +1913,23 @@ mod tests {
         // Whichever way this machine chose, a continued pass is the whole pass.
         let c = Continued::after(&data[..32]);
         assert_eq!(c.finish(&data[32..128]), raw(&data[..128]));
+    }
+
+    /// Two slots: a third key replaces the one used less recently, and only a missing key
+    /// makes a value.
+    #[test]
+    fn two_slots_replace_the_one_used_less_recently() {
+        let mut c = TwoSlots::<u16, u32>::default();
+        let mut made = Vec::new();
+        for key in [1u16, 2, 1, 3, 1, 2, 2, 3] {
+            let v = *c.get_or_make(key, |&k| {
+                made.push(k);
+                u32::from(k) * 10
+            });
+            assert_eq!(v, u32::from(key) * 10);
+        }
+        // 3 replaces 2 (1 was used after it), 2 then replaces 3, and 3 replaces 1.
+        assert_eq!(made, [1, 2, 3, 2, 3]);
     }
 
     /// One cache through frames of three headers in turn (two alternate, a third replaces

@@ -932,54 +932,20 @@ impl HeaderTemplate {
 /// ([`HeaderTemplate::append_v4_datagram`] keeps it per connection), kept as the CRC state a
 /// packet's pass continues from, for the last two IP total lengths: a connection's packets
 /// mostly have one size, or alternate between two (an RDMA WRITE and the ACK of the peer's).
-#[derive(Debug, Clone, Default)]
-pub struct V4PrefixCrc {
-    /// The passes; every QP holds one of these, so they are kept apart from their lengths,
-    /// which packs the two slots into 40 bytes.
-    after: [icrc::Continued; 2],
-    /// The IP total length of each slot; 0 (no packet is that short) for none.
-    total_len: [u16; 2],
-    /// The slot a new length replaces: the one not used last.
-    victim: u8,
-}
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct V4PrefixCrc(icrc::TwoSlots<u16, icrc::Continued>);
 
 impl V4PrefixCrc {
-    /// The pass for `total_len`, made by `make` (and kept, in place of the one used less
-    /// recently) when neither slot holds it.
+    /// The pass for `total_len` (0, no packet's, is "none"), made by `make` when not kept.
     #[inline(always)]
     fn for_len(
         &mut self,
         total_len: u16,
         make: impl FnOnce() -> icrc::Continued,
     ) -> &icrc::Continued {
-        let i = if self.total_len[0] == total_len {
-            0
-        } else if self.total_len[1] == total_len {
-            1
-        } else {
-            let i = usize::from(self.victim & 1);
-            self.after[i] = make();
-            self.total_len[i] = total_len;
-            i
-        };
-        self.victim = (i ^ 1) as u8;
-        &self.after[i]
+        self.0.get_or_make(total_len, |_| make())
     }
 }
-
-impl PartialEq for V4PrefixCrc {
-    fn eq(&self, other: &V4PrefixCrc) -> bool {
-        self.victim == other.victim
-            && self.total_len == other.total_len
-            && self
-                .after
-                .iter()
-                .zip(&other.after)
-                .all(|(a, b)| a.value() == b.value())
-    }
-}
-
-impl Eq for V4PrefixCrc {}
 
 /// An IPv4 header without options and a UDP header (`base`, 28 bytes: a template's wire or
 /// masked copy) with a total length, an Identification and a UDP length filled in.
