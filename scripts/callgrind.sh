@@ -28,7 +28,7 @@ case "$n" in
     ''|*[!0-9]*|0) echo "usage: $0 [N>0] [FILTER...]" >&2; exit 2 ;;
 esac
 
-# softib's express passes take the CRC-32 way a CPU with PCLMULQDQ takes (icrc.rs, `Engine`).
+# softib's ICRC passes take the CRC-32 way a CPU with PCLMULQDQ takes (icrc.rs, `Engine`).
 export SOFTIB_CRC="${SOFTIB_CRC:-clmul}"
 
 if ! command -v valgrind >/dev/null; then
