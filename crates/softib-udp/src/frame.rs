@@ -245,12 +245,8 @@ impl FrameBuilder {
                 let ip = &mut out[ETH_LEN..ETH_LEN + IPV4_LEN];
                 if self.payload_len.is_some() {
                     // Only the total length changed: patch the checksum for it (RFC 1624,
-                    // eqn. 3), the same value a recomputation gives (`patch_ipv4_ident`).
-                    let old = u16::from_be_bytes([ip[2], ip[3]]);
-                    let hc = u16::from_be_bytes([ip[10], ip[11]]);
-                    let sum = softib_wire::ipv4::checksum_adding(!hc, [!old, total]);
-                    ip[2..4].copy_from_slice(&total.to_be_bytes());
-                    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+                    // eqn. 3), the same value a recomputation gives.
+                    patch_ipv4_word(ip, 2, total);
                 } else {
                     ip[2..4].copy_from_slice(&total.to_be_bytes());
                     let mut view = Ipv4View::new_unchecked(ip);
@@ -401,13 +397,19 @@ impl GroIdents {
 /// checksum a recomputation gives: both are the one's complement sum in 1..=0xFFFF of words
 /// not all zero, complemented.
 fn patch_ipv4_ident(ip: &mut [u8], ident: u16) {
-    let old = u16::from_be_bytes([ip[4], ip[5]]);
-    if old == ident {
+    patch_ipv4_word(ip, 4, ident);
+}
+
+/// Writes `value` into the 16-bit word at byte `at` of an IPv4 header (at least 20 bytes) and
+/// updates its header checksum for the change ([`patch_ipv4_ident`]'s RFC 1624 update).
+fn patch_ipv4_word(ip: &mut [u8], at: usize, value: u16) {
+    let old = u16::from_be_bytes([ip[at], ip[at + 1]]);
+    if old == value {
         return;
     }
     let hc = u16::from_be_bytes([ip[10], ip[11]]);
-    let sum = softib_wire::ipv4::checksum_adding(!hc, [!old, ident]);
-    ip[4..6].copy_from_slice(&ident.to_be_bytes());
+    let sum = softib_wire::ipv4::checksum_adding(!hc, [!old, value]);
+    ip[at..at + 2].copy_from_slice(&value.to_be_bytes());
     ip[10..12].copy_from_slice(&sum.to_be_bytes());
 }
 

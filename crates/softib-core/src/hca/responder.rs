@@ -1371,11 +1371,7 @@ impl Hca {
         // The packet is out: the state moves as `rc_next_response` and `rc_advertise` move it.
         self.ip_ident = ident;
         if let Some(limit) = advertised {
-            credits.ack_psn = psn;
-            credits.requester_waits = false;
-            if limit.wrapping_sub(credits.advertised) as i32 > 0 {
-                credits.advertised = limit;
-            }
+            credits.advertised_at(psn, limit);
         }
         qp.transport.resp.responses.pop_front();
         Some(super::requester::Tx::Sent)
@@ -1383,14 +1379,8 @@ impl Hca {
 
     /// A positive acknowledgement at `psn` went out advertising `limit` receive WQEs in all.
     fn rc_advertise(&mut self, qpn: u32, psn: Psn, limit: u32) {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
-        let c = &mut qp.transport.resp.credits;
-        c.ack_psn = psn;
-        c.requester_waits = false;
-        if limit.wrapping_sub(c.advertised) as i32 > 0 {
-            c.advertised = limit;
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.transport.resp.credits.advertised_at(psn, limit);
         }
     }
 

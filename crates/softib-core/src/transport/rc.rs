@@ -312,4 +312,13 @@ impl RecvCredits {
     pub fn available(&self, base: u32) -> u32 {
         self.posted.wrapping_sub(base)
     }
+
+    /// A positive acknowledgement at `psn` went out advertising `limit` receive WQEs in all.
+    pub fn advertised_at(&mut self, psn: Psn, limit: u32) {
+        self.ack_psn = psn;
+        self.requester_waits = false;
+        if limit.wrapping_sub(self.advertised) as i32 > 0 {
+            self.advertised = limit;
+        }
+    }
 }
