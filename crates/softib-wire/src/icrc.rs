@@ -979,13 +979,12 @@ pub fn solve_roce_v4_frame_ident(
 /// passes of the last two IP headers ([`V4FramePrefix`]) or total lengths
 /// ([`crate::roce::V4PrefixCrc`]). Keys and values are kept apart (a QP holds one of the
 /// latter: a `u16` key beside a 16-byte value packs two slots into 40 bytes). `K::default()`
-/// is "none" and must never be looked up.
+/// is "none" and must never be looked up. Slot 0 holds the one used last, so a stream of one
+/// key finds it at the first look and writes nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct TwoSlots<K, V> {
     keys: [K; 2],
     values: [V; 2],
-    /// The slot a new key replaces: the one not used last.
-    victim: u8,
 }
 
 impl<K: PartialEq, V> TwoSlots<K, V> {
@@ -993,18 +992,15 @@ impl<K: PartialEq, V> TwoSlots<K, V> {
     /// when neither slot holds it.
     #[inline(always)]
     pub(crate) fn get_or_make(&mut self, key: K, make: impl FnOnce(&K) -> V) -> &V {
-        let i = if self.keys[0] == key {
-            0
-        } else if self.keys[1] == key {
-            1
-        } else {
-            let i = usize::from(self.victim & 1);
-            self.values[i] = make(&key);
-            self.keys[i] = key;
-            i
-        };
-        self.victim = (i ^ 1) as u8;
-        &self.values[i]
+        if self.keys[0] != key {
+            if self.keys[1] != key {
+                self.keys[1] = key;
+                self.values[1] = make(&self.keys[1]);
+            }
+            self.keys.swap(0, 1);
+            self.values.swap(0, 1);
+        }
+        &self.values[0]
     }
 }
 
