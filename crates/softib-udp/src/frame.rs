@@ -260,6 +260,13 @@ impl FrameBuilder {
         }
         Some(&self.header)
     }
+
+    /// The header [`Self::header`] gave last (`None` before it gave one, or after it failed
+    /// to build one for new addresses): for a caller that knows its next datagram has the
+    /// same source, destination and length as that one.
+    pub fn current(&self) -> Option<&[u8]> {
+        self.key.and(self.payload_len).map(|_| &self.header[..])
+    }
 }
 
 /// Replaces the ICRC of a rebuilt IPv4 frame with the one computed over its own header
@@ -529,10 +536,13 @@ mod tests {
                 // The header alone, followed by the payload, is the frame (padding aside).
                 let h = b.header(src, sport, dst, len).unwrap().to_vec();
                 assert_eq!([&h[..], &payload[..]].concat(), want[..h.len() + len]);
+                assert_eq!(b.current(), Some(&h[..]));
             } else {
                 assert!(b.header(src, sport, dst, len).is_none());
+                assert_eq!(b.current(), None);
             }
         }
+        assert_eq!(FrameBuilder::default().current(), None);
         // Every length after another of the same peer: the checksum is patched for the new
         // total length, not recomputed, and must come out the same.
         let mut want = Vec::new();

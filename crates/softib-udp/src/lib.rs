@@ -332,6 +332,11 @@ pub struct Device {
     rx_meta: Vec<RecvMeta>,
     rx_frame: Vec<u8>,
     rx_builder: frame::FrameBuilder,
+    /// The rebuilt headers of datagrams from the inbox, and the source and length of the
+    /// datagram `rx_shm_builder` holds the header of ([`Device::receive_shm`]); forgotten
+    /// when the routes change.
+    rx_shm_builder: frame::FrameBuilder,
+    rx_shm_last: Option<(SocketAddr, usize)>,
     rx_idents: frame::GroIdents,
     pcap: Option<PcapWriter<BufWriter<File>>>,
     stats: DeviceStats,
@@ -478,6 +483,8 @@ impl Device {
             rx_meta: vec![RecvMeta::default(); BATCH_SIZE],
             rx_frame: Vec::with_capacity(RX_SLOT + 64),
             rx_builder: frame::FrameBuilder::default(),
+            rx_shm_builder: frame::FrameBuilder::default(),
+            rx_shm_last: None,
             rx_idents: frame::GroIdents::default(),
             pcap,
             stats: DeviceStats::default(),
@@ -557,6 +564,7 @@ impl Device {
         self.routes.retain(|(p, _)| *p != peer);
         self.routes.push((peer, via));
         self.tx_route4 = None;
+        self.rx_shm_last = None;
     }
 
     /// The clock the device reads ([`DeviceConfig::clock`]).
@@ -1118,10 +1126,20 @@ impl Device {
                 self.stats.rx_unframed += 1;
                 continue;
             };
-            let dst = self.local.ip();
-            // A relay's datagrams stand for its peer's, as over UDP.
-            let ip = route_from(&self.routes, src);
-            let Some(header) = self.rx_builder.header(ip, src.port(), dst, len) else {
+            // Most datagrams come from the peer of the one before, and a stream's have one
+            // length: its header is kept.
+            let header = if self.rx_shm_last == Some((src, len)) {
+                self.rx_shm_builder.current()
+            } else {
+                // A relay's datagrams stand for its peer's, as over UDP.
+                let ip = route_from(&self.routes, src);
+                let h = self
+                    .rx_shm_builder
+                    .header(ip, src.port(), self.local.ip(), len);
+                self.rx_shm_last = h.is_some().then_some((src, len));
+                h
+            };
+            let Some(header) = header else {
                 self.stats.rx_unframed += 1;
                 continue;
             };
