@@ -1,25 +1,36 @@
 //! Fuzzes the receive side's IPv4 Identification solve over a whole frame
 //! (`softib_wire::icrc::solve_roce_v4_frame_ident`, which writes the masked bits into the frame
-//! for its ICRC pass and puts them back) and its form that keeps the pass over the headers
-//! (`solve_roce_v4_frame_ident_cached`, fresh and with what it kept): no panic; the frame is left
-//! exactly as it was; a guess (right, wrong, or made for another size) and what the cache
-//! holds never change the answer.
+//! for its ICRC pass and puts them back) and over the UDP datagram alone after a pass over its
+//! headers (`solve_roce_v4_udp_ident`, as the UDP runtime calls it): no panic; the frame
+//! is left exactly as it was; a guess (right, wrong, or made for another size) never changes
+//! the answer; where the frame has the layout, both solves answer alike.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use softib_wire::icrc::{
-    solve_roce_v4_frame_ident, solve_roce_v4_frame_ident_cached, Ipv4IdentShift, V4FramePrefix,
+    solve_roce_v4_frame_ident, solve_roce_v4_udp_ident, v4_headers_pass, Ipv4IdentShift,
 };
 
 fuzz_target!(|data: &[u8]| {
     let mut frame = data.to_vec();
     let plain = solve_roce_v4_frame_ident(&mut frame, None);
     assert_eq!(frame, data, "the solve left the frame changed");
-    let mut cache = V4FramePrefix::default();
-    for _ in 0..2 {
-        let cached = solve_roce_v4_frame_ident_cached(&mut frame, &mut cache, || None);
-        assert_eq!(frame, data, "the cached solve left the frame changed");
-        assert_eq!(cached, plain, "the cache changed the answer");
+    // Ethernet 14, IPv4 20 (at 14), the UDP datagram from 34 to the end its length says.
+    if let (Some(ip), Some(udp)) = (
+        frame.get(14..34).and_then(|b| <&[u8; 20]>::try_from(b).ok()),
+        frame.get(34..42).and_then(|b| <&[u8; 8]>::try_from(b).ok()),
+    ) {
+        let headers = v4_headers_pass(ip, udp);
+        let given = u16::from_be_bytes([ip[4], ip[5]]);
+        let end = 34 + usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+        let layout = frame[12..14] == [0x08, 0x00] && ip[0] == 0x45;
+        if let Some(datagram) = frame.get_mut(34..end) {
+            let alone = solve_roce_v4_udp_ident(&headers, given, datagram, || None);
+            assert_eq!(frame, data, "the datagram solve left the frame changed");
+            if layout {
+                assert_eq!(alone.ok(), plain.as_ref().ok().copied(), "the datagram solve answered otherwise");
+            }
+        }
     }
     // UDP payload length of a plain layout (Ethernet 14 + IPv4 20 + UDP 8), and a guess taken
     // from the input.

@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use softib_core::verbs::types::Gid;
 use softib_core::{gid_of_ipv4, mac_for_gid};
 use softib_wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, MIN_FRAME_LEN};
-use softib_wire::icrc::Ipv4IdentDeltaCache;
+use softib_wire::icrc::{v4_headers_pass, Continued, Ipv4IdentDeltaCache, TwoSlots};
 use softib_wire::ipv4::Ipv4View;
 use softib_wire::udp::ROCEV2_PORT;
 
@@ -180,6 +180,11 @@ pub struct FrameBuilder {
     header: Vec<u8>,
     /// Payload length the lengths and checksum in `header` are patched for.
     payload_len: Option<usize>,
+    /// The ICRC passes over the key's IPv4 header and UDP ports
+    /// ([`softib_wire::icrc::v4_headers_pass`]) for the last two payload lengths (the IPv4
+    /// total length is in them): a latency loop receives two sizes in turn, its peer's request
+    /// and the ACK of its own.
+    passes: TwoSlots<Option<usize>, Continued>,
 }
 
 impl FrameBuilder {
@@ -234,6 +239,7 @@ impl FrameBuilder {
             self.header = h;
             self.key = Some(key);
             self.payload_len = None;
+            self.passes = TwoSlots::default();
         }
         if self.payload_len != Some(payload_len) {
             let out = &mut self.header;
@@ -261,11 +267,31 @@ impl FrameBuilder {
         Some(&self.header)
     }
 
-    /// The header [`Self::header`] gave last (`None` before it gave one, or after it failed
-    /// to build one for new addresses): for a caller that knows its next datagram has the
-    /// same source, destination and length as that one.
-    pub fn current(&self) -> Option<&[u8]> {
-        self.key.and(self.payload_len).map(|_| &self.header[..])
+    /// [`Self::header`] and, for an IPv4 header, the ICRC pass over its IPv4 header and UDP
+    /// ports ([`softib_wire::icrc::v4_headers_pass`]), which [`GroIdents::verify`] finishes
+    /// over the UDP datagram; the passes of the last two payload lengths of the key are kept.
+    pub fn header_and_pass(
+        &mut self,
+        src: IpAddr,
+        sport: u16,
+        dst: IpAddr,
+        payload_len: usize,
+    ) -> Option<(&[u8], Option<&Continued>)> {
+        self.header(src, sport, dst, payload_len)?;
+        let FrameBuilder { header, passes, .. } = self;
+        let pass = v4_parts(header)
+            .map(|(ip, udp)| passes.get_or_make(Some(payload_len), |_| v4_headers_pass(ip, udp)));
+        Some((&header[..], pass))
+    }
+
+    /// What [`Self::header_and_pass`] gave last (`None` before it gave one, or after it
+    /// failed to build one for new addresses): for a caller that knows its next datagram has
+    /// the same source, destination and length as that one.
+    pub fn current(&self) -> Option<(&[u8], Option<&Continued>)> {
+        self.key?;
+        let len = self.payload_len?;
+        let pass = v4_parts(&self.header).and_then(|_| self.passes.get(&Some(len)));
+        Some((&self.header[..], pass))
     }
 }
 
@@ -304,6 +330,14 @@ fn ipv4_parts(frame: &[u8]) -> Option<(usize, usize)> {
     Some((udp_at, end))
 }
 
+/// The IPv4 and UDP headers of a rebuilt IPv4 header (Ethernet, IPv4 without options, UDP;
+/// nothing else), `None` for any other.
+fn v4_parts(header: &[u8]) -> Option<(&[u8; IPV4_LEN], &[u8; UDP_LEN])> {
+    let (_, ip_udp) = header.split_first_chunk::<ETH_LEN>()?;
+    let (ip, udp) = ip_udp.split_first_chunk::<IPV4_LEN>()?;
+    Some((ip, udp.try_into().ok()?))
+}
+
 /// Verifies the ICRC of a rebuilt IPv4 frame for any IPv4 Identification (the
 /// [`crate::IcrcPolicy::Verify`] policy): the rebuilt header carries Identification 0, the
 /// fast path; otherwise the Identification that makes the ICRC match is solved for
@@ -336,21 +370,20 @@ pub fn verify_ipv4_icrc_any_ident(frame: &mut [u8]) -> bool {
 /// for every frame, faster where the sender's kernel numbered the segments of its GSO send
 /// (segment k carries Identification base + k). [`GroIdents::start`] begins each buffer.
 ///
-/// A segment whose ICRC does not verify with the Identification of its rebuilt header (0) is
-/// first tried with the one after the Identification of the previous segment, two table
-/// look-ups with tables kept for the last two segment sizes
-/// ([`softib_wire::icrc::solve_roce_v4_ident_hinted`], [`Ipv4IdentDeltaCache`]), and
-/// solved only if that guess fails. The Identification that verified is written into the
-/// frame as there; the header checksum is patched for it (RFC 1624) instead of recomputed,
-/// which gives the same checksum for the headers [`frame_of_datagram`] builds.
+/// The ICRC is finished over the UDP datagram from the pass over its rebuilt IPv4 header and
+/// UDP ports ([`FrameBuilder::header_and_pass`]), made once per header. A segment whose ICRC does not
+/// verify with the Identification of its rebuilt header (0) is first tried with the one after
+/// the Identification of the previous segment, two table look-ups with tables kept for the
+/// last two segment sizes ([`softib_wire::icrc::solve_roce_v4_udp_ident`],
+/// [`Ipv4IdentDeltaCache`]), and solved only if that guess fails. The Identification that
+/// verified is written into the frame as there; the header checksum is patched for it (RFC
+/// 1624) instead of recomputed, which gives the same checksum for the headers
+/// [`frame_of_datagram`] builds.
 #[derive(Debug, Clone, Default)]
 pub struct GroIdents {
     /// ICRC deltas of the last two segment sizes guessed for (a run's full segments and its
     /// shorter last one).
     deltas: Ipv4IdentDeltaCache,
-    /// The ICRC pass over the last frame's headers before its UDP length (the segments of a
-    /// run share them).
-    prefix: softib_wire::icrc::V4FramePrefix,
     /// The Identification guessed for the next segment.
     next: u16,
 }
@@ -362,21 +395,26 @@ impl GroIdents {
     }
 
     /// Verifies the next segment's frame, rebuilt by [`frame_of_datagram`] or
-    /// [`FrameBuilder`]; see [`verify_ipv4_icrc_any_ident`].
-    pub fn verify(&mut self, frame: &mut [u8]) -> bool {
-        let Some((udp_at, end)) = ipv4_parts(frame) else {
-            return false;
-        };
-        if end - udp_at < UDP_LEN + softib_wire::bth::LEN + softib_wire::roce::ICRC_LEN {
-            // No room for a BTH: not the in-frame layout (and never a valid packet).
+    /// [`FrameBuilder`] around a datagram of `len` bytes, `headers` the pass over its IPv4
+    /// header and UDP ports ([`FrameBuilder::header_and_pass`]; `None` takes the general
+    /// solve); see
+    /// [`verify_ipv4_icrc_any_ident`].
+    pub fn verify(&mut self, frame: &mut [u8], headers: Option<&Continued>, len: usize) -> bool {
+        const AT: usize = ETH_LEN + IPV4_LEN;
+        let end = AT + UDP_LEN + len;
+        let headers = headers.filter(|_| {
+            len >= softib_wire::bth::LEN + softib_wire::roce::ICRC_LEN && frame.len() >= end
+        });
+        let Some(headers) = headers else {
+            // No pass, or no room for a BTH (never a valid packet): the general solve.
             let ok = verify_ipv4_icrc_any_ident(frame);
             if ok {
-                self.next = Ipv4View::new_unchecked(&frame[ETH_LEN..udp_at])
+                self.next = Ipv4View::new_unchecked(&frame[ETH_LEN..ETH_LEN + IPV4_LEN])
                     .ident()
                     .wrapping_add(1);
             }
             return ok;
-        }
+        };
         let (next, deltas) = (self.next, &mut self.deltas);
         // Made only when the ICRC does not verify as the frame stands: segment k of a GSO run
         // (Identification k) and rxe's numbered packets need it; a lone datagram or one from
@@ -385,16 +423,17 @@ impl GroIdents {
             let deltas = deltas;
             match next {
                 0 => None,
-                guess => Some((deltas.get(end - udp_at - UDP_LEN, guess), guess)),
+                guess => Some((deltas.get(len, guess), guess)),
             }
         };
+        let given = u16::from_be_bytes([frame[ETH_LEN + 4], frame[ETH_LEN + 5]]);
         let Ok(ident) =
-            softib_wire::icrc::solve_roce_v4_frame_ident_cached(frame, &mut self.prefix, hint)
+            softib_wire::icrc::solve_roce_v4_udp_ident(headers, given, &mut frame[AT..end], hint)
         else {
             return false;
         };
         self.next = ident.wrapping_add(1);
-        patch_ipv4_ident(&mut frame[ETH_LEN..udp_at], ident);
+        patch_ipv4_ident(&mut frame[ETH_LEN..ETH_LEN + IPV4_LEN], ident);
         true
     }
 }
@@ -536,7 +575,21 @@ mod tests {
                 // The header alone, followed by the payload, is the frame (padding aside).
                 let h = b.header(src, sport, dst, len).unwrap().to_vec();
                 assert_eq!([&h[..], &payload[..]].concat(), want[..h.len() + len]);
-                assert_eq!(b.current(), Some(&h[..]));
+                // With its ICRC pass: over the IPv4 and UDP headers, none for IPv6.
+                let (h2, pass) = b.header_and_pass(src, sport, dst, len).unwrap();
+                assert_eq!(h2, &h[..]);
+                let pass = pass.cloned();
+                match src {
+                    IpAddr::V4(_) => assert_eq!(
+                        pass,
+                        Some(v4_headers_pass(
+                            h[ETH_LEN..ETH_LEN + IPV4_LEN].try_into().unwrap(),
+                            h[ETH_LEN + IPV4_LEN..].try_into().unwrap()
+                        ))
+                    ),
+                    IpAddr::V6(_) => assert_eq!(pass, None),
+                }
+                assert_eq!(b.current(), Some((&h[..], pass.as_ref())));
             } else {
                 assert!(b.header(src, sport, dst, len).is_none());
                 assert_eq!(b.current(), None);
@@ -638,6 +691,52 @@ mod tests {
         assert!(!verify_ipv4_icrc_any_ident(&mut v6));
     }
 
+    /// Datagrams of two sizes in turn (a latency loop's request and ACK), and of another peer
+    /// between them: the builder's kept passes (two sizes, forgotten with the peer) verify
+    /// them as the general verify does, good ones and corrupted ones alike.
+    #[test]
+    fn kept_passes_follow_sizes_and_peers() {
+        let a = IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3));
+        let c = IpAddr::V4(Ipv4Addr::new(10, 1, 2, 5));
+        let me = IpAddr::V4(Ipv4Addr::new(10, 1, 2, 4));
+        let mut fb = FrameBuilder::default();
+        let mut g = GroIdents::default();
+        let order = [
+            (a, 92usize),
+            (a, 16),
+            (a, 92),
+            (a, 16),
+            (c, 16),
+            (a, 16),
+            (a, 92),
+            (c, 92),
+            (c, 92),
+        ];
+        for (k, (src, len)) in order.into_iter().enumerate() {
+            for corrupt in [false, true] {
+                let mut body: Vec<u8> = (0..len).map(|i| (i * 7 + k) as u8).collect();
+                body[..4].copy_from_slice(&[0x04, 0, 0xff, 0xff]);
+                let mut f = Vec::new();
+                assert!(frame_of_datagram(src, 4791, me, &body, &mut f));
+                assert!(reseal_ipv4_icrc(&mut f));
+                let mut seg = datagram_of_frame(&f).unwrap().1.to_vec();
+                if corrupt {
+                    seg[len / 2] ^= 0x08;
+                }
+                let mut want = Vec::new();
+                assert!(frame_of_datagram(src, 4791, me, &seg, &mut want));
+                let (header, pass) = fb.header_and_pass(src, 4791, me, len).unwrap();
+                let mut got = [header, &seg[..]].concat();
+                got.resize(want.len(), 0);
+                g.start();
+                let ok = verify_ipv4_icrc_any_ident(&mut want);
+                assert_eq!(ok, !corrupt);
+                assert_eq!(g.verify(&mut got, pass, len), ok, "{k} {corrupt}");
+                assert_eq!(got, want);
+            }
+        }
+    }
+
     /// The segments of a GRO buffer, verified in order by [`GroIdents`], end up exactly as
     /// [`verify_ipv4_icrc_any_ident`] leaves them, whatever Identifications they carry (GSO
     /// numbering from 0 or from another base, a shorter last segment, gaps, repeats, random),
@@ -655,6 +754,7 @@ mod tests {
             &[0x00ff, 0x0100, 0x0101, 0x7a31, 0x0003],
         ];
         let mut g = GroIdents::default();
+        let mut fb = FrameBuilder::default();
         for seg_len in [16usize, 24, 28, 76, 1036] {
             for idents in numberings {
                 for short_last in [false, true] {
@@ -682,9 +782,16 @@ mod tests {
                             // The receiver's rebuild, checked both ways.
                             let mut want = Vec::new();
                             assert!(frame_of_datagram(a, 4791, b, &seg, &mut want));
-                            let mut got = want.clone();
+                            let (header, pass) = fb.header_and_pass(a, 4791, b, len).unwrap();
+                            let mut got = [header, &seg[..]].concat();
+                            got.resize(want.len(), 0);
+                            assert_eq!(got, want);
                             let ok = verify_ipv4_icrc_any_ident(&mut want);
-                            assert_eq!(g.verify(&mut got), ok, "{seg_len} {idents:?} {k}");
+                            assert_eq!(
+                                g.verify(&mut got, pass, len),
+                                ok,
+                                "{seg_len} {idents:?} {k}"
+                            );
                             assert_eq!(got, want, "{seg_len} {idents:?} {k}");
                             assert_eq!(ok, corrupt != Some(k));
                             if ok {

@@ -1135,11 +1135,11 @@ impl Device {
                 let ip = route_from(&self.routes, src);
                 let h = self
                     .rx_shm_builder
-                    .header(ip, src.port(), self.local.ip(), len);
+                    .header_and_pass(ip, src.port(), self.local.ip(), len);
                 self.rx_shm_last = h.is_some().then_some((src, len));
                 h
             };
-            let Some(header) = header else {
+            let Some((header, pass)) = header else {
                 self.stats.rx_unframed += 1;
                 continue;
             };
@@ -1162,6 +1162,8 @@ impl Device {
                 &mut self.rx_idents,
                 now,
                 frame,
+                pass,
+                len,
             );
             self.hca.set_placed_by_sender(false);
             delivered?;
@@ -1213,8 +1215,8 @@ impl Device {
             // An empty datagram is one (malformed) datagram, not none.
             let segs = len.div_ceil(stride).max(1);
             self.rx_idents.start();
-            // The rebuilt header, fetched once per payload length: every segment but the
-            // last has the stride's.
+            // The rebuilt header and its ICRC pass, fetched once per payload length: every
+            // segment but the last has the stride's.
             let mut header = None;
             let mut header_for = usize::MAX;
             for k in 0..segs {
@@ -1226,11 +1228,11 @@ impl Device {
                 self.stats.rx_datagrams += 1;
                 if end - start != header_for {
                     header_for = end - start;
-                    header = self
-                        .rx_builder
-                        .header(src, meta.addr.port(), dst, header_for);
+                    header =
+                        self.rx_builder
+                            .header_and_pass(src, meta.addr.port(), dst, header_for);
                 }
-                let Some(header) = header else {
+                let Some((header, pass)) = header else {
                     self.stats.rx_unframed += 1;
                     continue;
                 };
@@ -1243,6 +1245,8 @@ impl Device {
                     &mut self.rx_idents,
                     now,
                     frame,
+                    pass,
+                    end - start,
                 )?;
             }
             // After a sleep, what the GRO buffer asked for (its acknowledgements) goes out
@@ -1256,9 +1260,11 @@ impl Device {
     }
 }
 
-/// Hands a received frame (rebuilt header and datagram) to the HCA. IPv4: the runtime checks
-/// (or, opted out, reseals) the ICRC, so the HCA need not compute it again; a frame that
-/// fails goes to the HCA as it is, which drops and counts it. IPv6: the HCA checks.
+/// Hands a received frame (rebuilt header and a datagram of `len` bytes) to the HCA. IPv4:
+/// the runtime checks (or, opted out, reseals) the ICRC, finishing `headers`, the pass over
+/// the rebuilt IPv4 header and UDP ports, so the HCA need not compute it again; a frame that fails
+/// goes to the HCA as it is, which drops and counts it. IPv6: the HCA checks.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn deliver(
     hca: &mut Hca,
@@ -1267,9 +1273,11 @@ fn deliver(
     idents: &mut frame::GroIdents,
     now: Instant,
     frame: &mut [u8],
+    headers: Option<&softib_wire::icrc::Continued>,
+    len: usize,
 ) -> io::Result<()> {
     let checked = match icrc {
-        IcrcPolicy::Verify => idents.verify(frame),
+        IcrcPolicy::Verify => idents.verify(frame, headers, len),
         IcrcPolicy::AcceptIpv4Unverified => frame::reseal_ipv4_icrc(frame),
     };
     if let Some(p) = pcap {
