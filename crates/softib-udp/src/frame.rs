@@ -371,10 +371,10 @@ pub fn verify_ipv4_icrc_any_ident(frame: &mut [u8]) -> bool {
 /// (segment k carries Identification base + k). [`GroIdents::start`] begins each buffer.
 ///
 /// The ICRC is finished over the UDP datagram from the pass over its rebuilt IPv4 header and
-/// UDP ports ([`FrameBuilder::header_and_pass`]), made once per header. A segment whose ICRC does not
-/// verify with the Identification of its rebuilt header (0) is first tried with the one after
-/// the Identification of the previous segment, two table look-ups with tables kept for the
-/// last two segment sizes ([`softib_wire::icrc::solve_roce_v4_udp_ident`],
+/// UDP ports ([`FrameBuilder::header_and_pass`]), made once per header. A segment whose ICRC
+/// does not verify with the Identification of its rebuilt header (0) is first tried with the
+/// one after the Identification of the previous segment, two table look-ups with tables kept
+/// for the last two segment sizes ([`softib_wire::icrc::solve_roce_v4_udp_ident`],
 /// [`Ipv4IdentDeltaCache`]), and solved only if that guess fails. The Identification that
 /// verified is written into the frame as there; the header checksum is patched for it (RFC
 /// 1624) instead of recomputed, which gives the same checksum for the headers
@@ -397,8 +397,7 @@ impl GroIdents {
     /// Verifies the next segment's frame, rebuilt by [`frame_of_datagram`] or
     /// [`FrameBuilder`] around a datagram of `len` bytes, `headers` the pass over its IPv4
     /// header and UDP ports ([`FrameBuilder::header_and_pass`]; `None` takes the general
-    /// solve); see
-    /// [`verify_ipv4_icrc_any_ident`].
+    /// solve); see [`verify_ipv4_icrc_any_ident`].
     pub fn verify(&mut self, frame: &mut [u8], headers: Option<&Continued>, len: usize) -> bool {
         const AT: usize = ETH_LEN + IPV4_LEN;
         let end = AT + UDP_LEN + len;

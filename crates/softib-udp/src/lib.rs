@@ -1262,8 +1262,8 @@ impl Device {
 
 /// Hands a received frame (rebuilt header and a datagram of `len` bytes) to the HCA. IPv4:
 /// the runtime checks (or, opted out, reseals) the ICRC, finishing `headers`, the pass over
-/// the rebuilt IPv4 header and UDP ports, so the HCA need not compute it again; a frame that fails
-/// goes to the HCA as it is, which drops and counts it. IPv6: the HCA checks.
+/// the rebuilt IPv4 header and UDP ports, so the HCA need not compute it again; a frame that
+/// fails goes to the HCA as it is, which drops and counts it. IPv6: the HCA checks.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn deliver(
