@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The C boundary must not cost what the engine saved: Debian's perftest on softib's
 # libibverbs.so.1 against softib's own tools on the same engine, measured in the same run on
-# loopback, alternating baseline and library runs (ROUNDS each, medians). Prints ratios, never
-# bare times:
+# loopback, baseline and library back to back in each of ROUNDS rounds (default 7; the one
+# going first alternates), each target decided on the median of the rounds' library / baseline
+# ratios, the medians of the figures printed beside. Prints ratios, never bare times:
 #
 #   1. message rate: `ib_send_bw -s 64` (MsgRate) / `softib bench send -s 64`  target >= 0.9x
 #   2. bandwidth:    `ib_write_bw -s 65536` (BW average MiB/s)
@@ -29,7 +30,7 @@
 #                                          ITERS_RATE, ITERS_BW, ITERS_LAT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${1:-3}
+ROUNDS=${1:-7}
 if [[ -z "${SOFTIB:-}" ]]; then
     cargo build --release -q -p softib -p softib-verbs
     SOFTIB="${CARGO_TARGET_DIR:-target}/release/softib"
@@ -77,17 +78,33 @@ perftest_pair() { # col tool args...
 }
 
 : >"$TMP/rate_b"; : >"$TMP/rate_l"; : >"$TMP/rate_d"; : >"$TMP/bw_b"; : >"$TMP/bw_l"; : >"$TMP/lat_b"; : >"$TMP/lat_l"
+# A round: the baseline and the library runs of each measure back to back, the baseline first
+# in even rounds and last in odd ones.
 for ((i = 0; i < ROUNDS; i++)); do
-    softib_pair msg_rate_mpps send -s 64 -n "$ITERS_RATE" --tx-depth 128 >>"$TMP/rate_b"
-    perftest_pair 5 ib_send_bw -s 64 -n "$ITERS_RATE" -t 128 >>"$TMP/rate_l"
-    perftest_pair 5 ib_send_bw -s 64 -n "$ITERS_RATE" -t 1024 -Q 64 >>"$TMP/rate_d"
-    softib_pair bw_avg_mibps write -s 65536 -n "$ITERS_BW" --tx-depth 128 >>"$TMP/bw_b"
-    perftest_pair 4 ib_write_bw -s 65536 -n "$ITERS_BW" -t 128 >>"$TMP/bw_l"
-    softib_pair t_median_us write --lat --pingpong -s 64 -n "$ITERS_LAT" >>"$TMP/lat_b"
-    perftest_pair 5 ib_write_lat -s 64 -n "$ITERS_LAT" >>"$TMP/lat_l"
+    base_rate() { softib_pair msg_rate_mpps send -s 64 -n "$ITERS_RATE" --tx-depth 128 >>"$TMP/rate_b"; }
+    lib_rate() {
+        perftest_pair 5 ib_send_bw -s 64 -n "$ITERS_RATE" -t 128 >>"$TMP/rate_l"
+        perftest_pair 5 ib_send_bw -s 64 -n "$ITERS_RATE" -t 1024 -Q 64 >>"$TMP/rate_d"
+    }
+    base_bw() { softib_pair bw_avg_mibps write -s 65536 -n "$ITERS_BW" --tx-depth 128 >>"$TMP/bw_b"; }
+    lib_bw() { perftest_pair 4 ib_write_bw -s 65536 -n "$ITERS_BW" -t 128 >>"$TMP/bw_l"; }
+    base_lat() { softib_pair t_median_us write --lat --pingpong -s 64 -n "$ITERS_LAT" >>"$TMP/lat_b"; }
+    lib_lat() { perftest_pair 5 ib_write_lat -s 64 -n "$ITERS_LAT" >>"$TMP/lat_l"; }
+    for m in rate bw lat; do
+        if ((i % 2)); then "lib_$m"; "base_$m"; else "base_$m"; "lib_$m"; fi
+    done
 done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+# paired LIB BASE: the median of the rounds' LIB / BASE ratios.
+paired() {
+    paste -d' ' "$TMP/$1" "$TMP/$2" | awk '
+        { r[++n] = $1 / $2 }
+        END {
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
+            printf "%.2f\n", r[int((n + 1) / 2)]
+        }'
+}
 verdict() { # ratio op target
     awk -v r="$1" -v op="$2" -v t="$3" 'BEGIN {
         ok = (op == ">=") ? (r >= t) : (r <= t); print (ok ? "PASS" : "MISS") }'
@@ -95,12 +112,12 @@ verdict() { # ratio op target
 rb=$(median <"$TMP/rate_b"); rl=$(median <"$TMP/rate_l"); rd=$(median <"$TMP/rate_d")
 bb=$(median <"$TMP/bw_b"); bl=$(median <"$TMP/bw_l")
 lb=$(median <"$TMP/lat_b"); ll=$(median <"$TMP/lat_l")
-r1=$(ratio "$rl" "$rb"); r2=$(ratio "$bl" "$bb"); r3=$(ratio "$ll" "$lb")
-echo "softib's libibverbs.so.1 under perftest vs softib bench, $ROUNDS rounds, medians"
-printf '  %-58s %6sx  target >= 0.9x  %s\n' "message rate  ib_send_bw -s 64 / softib bench send -s 64" "$r1" "$(verdict "$r1" ">=" 0.9)"
-printf '  %-58s %6sx  (no target: perftest with a deep pipeline)\n' "message rate  ib_send_bw -s 64 -t 1024 -Q 64 / softib bench" "$(ratio "$rd" "$rb")"
-printf '  %-58s %6sx  target >= 0.9x  %s\n' "bandwidth     ib_write_bw -s 65536 / softib bench write" "$r2" "$(verdict "$r2" ">=" 0.9)"
-printf '  %-58s %6sx  target <= 1.1x  %s\n' "latency       ib_write_lat -s 64 / bench write --lat --pingpong" "$r3" "$(verdict "$r3" "<=" 1.1)"
+r1=$(paired rate_l rate_b); r2=$(paired bw_l bw_b); r3=$(paired lat_l lat_b)
+echo "softib's libibverbs.so.1 under perftest vs softib bench, $ROUNDS rounds, median of the rounds' ratios (ratio of the medians in brackets)"
+printf '  %-58s %6sx  target >= 0.9x  %s  (%sx)\n' "message rate  ib_send_bw -s 64 / softib bench send -s 64" "$r1" "$(verdict "$r1" ">=" 0.9)" "$(ratio "$rl" "$rb")"
+printf '  %-58s %6sx  (no target: perftest with a deep pipeline; %sx)\n' "message rate  ib_send_bw -s 64 -t 1024 -Q 64 / softib bench" "$(paired rate_d rate_b)" "$(ratio "$rd" "$rb")"
+printf '  %-58s %6sx  target >= 0.9x  %s  (%sx)\n' "bandwidth     ib_write_bw -s 65536 / softib bench write" "$r2" "$(verdict "$r2" ">=" 0.9)" "$(ratio "$bl" "$bb")"
+printf '  %-58s %6sx  target <= 1.1x  %s  (%sx)\n' "latency       ib_write_lat -s 64 / bench write --lat --pingpong" "$r3" "$(verdict "$r3" "<=" 1.1)" "$(ratio "$ll" "$lb")"
 # The floor under the latency ratio: one blocking thread wake-up, measured now.
 if cc -O2 -pthread -o "$TMP/wakeup" bench/wakeup.c 2>/dev/null; then
     w=$("$TMP/wakeup" 20000)
@@ -108,7 +125,7 @@ if cc -O2 -pthread -o "$TMP/wakeup" bench/wakeup.c 2>/dev/null; then
         "one thread wake-up / bench write --lat --pingpong" "$(ratio "$w" "$lb")" "$w" "$lb"
 fi
 if [[ ${VERBOSE:-0} == 1 ]]; then
-    echo "  samples (baseline | library):"
+    echo "  samples, round by round (baseline | library; odd rounds ran the library first):"
     paste "$TMP/rate_b" "$TMP/rate_l" "$TMP/rate_d" | sed 's/^/    Mpps  /'
     paste "$TMP/bw_b" "$TMP/bw_l" | sed 's#^#    MiB/s #'
     paste "$TMP/lat_b" "$TMP/lat_l" | sed 's/^/    us    /'
