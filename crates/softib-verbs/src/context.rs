@@ -131,6 +131,9 @@ pub struct ProgressStats {
     pub busy_turns: AtomicU64,
     /// Sleeps on the socket, announced in the inbox (same-host peers ring for them).
     pub sleeps: AtomicU64,
+    /// Of those, sleeps that ended at their deadline (the engine's next timer or the idle
+    /// bound) rather than on a datagram or a wake-up.
+    pub timeouts: AtomicU64,
     /// Lingers after serving a passive application.
     pub lingers: AtomicU64,
 }
@@ -520,7 +523,9 @@ fn progress_loop(shared: &Shared) {
             let waker = shared.shm_waker.as_ref();
             if waker.is_none_or(softib_udp::shm::Waker::sleep_begin) {
                 ProgressStats::bump(&shared.progress.sleeps);
-                sleep_on(&[shared.sock_fd, shared.wake_fd], wait);
+                if sleep_on(&[shared.sock_fd, shared.wake_fd], wait) == 0 {
+                    ProgressStats::bump(&shared.progress.timeouts);
+                }
                 slept = true;
                 if let Some(w) = waker {
                     w.sleep_end();
