@@ -132,7 +132,7 @@ pub struct ProgressStats {
     /// Sleeps on the socket, announced in the inbox (same-host peers ring for them).
     pub sleeps: AtomicU64,
     /// Of those, sleeps that ended at their deadline (the engine's next timer or the idle
-    /// bound) rather than on a datagram or a wake-up.
+    /// bound) or on a signal, rather than on a datagram or a wake-up.
     pub timeouts: AtomicU64,
     /// Lingers after serving a passive application.
     pub lingers: AtomicU64,
