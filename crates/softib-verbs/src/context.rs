@@ -101,10 +101,6 @@ pub struct Shared {
     /// Set while the progress thread leaves the socket to a polling application; a thread
     /// about to block for a completion event then wakes it.
     pub parked: AtomicBool,
-    /// Set while the progress thread sleeps without announcing it in the shared-memory inbox
-    /// (the application polled within [`PASSIVE_AFTER`]); a thread about to block for a
-    /// completion event then wakes it.
-    pub quiet: AtomicBool,
     /// Sends were posted and not yet handed to the socket (the application's next
     /// `ibv_poll_cq`, or the progress thread, sends them).
     pub tx_pending: AtomicBool,
@@ -138,8 +134,6 @@ pub struct ProgressStats {
     /// Of those, sleeps that ended at their deadline (the engine's next timer or the idle
     /// bound) or on a signal, rather than on a datagram or a wake-up.
     pub timeouts: AtomicU64,
-    /// Sleeps not announced in the inbox, beside an application that polls.
-    pub quiet_sleeps: AtomicU64,
     /// Lingers after serving a passive application.
     pub lingers: AtomicU64,
 }
@@ -164,7 +158,7 @@ impl Shared {
             self.lock().flush(self);
         }
         self.cq_waiters.fetch_add(1, Ordering::AcqRel);
-        if self.parked.load(Ordering::Acquire) || self.quiet.load(Ordering::Acquire) {
+        if self.parked.load(Ordering::Acquire) {
             util::signal(self.wake_fd);
         }
     }
@@ -491,8 +485,6 @@ fn progress_loop(shared: &Shared) {
     let mut rt_run: Option<std::time::Instant> = None;
     // The thread slept on the socket since it last drove the engine.
     let mut slept = false;
-    // How much longer the application counts as active (it polled within PASSIVE_AFTER).
-    let mut quiet_for = Duration::ZERO;
     while !shared.stop.load(Ordering::Acquire) {
         if lingering && !wait.is_zero() {
             // A real-time thread that spins keeps ordinary threads off its CPU (its
@@ -527,26 +519,9 @@ fn progress_loop(shared: &Shared) {
         if !wait.is_zero() {
             rt_run = None;
             // Announced in the device's shared-memory inbox, so that same-host peers ring
-            // the socket; a datagram already there cancels the sleep. Not while the
-            // application polls now and then (within PASSIVE_AFTER; nobody waits for a
-            // completion event): its polls take the inbox's datagrams, and a doorbell would
-            // only wake this thread to find them taken, on a CPU the application spins on
-            // (perftest's latency tests spin on memory between polls; in the rxe guest those
-            // wake-ups were most of ib_write_lat's tail). Such a sleep ends when the
-            // application would count as passive, and the next one is announced if it is.
+            // the socket; a datagram already there cancels the sleep.
             let waker = shared.shm_waker.as_ref();
-            let quiet = std::mem::take(&mut quiet_for);
-            if waker.is_some() && !quiet.is_zero() && shared.cq_waiters.load(Ordering::Acquire) == 0
-            {
-                ProgressStats::bump(&shared.progress.quiet_sleeps);
-                shared.quiet.store(true, Ordering::Release);
-                // A waiter that registered before `quiet` was set signalled nobody.
-                if shared.cq_waiters.load(Ordering::Acquire) == 0 {
-                    sleep_on(&[shared.sock_fd, shared.wake_fd], wait.min(quiet));
-                }
-                shared.quiet.store(false, Ordering::Release);
-                slept = true;
-            } else if waker.is_none_or(softib_udp::shm::Waker::sleep_begin) {
+            if waker.is_none_or(softib_udp::shm::Waker::sleep_begin) {
                 ProgressStats::bump(&shared.progress.sleeps);
                 if sleep_on(&[shared.sock_fd, shared.wake_fd], wait) == 0 {
                     ProgressStats::bump(&shared.progress.timeouts);
@@ -626,7 +601,6 @@ fn progress_loop(shared: &Shared) {
             let now = eng.dev.now();
             let since = *idle_since.get_or_insert(now);
             lingering = rounds > 0 && now.duration_since(since) >= PASSIVE_AFTER;
-            quiet_for = PASSIVE_AFTER.saturating_sub(now.duration_since(since));
             let cm = eng.cm.as_ref().and_then(|k| k.poll_timeout());
             let hca = eng.dev.hca().poll_timeout();
             let next = match (hca, cm) {
@@ -754,7 +728,6 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
         app_polls: AtomicU64::new(0),
         cq_waiters: AtomicU32::new(0),
         parked: AtomicBool::new(false),
-        quiet: AtomicBool::new(false),
         tx_pending: AtomicBool::new(false),
         stop: AtomicBool::new(false),
         wake_fd,
