@@ -116,14 +116,9 @@ median() { sort -g | awk 'NF {a[++n]=$1} END {if (n) print a[int((n+1)/2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b}'; }
 # paired NAME: the median of the rounds' softib / rxe ratios ("-" when a round gave no figure).
 paired() {
-    paste -d' ' "$TMP/${1}_s" "$TMP/${1}_r" | awk '
-        NF != 2 || $2 == 0 { bad = 1; next }
-        { r[++n] = $1 / $2 }
-        END {
-            if (bad || !n) { print "-"; exit }
-            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
-            printf "%.2f\n", r[int((n + 1) / 2)]
-        }'
+    local r
+    r=$(paste -d' ' "$TMP/${1}_s" "$TMP/${1}_r" | awk 'NF != 2 || $2 == 0 { print "-"; next } { print $1 / $2 }')
+    if [[ -z $r ]] || grep -q -- '^-$' <<<"$r"; then echo "-"; else printf '%.2f\n' "$(median <<<"$r")"; fi
 }
 verdict() { # ratio op target
     awk -v r="$1" -v op="$2" -v t="$3" 'BEGIN {

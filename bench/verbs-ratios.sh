@@ -78,18 +78,19 @@ perftest_pair() { # col tool args...
 }
 
 : >"$TMP/rate_b"; : >"$TMP/rate_l"; : >"$TMP/rate_d"; : >"$TMP/bw_b"; : >"$TMP/bw_l"; : >"$TMP/lat_b"; : >"$TMP/lat_l"
+# Each measure's baseline and library runs.
+base_rate() { softib_pair msg_rate_mpps send -s 64 -n "$ITERS_RATE" --tx-depth 128 >>"$TMP/rate_b"; }
+lib_rate() {
+    perftest_pair 5 ib_send_bw -s 64 -n "$ITERS_RATE" -t 128 >>"$TMP/rate_l"
+    perftest_pair 5 ib_send_bw -s 64 -n "$ITERS_RATE" -t 1024 -Q 64 >>"$TMP/rate_d"
+}
+base_bw() { softib_pair bw_avg_mibps write -s 65536 -n "$ITERS_BW" --tx-depth 128 >>"$TMP/bw_b"; }
+lib_bw() { perftest_pair 4 ib_write_bw -s 65536 -n "$ITERS_BW" -t 128 >>"$TMP/bw_l"; }
+base_lat() { softib_pair t_median_us write --lat --pingpong -s 64 -n "$ITERS_LAT" >>"$TMP/lat_b"; }
+lib_lat() { perftest_pair 5 ib_write_lat -s 64 -n "$ITERS_LAT" >>"$TMP/lat_l"; }
 # A round: the baseline and the library runs of each measure back to back, the baseline first
 # in even rounds and last in odd ones.
 for ((i = 0; i < ROUNDS; i++)); do
-    base_rate() { softib_pair msg_rate_mpps send -s 64 -n "$ITERS_RATE" --tx-depth 128 >>"$TMP/rate_b"; }
-    lib_rate() {
-        perftest_pair 5 ib_send_bw -s 64 -n "$ITERS_RATE" -t 128 >>"$TMP/rate_l"
-        perftest_pair 5 ib_send_bw -s 64 -n "$ITERS_RATE" -t 1024 -Q 64 >>"$TMP/rate_d"
-    }
-    base_bw() { softib_pair bw_avg_mibps write -s 65536 -n "$ITERS_BW" --tx-depth 128 >>"$TMP/bw_b"; }
-    lib_bw() { perftest_pair 4 ib_write_bw -s 65536 -n "$ITERS_BW" -t 128 >>"$TMP/bw_l"; }
-    base_lat() { softib_pair t_median_us write --lat --pingpong -s 64 -n "$ITERS_LAT" >>"$TMP/lat_b"; }
-    lib_lat() { perftest_pair 5 ib_write_lat -s 64 -n "$ITERS_LAT" >>"$TMP/lat_l"; }
     for m in rate bw lat; do
         if ((i % 2)); then "lib_$m"; "base_$m"; else "base_$m"; "lib_$m"; fi
     done
@@ -97,14 +98,7 @@ done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 # paired LIB BASE: the median of the rounds' LIB / BASE ratios.
-paired() {
-    paste -d' ' "$TMP/$1" "$TMP/$2" | awk '
-        { r[++n] = $1 / $2 }
-        END {
-            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
-            printf "%.2f\n", r[int((n + 1) / 2)]
-        }'
-}
+paired() { printf '%.2f\n' "$(paste -d' ' "$TMP/$1" "$TMP/$2" | awk '{ print $1 / $2 }' | median)"; }
 verdict() { # ratio op target
     awk -v r="$1" -v op="$2" -v t="$3" 'BEGIN {
         ok = (op == ">=") ? (r >= t) : (r <= t); print (ok ? "PASS" : "MISS") }'

@@ -979,9 +979,8 @@ pub fn solve_roce_v4_frame_ident(
 /// passes of a QP's last two IP total lengths ([`crate::roce::V4PrefixCrc`]) or of the last
 /// two sizes of a receiver's rebuilt header ([`v4_headers_pass`]). Keys and values are kept
 /// apart (a QP holds one of the former: a `u16` key beside a 16-byte value packs two slots
-/// into 40 bytes). `K::default()`
-/// is "none" and must never be looked up. Slot 0 holds the one used last, so a stream of one
-/// key finds it at the first look and writes nothing.
+/// into 40 bytes). `K::default()` is "none" and must never be looked up. Slot 0 holds the one
+/// used last, so a stream of one key finds it at the first look and writes nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TwoSlots<K, V> {
     keys: [K; 2],
