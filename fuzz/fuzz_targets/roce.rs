@@ -1,11 +1,12 @@
 //! Fuzzes `RocePacket::parse` (a whole Ethernet frame): no panic; an accepted frame re-emits
 //! byte for byte, parses back to the same value, and is classified as RoCEv2. The express
 //! read (`RocePacket::parse_express`) takes only frames the parse accepts, and reads them as
-//! it does.
+//! it does; the express read of their UDP datagram (`ExpressPacket::parse_datagram`) reads
+//! the same packet.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use softib_wire::roce::{classify, FrameClass, IpHeader, RocePacket};
+use softib_wire::roce::{classify, ExpressPacket, FrameClass, IpHeader, RocePacket};
 
 fuzz_target!(|data: &[u8]| {
     let class = classify(data);
@@ -14,7 +15,8 @@ fuzz_target!(|data: &[u8]| {
         assert!(express.is_none(), "parse_express read a frame the parse refuses");
         return;
     };
-    if let Some(x) = express {
+    if let Some(e) = express {
+        let x = e.packet;
         let h = &p.transport.headers;
         assert_eq!(
             (x.bth, x.reth, x.immdt, x.aeth, x.payload),
@@ -25,7 +27,11 @@ fuzz_target!(|data: &[u8]| {
         };
         assert_eq!((x.src, x.dst), (ip.src, ip.dst));
         assert!(p.eth.vlan.is_none() && p.ip_options.is_empty());
-        assert_eq!(x.icrc_ok(), p.icrc_ok());
+        assert_eq!(e.icrc_ok(), p.icrc_ok());
+        // The same packet read from the frame's UDP datagram where it lies.
+        // (An express frame is untagged IPv4 without options: 42 bytes of headers.)
+        let datagram = &data[42..34 + usize::from(p.udp.length)];
+        assert_eq!(ExpressPacket::parse_datagram(x.src, x.dst, datagram), Some(x));
     }
     assert_eq!(
         class,

@@ -362,3 +362,39 @@ fn rearming_needs_an_alternate_path() {
     );
     assert_eq!(mig_state(&p, Dir::AtoB), PathMigState::Migrated);
 }
+
+#[test]
+fn a_migrated_responder_checks_the_old_path_again_on_the_express_path() {
+    // B's express path remembers the connection of the last packet it took; B's paths then
+    // swap (a migration B's software asks for): a packet from A's old primary path, once
+    // taken there, is no longer from B's connection.
+    let mut p = pair(Svc::Rc, 14, 7);
+    arm(&mut p);
+    let express = p.b.hca.counters().express_requests;
+    send(&mut p, 10);
+    p.run(1_000_000_000);
+    assert_eq!(p.a.done(), vec![(7, WcStatus::Success)]);
+    assert_eq!(
+        p.b.hca.counters().express_requests,
+        express + 1,
+        "taken on the express path"
+    );
+    let to_migrated = QpAttr {
+        path_mig_state: PathMigState::Migrated,
+        ..QpAttr::default()
+    };
+    p.b.hca
+        .modify_qp(p.b.qpn, &to_migrated, QpAttrMask::PATH_MIG_STATE)
+        .unwrap();
+    send(&mut p, 10);
+    let mut buf = Vec::new();
+    assert!(p.a.hca.poll_transmit(p.now, &mut buf));
+    assert_eq!(path_of(&buf), 0, "A still sends on its primary path");
+    let counts = |p: &Pair| {
+        let c = p.b.hca.counters();
+        (c.bad_address, c.express_requests)
+    };
+    let (bad, express) = counts(&p);
+    p.b.hca.handle_frame(p.now, &buf);
+    assert_eq!(counts(&p), (bad + 1, express));
+}

@@ -19,6 +19,7 @@ use softib_core::setup::ConnectOptions;
 use softib_core::verbs::types::{Mtu, SendFlags};
 use softib_core::verbs::wr::{RecvWr, RemoteAddr, SendWr, Sge, WrOpcode};
 use softib_core::{gid_of_ipv4, mac_for_gid, Transmitted};
+use softib_wire::roce::RocePacket;
 
 /// A number below `n` from the shared generator.
 fn below(rng: &mut Rng, n: u64) -> u64 {
@@ -47,7 +48,8 @@ enum Mode {
     Express,
     /// Express paths on, both HCAs configured as over a UDP socket, the senders polled with
     /// `poll_transmit_batched`: datagrams (several at a time) or frames, the datagrams turned
-    /// into the frames a UDP driver's receiver rebuilds.
+    /// into the frames a UDP driver's receiver rebuilds, and received as it hands them over
+    /// (the datagram where it lies first).
     Batched,
 }
 
@@ -254,6 +256,28 @@ fn run_mode(seed: u64, mode: Mode, loss_per_mille: u64) -> Outcome {
     }
 }
 
+/// Hands `frame` to `hca` as a UDP driver's receiver does: a frame whose ICRC it verified
+/// (all of them here) as its datagram first (`Hca::handle_v4_datagram_verified`), then, if
+/// the express path declines that, as the frame (`Hca::handle_frame_declined`).
+fn receive_as_udp(hca: &mut softib_core::Hca, now: softib_core::time::Instant, frame: &[u8]) {
+    let verified = RocePacket::parse(frame).is_ok_and(|p| p.icrc_ok());
+    // Untagged IPv4 without options: the UDP datagram at byte 42, its length at byte 38.
+    let datagram = frame
+        .get(38..40)
+        .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
+        .and_then(|udp_len| frame.get(42..34 + udp_len));
+    match datagram {
+        Some(d) if verified => {
+            let src = frame[26..30].try_into().unwrap();
+            let dst = frame[30..34].try_into().unwrap();
+            if !hca.handle_v4_datagram_verified(now, src, dst, d) {
+                hca.handle_frame_declined(now, frame);
+            }
+        }
+        _ => hca.handle_frame(now, frame),
+    }
+}
+
 /// What the batched runs sent: calls that gave datagrams, the datagrams, the frames.
 #[derive(Debug, Default)]
 struct Bursts {
@@ -322,7 +346,7 @@ fn run_batched(p: &mut Pair, limit_ns: u64, bursts: &mut Bursts) {
                 for f in frames {
                     if (p.filter)(dir, &f) {
                         p.log.push((dir, f.clone()));
-                        to.hca.handle_frame(p.now, &f);
+                        receive_as_udp(&mut to.hca, p.now, &f);
                     }
                 }
             }

@@ -1262,8 +1262,9 @@ impl Device {
 
 /// Hands a received frame (rebuilt header and a datagram of `len` bytes) to the HCA. IPv4:
 /// the runtime checks (or, opted out, reseals) the ICRC, finishing `headers`, the pass over
-/// the rebuilt IPv4 header and UDP ports, so the HCA need not compute it again; a frame that
-/// fails goes to the HCA as it is, which drops and counts it. IPv6: the HCA checks.
+/// the rebuilt IPv4 header and UDP ports, so the HCA need not compute it again, and offers
+/// the datagram to the HCA's express path before the frame; a frame that fails goes to the
+/// HCA as it is, which drops and counts it. IPv6: the HCA checks.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn deliver(
@@ -1283,10 +1284,23 @@ fn deliver(
     if let Some(p) = pcap {
         p.write_record(unix_ns(), frame)?;
     }
-    if checked {
-        hca.handle_frame_icrc_verified(now, frame);
-    } else {
+    if !checked {
         hca.handle_frame(now, frame);
+        return Ok(());
+    }
+    // IPv4 (the rebuilt header has no options): the common packet is taken where it lies,
+    // the frame handed over only when the express path declines it.
+    const V4: usize = frame::ETH_LEN + frame::IPV4_LEN + frame::UDP_LEN;
+    let ip = frame.get(frame::ETH_LEN..frame::ETH_LEN + frame::IPV4_LEN);
+    match (headers, ip, frame.get(V4..V4 + len)) {
+        (Some(_), Some(ip), Some(datagram)) => {
+            let src = [ip[12], ip[13], ip[14], ip[15]];
+            let dst = [ip[16], ip[17], ip[18], ip[19]];
+            if !hca.handle_v4_datagram_verified(now, src, dst, datagram) {
+                hca.handle_frame_declined(now, frame);
+            }
+        }
+        _ => hca.handle_frame_icrc_verified(now, frame),
     }
     Ok(())
 }

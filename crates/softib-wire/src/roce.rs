@@ -340,8 +340,9 @@ impl<'a> Parts<'a> {
     }
 }
 
-/// The common RC packet of a frame, as [`RocePacket::parse_express`] reads it: a one-packet
-/// SEND or RDMA WRITE, or an ACK; its IPv4 addresses and transport headers.
+/// The common RC packet, as [`RocePacket::parse_express`] reads it from a frame and
+/// [`ExpressPacket::parse_datagram`] from a UDP datagram: a one-packet SEND or RDMA WRITE, or
+/// an ACK; its IPv4 addresses and transport headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpressPacket<'a> {
     /// IPv4 source and destination.
@@ -356,47 +357,55 @@ pub struct ExpressPacket<'a> {
     pub aeth: Option<crate::aeth::Aeth>,
     /// The payload, pad excluded.
     pub payload: &'a [u8],
-    /// What the ICRC covers, and the ICRC.
+}
+
+/// An [`ExpressPacket`] read from a frame, with what its ICRC covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpressFrame<'a> {
+    pub packet: ExpressPacket<'a>,
     raw_ip: &'a [u8],
     raw_udp: &'a [u8],
     raw_transport: &'a [u8],
     icrc: u32,
 }
 
-impl ExpressPacket<'_> {
+impl ExpressFrame<'_> {
     /// True when the received ICRC matches ([`RocePacket::icrc_ok`]).
     pub fn icrc_ok(&self) -> bool {
         icrc::roce_v4(self.raw_ip, self.raw_udp, self.raw_transport) == self.icrc
     }
 }
 
-impl<'a> RocePacket<'a> {
-    /// The frame's packet when it is an RC SEND or RDMA WRITE of one packet (ONLY, with or
-    /// without immediate data) or an RC ACK in an untagged IPv4 frame without options, read without
-    /// building a [`RocePacket`]; `None` for anything else. A frame it reads is one
-    /// [`RocePacket::parse`] accepts, with the same addresses, headers and payload (tested
-    /// over captures and their mutations, and fuzzed). The ICRC is checked apart
-    /// ([`ExpressPacket::icrc_ok`]).
+/// The extension headers of an opcode the express reads take; `None` for the others.
+#[inline(always)]
+fn express_headers(opcode: u8) -> Option<ExtHeaders> {
+    use crate::opcode::Opcode;
+    Some(match Opcode(opcode) {
+        Opcode::RC_SEND_ONLY => ExtHeaders::NONE,
+        Opcode::RC_SEND_ONLY_WITH_IMMEDIATE => ExtHeaders::IMMDT,
+        Opcode::RC_RDMA_WRITE_ONLY => ExtHeaders::RETH,
+        Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => ExtHeaders::RETH.union(ExtHeaders::IMMDT),
+        Opcode::RC_ACKNOWLEDGE => ExtHeaders::AETH,
+        _ => return None,
+    })
+}
+
+impl<'a> ExpressPacket<'a> {
+    /// The packet of a RoCEv2 UDP datagram over IPv4 from `src` to `dst`, read where it lies
+    /// (`datagram` is the UDP payload: BTH .. ICRC), when it is one [`RocePacket::parse_express`]
+    /// reads: the same packet as from the frame of that datagram (tested against it, and
+    /// fuzzed). The ICRC is not looked at: the caller has checked it.
     #[inline(always)]
-    pub fn parse_express(frame: &'a [u8]) -> Option<ExpressPacket<'a>> {
-        use crate::opcode::Opcode;
-        // The opcode first, where a plain IPv4 frame has it: other packets leave at once.
-        let headers = match Opcode(*frame.get(PLAIN_V4_HEADERS)?) {
-            Opcode::RC_SEND_ONLY => ExtHeaders::NONE,
-            Opcode::RC_SEND_ONLY_WITH_IMMEDIATE => ExtHeaders::IMMDT,
-            Opcode::RC_RDMA_WRITE_ONLY => ExtHeaders::RETH,
-            Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => ExtHeaders::RETH.union(ExtHeaders::IMMDT),
-            Opcode::RC_ACKNOWLEDGE => ExtHeaders::AETH,
-            _ => return None,
-        };
-        Self::read_express(frame, headers)
+    pub fn parse_datagram(src: [u8; 4], dst: [u8; 4], datagram: &'a [u8]) -> Option<Self> {
+        let headers = express_headers(*datagram.first()?)?;
+        let raw = datagram.get(..datagram.len().checked_sub(ICRC_LEN)?)?;
+        Self::read(src, dst, raw, headers)
     }
 
-    /// [`RocePacket::parse_express`] once the opcode is known to be one it reads.
-    #[inline(never)]
-    fn read_express(frame: &'a [u8], headers: ExtHeaders) -> Option<ExpressPacket<'a>> {
-        let parts = Parts::plain_v4(frame)?;
-        let raw = parts.raw_transport;
+    /// The packet of `raw` (BTH .. pad, no ICRC), whose opcode has the extension headers
+    /// `headers`.
+    #[inline(always)]
+    fn read(src: [u8; 4], dst: [u8; 4], raw: &'a [u8], headers: ExtHeaders) -> Option<Self> {
         let checked = TransportPacket::check(raw).ok()?;
         // The opcode's extension headers, in wire order: RETH, AETH, ImmDt.
         let mut at = bth::LEN;
@@ -419,20 +428,47 @@ impl<'a> RocePacket<'a> {
         } else {
             None
         };
-        let RawIp::V4(ip) = parts.ip else {
-            return None;
-        };
         Some(ExpressPacket {
-            src: [ip[12], ip[13], ip[14], ip[15]],
-            dst: [ip[16], ip[17], ip[18], ip[19]],
+            src,
+            dst,
             bth: Bth::from_bytes(checked.bth),
             reth,
             immdt,
             aeth,
             payload: checked.payload,
+        })
+    }
+}
+
+impl<'a> RocePacket<'a> {
+    /// The frame's packet when it is an RC SEND or RDMA WRITE of one packet (ONLY, with or
+    /// without immediate data) or an RC ACK in an untagged IPv4 frame without options, read without
+    /// building a [`RocePacket`]; `None` for anything else. A frame it reads is one
+    /// [`RocePacket::parse`] accepts, with the same addresses, headers and payload (tested
+    /// over captures and their mutations, and fuzzed). The ICRC is checked apart
+    /// ([`ExpressFrame::icrc_ok`]).
+    #[inline(always)]
+    pub fn parse_express(frame: &'a [u8]) -> Option<ExpressFrame<'a>> {
+        // The opcode first, where a plain IPv4 frame has it: other packets leave at once.
+        let headers = express_headers(*frame.get(PLAIN_V4_HEADERS)?)?;
+        Self::read_express(frame, headers)
+    }
+
+    /// [`RocePacket::parse_express`] once the opcode is known to be one it reads.
+    #[inline(never)]
+    fn read_express(frame: &'a [u8], headers: ExtHeaders) -> Option<ExpressFrame<'a>> {
+        let parts = Parts::plain_v4(frame)?;
+        let RawIp::V4(ip) = parts.ip else {
+            return None;
+        };
+        let src = [ip[12], ip[13], ip[14], ip[15]];
+        let dst = [ip[16], ip[17], ip[18], ip[19]];
+        let packet = ExpressPacket::read(src, dst, parts.raw_transport, headers)?;
+        Some(ExpressFrame {
+            packet,
             raw_ip: parts.raw_ip,
             raw_udp: parts.raw_udp,
-            raw_transport: raw,
+            raw_transport: parts.raw_transport,
             icrc: u32::from_le_bytes(*parts.icrc),
         })
     }
@@ -1018,7 +1054,7 @@ mod tests {
         let frames = capture_frames();
         assert!(frames.len() > 300);
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        let (mut plain, mut plain_ok, mut express_read) = (0, 0, 0);
+        let (mut plain, mut plain_ok, mut express_read, mut datagram_read) = (0, 0, 0, 0);
         for f in &frames {
             for round in 0..40 {
                 let mut g = f.clone();
@@ -1058,14 +1094,27 @@ mod tests {
                 if let (Some(x), Ok(p)) = (express, &general) {
                     assert_eq!(x.icrc_ok(), p.icrc_ok());
                 }
+                // The same packet read from the frame's UDP datagram where it lies.
+                if let Some(parts) = Parts::plain_v4(&g) {
+                    let RawIp::V4(ip) = parts.ip else {
+                        unreachable!("plain_v4 is IPv4")
+                    };
+                    let at = PLAIN_V4_HEADERS;
+                    let datagram = &g[at..at + parts.raw_transport.len() + ICRC_LEN];
+                    let (src, dst) = (ip[12..16].try_into(), ip[16..20].try_into());
+                    let x = ExpressPacket::parse_datagram(src.unwrap(), dst.unwrap(), datagram);
+                    datagram_read += usize::from(x.is_some());
+                    assert_eq!(x, express.map(|e| e.packet), "{g:02x?}");
+                }
             }
         }
         assert!(plain > 5000 && plain_ok > 5000, "{plain} {plain_ok}");
         assert!(express_read > 500, "{express_read}");
+        assert_eq!(datagram_read, express_read);
     }
 
     /// What [`RocePacket::parse_express`] should read from a frame that parsed as `p`.
-    fn express_of<'a>(p: &RocePacket<'a>) -> Option<ExpressPacket<'a>> {
+    fn express_of<'a>(p: &RocePacket<'a>) -> Option<ExpressFrame<'a>> {
         let IpHeader::V4(ip) = p.ip else {
             return None;
         };
@@ -1082,14 +1131,16 @@ mod tests {
         if !express_op || p.eth.vlan.is_some() || !p.ip_options.is_empty() {
             return None;
         }
-        Some(ExpressPacket {
-            src: ip.src,
-            dst: ip.dst,
-            bth: h.bth,
-            reth: h.reth,
-            immdt: h.immdt,
-            aeth: h.aeth,
-            payload: p.transport.payload,
+        Some(ExpressFrame {
+            packet: ExpressPacket {
+                src: ip.src,
+                dst: ip.dst,
+                bth: h.bth,
+                reth: h.reth,
+                immdt: h.immdt,
+                aeth: h.aeth,
+                payload: p.transport.payload,
+            },
             raw_ip: p.raw_ip,
             raw_udp: p.raw_udp,
             raw_transport: p.raw_transport,

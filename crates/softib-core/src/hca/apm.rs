@@ -75,6 +75,7 @@ impl Hca {
         if let Some(qp) = self.qps.get_mut(&qpn) {
             migrate(qp);
         }
+        self.express_from = None;
         self.counters.path_migrations += 1;
         // An EE context's event names the EE context, not a QP.
         let event = match super::rd::eecn_of_key(qpn) {
@@ -133,6 +134,7 @@ impl Hca {
                 // `apply` already wrote Migrated; the paths swap now.
                 qp.attr.path_mig_state = PathMigState::Armed;
                 migrate(qp);
+                self.express_from = None;
                 self.counters.path_migrations += 1;
             }
             PathMigState::Migrated => {}

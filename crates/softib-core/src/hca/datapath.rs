@@ -187,7 +187,7 @@ impl Hca {
     /// go to the UD responder (`ud.rs`) on either link layer, which runs and counts the checks
     /// of its service.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
-        self.receive_frame(now, frame, false);
+        self.receive_frame(now, frame, false, true);
     }
 
     /// [`Hca::handle_frame`] for a RoCEv2 frame whose ICRC the caller has already verified
@@ -195,18 +195,47 @@ impl Hca {
     /// frame): every other check runs as there; only the ICRC is not computed a second time.
     /// On an InfiniBand port this is [`Hca::handle_frame`].
     pub fn handle_frame_icrc_verified(&mut self, now: Instant, frame: &[u8]) {
-        self.receive_frame(now, frame, true);
+        self.receive_frame(now, frame, true, true);
+    }
+
+    /// A RoCEv2 packet received over IPv4 from `src` to `dst` whose ICRC the caller has
+    /// verified, offered to the express path where it lies: `datagram` is the UDP payload
+    /// (BTH .. ICRC). True when the express path took it, as it would have taken its frame
+    /// from [`Hca::handle_frame_icrc_verified`]; false, with nothing changed, when it did not:
+    /// the caller then hands the rebuilt frame to [`Hca::handle_frame_declined`]. A UDP
+    /// runtime need not rebuild the frame of the common packet, nor this parse it.
+    #[inline]
+    pub fn handle_v4_datagram_verified(
+        &mut self,
+        now: Instant,
+        src: [u8; 4],
+        dst: [u8; 4],
+        datagram: &[u8],
+    ) -> bool {
+        if !self.express || self.native_link() {
+            return false;
+        }
+        match roce::ExpressPacket::parse_datagram(src, dst, datagram) {
+            Some(x) => self.rc_express_frame(now, &x),
+            None => false,
+        }
+    }
+
+    /// [`Hca::handle_frame_icrc_verified`] for the frame of a datagram
+    /// [`Hca::handle_v4_datagram_verified`] declined: the express path is not tried again.
+    pub fn handle_frame_declined(&mut self, now: Instant, frame: &[u8]) {
+        self.receive_frame(now, frame, true, false);
     }
 
     #[inline(always)]
-    fn receive_frame(&mut self, now: Instant, frame: &[u8], icrc_verified: bool) {
+    fn receive_frame(&mut self, now: Instant, frame: &[u8], icrc_verified: bool, express: bool) {
         if self.native_link() {
             self.handle_native_frame(now, frame);
             return;
         }
-        if self.express {
+        if express && self.express {
             if let Some(x) = RocePacket::parse_express(frame) {
-                if (icrc_verified || x.icrc_ok()) && self.rc_express_frame(now, &x) {
+                if (icrc_verified || x.icrc_ok()) && self.rc_express_frame(now, &x.packet) {
                     return;
                 }
             }
@@ -253,11 +282,21 @@ impl Hca {
         let Some(qp) = self.qps.get(&qpn) else {
             return false;
         };
-        if qp.qp_type != QpType::Rc
-            || !self.pkey_ok(qp, x.bth.pkey)
-            || !self.connection_matches_v4(qp, x.src, x.dst)
-        {
-            return false;
+        // A stream's packets come alike: checked once (see `express_from`).
+        let from = super::ExpressFrom {
+            qpn,
+            pkey: x.bth.pkey,
+            src: x.src,
+            dst: x.dst,
+        };
+        if self.express_from != Some(from) {
+            if qp.qp_type != QpType::Rc
+                || !self.pkey_ok(qp, x.bth.pkey)
+                || !self.connection_matches_v4(qp, x.src, x.dst)
+            {
+                return false;
+            }
+            self.express_from = Some(from);
         }
         match x.aeth {
             Some(aeth) => {

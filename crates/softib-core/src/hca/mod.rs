@@ -212,6 +212,20 @@ pub struct Hca {
     pub(crate) express: bool,
     /// How far the `now` a caller passes may lag true time ([`Hca::set_clock_lag`]).
     pub(crate) clock_lag: core::time::Duration,
+    /// The QP, P_Key and addresses of the last packet the express path took, which passed the
+    /// P_Key and connection checks: the next packet alike skips them. Those checks read only
+    /// the QP's attributes and the ports (fixed from [`Hca::new`]), so it is forgotten
+    /// whenever a QP's attributes change ([`Hca::modify_qp`], a path migration) or a QP goes.
+    pub(crate) express_from: Option<ExpressFrom>,
+}
+
+/// What [`Hca::express_from`] remembers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ExpressFrom {
+    pub(crate) qpn: u32,
+    pub(crate) pkey: u16,
+    pub(crate) src: [u8; 4],
+    pub(crate) dst: [u8; 4],
 }
 
 impl Hca {
@@ -251,6 +265,7 @@ impl Hca {
             udp_socket_port: config.udp_socket_port,
             express: true,
             clock_lag: core::time::Duration::ZERO,
+            express_from: None,
         }
     }
 

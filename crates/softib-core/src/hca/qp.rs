@@ -157,6 +157,7 @@ impl Hca {
             .qps
             .remove(&qpn.value())
             .ok_or(QpError::NoSuchQp(qpn))?;
+        self.express_from = None;
         // Its timer entry, which may outlive its deadlines (`datapath::rearm`).
         if let Some(t) = qp.transport.timer_key {
             self.timers.remove(&(t, qpn.value()));
@@ -235,6 +236,8 @@ impl Hca {
         mask: QpAttrMask,
         check: impl FnOnce(QpState, QpState) -> Result<crate::verbs::qp::AttrRule, ModifyQpError>,
     ) -> Result<(), ModifyQpError> {
+        // What the express path remembered may no longer hold.
+        self.express_from = None;
         let missing = || match super::rd::eecn_of_key(key) {
             Some(eecn) => ModifyQpError::NoSuchEec(eecn),
             None => ModifyQpError::NoSuchQp(Qpn::new(key)),
