@@ -807,28 +807,34 @@ impl Device {
         let end =
             |k: usize, starts: &[usize], len: usize| starts.get(k + 1).copied().unwrap_or(len);
         if self.transport != Transport::Udp {
-            // Only the last may be placeable (the HCA ends a run with it).
+            // One destination for the run: looked up once. Only the last may be placeable
+            // (the HCA ends a run with it).
+            let peer = shm_peer(&mut self.peers, dest, now);
             let mut pushed = 0;
+            let mut queued = false;
             for k in 0..n {
                 let (start, stop) = (
                     self.tx_starts[k],
                     end(k, &self.tx_starts, self.tx_buf.len()),
                 );
-                let path = shm_send(
+                let path = shm_push(
                     &mut self.peers,
+                    peer,
                     self.transport,
                     self.local,
-                    dest,
                     &self.tx_buf[start..stop],
                     k + 1 == n && self.hca.tx_placeable(),
                     now,
                     &mut self.stats,
-                    &mut self.shm_pushed_to,
                 );
                 if path == ShmSend::Udp {
                     break;
                 }
+                queued |= path == ShmSend::Sent;
                 pushed += 1;
+            }
+            if queued && !self.shm_pushed_to.contains(&dest) {
+                self.shm_pushed_to.push(dest);
             }
             if pushed == n {
                 self.tx_buf.truncate(first);
@@ -1342,6 +1348,48 @@ fn shm_send(
     stats: &mut DeviceStats,
     pushed_to: &mut Vec<SocketAddr>,
 ) -> ShmSend {
+    let i = shm_peer(peers, dest, now);
+    let path = shm_push(peers, i, transport, local, datagram, placeable, now, stats);
+    if path == ShmSend::Sent && !pushed_to.contains(&dest) {
+        pushed_to.push(dest);
+    }
+    path
+}
+
+/// The index in `peers` of `dest`, added when new, its inbox looked for when due ([`shm_send`]).
+fn shm_peer(peers: &mut Vec<(SocketAddr, Peer)>, dest: SocketAddr, now: Instant) -> usize {
+    let i = match peers.iter().position(|(a, _)| *a == dest) {
+        Some(i) => i,
+        None => {
+            peers.push((dest, Peer::Udp(Instant::ZERO)));
+            peers.len() - 1
+        }
+    };
+    if let Peer::Udp(next) = peers[i].1 {
+        if now >= next {
+            let again = now.saturating_add(std::time::Duration::from_nanos(SHM_LOOK_AGAIN_NS));
+            peers[i].1 = match shm::Outbox::attach(dest) {
+                Some(o) => Peer::Shm(o),
+                None => Peer::Udp(again),
+            };
+        }
+    }
+    i
+}
+
+/// [`shm_send`] to `peers[i]` ([`shm_peer`]), not noting the push in the flush's list.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn shm_push(
+    peers: &mut [(SocketAddr, Peer)],
+    i: usize,
+    transport: Transport,
+    local: SocketAddr,
+    datagram: &[u8],
+    placeable: bool,
+    now: Instant,
+    stats: &mut DeviceStats,
+) -> ShmSend {
     let fallback = |stats: &mut DeviceStats| {
         if transport == Transport::Shm {
             stats.tx_dropped += 1;
@@ -1350,22 +1398,6 @@ fn shm_send(
             ShmSend::Udp
         }
     };
-    let i = match peers.iter().position(|(a, _)| *a == dest) {
-        Some(i) => i,
-        None => {
-            peers.push((dest, Peer::Udp(Instant::ZERO)));
-            peers.len() - 1
-        }
-    };
-    let again = now.saturating_add(std::time::Duration::from_nanos(SHM_LOOK_AGAIN_NS));
-    if let Peer::Udp(next) = peers[i].1 {
-        if now >= next {
-            peers[i].1 = match shm::Outbox::attach(dest) {
-                Some(o) => Peer::Shm(o),
-                None => Peer::Udp(again),
-            };
-        }
-    }
     let Peer::Shm(out) = &peers[i].1 else {
         return fallback(stats);
     };
@@ -1376,14 +1408,10 @@ fn shm_send(
         stats.placement_refused += 1;
     }
     match out.push_marked(local, datagram, placed) {
-        shm::Pushed::Queued => {
-            stats.tx_placed += u64::from(placed);
-            if !pushed_to.contains(&dest) {
-                pushed_to.push(dest);
-            }
-        }
+        shm::Pushed::Queued => stats.tx_placed += u64::from(placed),
         shm::Pushed::Full => {
             if !out.still_valid() {
+                let again = now.saturating_add(std::time::Duration::from_nanos(SHM_LOOK_AGAIN_NS));
                 peers[i].1 = Peer::Udp(again);
             }
             return fallback(stats);

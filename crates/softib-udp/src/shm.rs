@@ -351,6 +351,24 @@ pub struct Inbox {
     head: u64,
     /// The last datagram popped was marked placed by its sender.
     placed: bool,
+    /// The entry header of the last well-formed datagram popped (its placed mark cleared)
+    /// and what it said: a stream's next datagram, alike, is not decoded again.
+    last: ([u8; ENTRY_HDR], Option<(SocketAddr, usize)>),
+}
+
+/// The sender's address (`None` for an unknown address family) and the datagram's length an
+/// entry header (its placed mark cleared) gives.
+fn decode_entry(hdr: &[u8; ENTRY_HDR]) -> (Option<SocketAddr>, usize) {
+    let len = u32::from_ne_bytes([hdr[E_LEN], hdr[E_LEN + 1], hdr[E_LEN + 2], hdr[E_LEN + 3]]);
+    let port = u16::from_ne_bytes([hdr[E_PORT], hdr[E_PORT + 1]]);
+    let mut ip = [0u8; 16];
+    ip.copy_from_slice(&hdr[E_IP..E_IP + 16]);
+    let ip = match hdr[E_FAMILY] {
+        4 => Some(IpAddr::V4(Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]))),
+        6 => Some(IpAddr::V6(Ipv6Addr::from(ip))),
+        _ => None,
+    };
+    (ip.map(|ip| SocketAddr::new(ip, port)), len as usize)
 }
 
 impl Inbox {
@@ -388,6 +406,7 @@ impl Inbox {
             path,
             head: 0,
             placed: false,
+            last: ([0; ENTRY_HDR], None),
         })
     }
 
@@ -402,25 +421,26 @@ impl Inbox {
         let at = Mapping::slot(head);
         let mut hdr = [0u8; ENTRY_HDR];
         self.map.read(at, &mut hdr);
-        let len = u32::from_ne_bytes([hdr[E_LEN], hdr[E_LEN + 1], hdr[E_LEN + 2], hdr[E_LEN + 3]])
-            as usize;
-        let port = u16::from_ne_bytes([hdr[E_PORT], hdr[E_PORT + 1]]);
-        let mut ip = [0u8; 16];
-        ip.copy_from_slice(&hdr[E_IP..E_IP + 16]);
         self.placed = hdr[E_FAMILY] & E_PLACED != 0;
-        let src = match hdr[E_FAMILY] & !E_PLACED {
-            4 => Some(IpAddr::V4(Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]))),
-            6 => Some(IpAddr::V6(Ipv6Addr::from(ip))),
-            _ => None,
+        hdr[E_FAMILY] &= !E_PLACED;
+        let (src, len) = match self.last {
+            (last, Some((src, len))) if last == hdr => (Some(src), len),
+            _ => {
+                let (src, len) = decode_entry(&hdr);
+                if let Some(src) = src {
+                    self.last = (hdr, Some((src, len)));
+                }
+                (src, len)
+            }
         };
         // A hostile length still frees one slot at least and never more than a datagram
         // can take.
         let fits = len <= SLOT_PAYLOAD;
         let k = if fits { slots_for(len) } else { 1 };
         let out = match src {
-            Some(ip) if fits && len <= buf.len() => {
+            Some(src) if fits && len <= buf.len() => {
                 self.map.read(at + ENTRY_HDR, &mut buf[..len]);
-                Some((SocketAddr::new(ip, port), len))
+                Some((src, len))
             }
             _ => None,
         };
@@ -1229,6 +1249,33 @@ mod tests {
             let (src, len) = inbox.pop(&mut buf).unwrap().unwrap();
             assert_eq!((src, &buf[..len]), (addr(1), &b"frame"[..]));
             assert_eq!(inbox.last_placed(), placed);
+        }
+    }
+
+    /// The entry header of the last datagram is kept, and what it said reused only for a
+    /// header alike: senders, families and lengths in turn, each popped as it was pushed.
+    #[test]
+    fn a_kept_entry_header_is_reused_only_for_its_like() {
+        let me = addr(40_034);
+        let mut inbox = Inbox::create(me).unwrap();
+        let out = Outbox::attach(me).unwrap();
+        let mut buf = vec![0u8; SLOT_PAYLOAD];
+        let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 7)), 2);
+        let from = [addr(1), addr(1), addr(2), addr(1), v6, v6, addr(2), addr(2)];
+        let lens = [80, 80, 80, 81, 81, 80, 80, 4150];
+        for round in 0..3 {
+            for (i, (&src, &len)) in from.iter().zip(&lens).enumerate() {
+                let placed = (i + round) % 3 == 0;
+                let bytes = vec![i as u8; len];
+                assert_eq!(out.push_marked(src, &bytes, placed), Pushed::Queued);
+                assert_eq!(
+                    inbox.pop(&mut buf).unwrap(),
+                    Some((src, len)),
+                    "{round} {i}"
+                );
+                assert_eq!(&buf[..len], &bytes[..]);
+                assert_eq!(inbox.last_placed(), placed);
+            }
         }
     }
 }
