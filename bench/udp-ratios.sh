@@ -23,8 +23,15 @@
 # softib runs with `--transport udp` (the kernel's UDP stack, as raw UDP; bench/shm-ratios.sh
 # measures the shared-memory path).
 #
+# PIN=1 runs the server on CPU 0 and the client on CPU 1 (softib and raw UDP alike). Unpinned,
+# Linux often wakes the server onto the client's CPU and separates them only tens of
+# milliseconds later: until then the two take turns on one CPU (softib's 400 000-message runs
+# went at about 4 Mpps for their first 20-45 ms, then 6.6), which moves the message-rate
+# ratio between runs more than the engines do.
+#
 # Usage: bench/udp-ratios.sh [ROUNDS]     (env: SOFTIB=path/to/softib skips the build,
-#                                          VERBOSE=1 also prints every message-rate sample)
+#                                          VERBOSE=1 also prints every message-rate sample,
+#                                          PIN=1 pins the two sides to CPUs 0 and 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -37,6 +44,17 @@ B=127.0.0.2
 PORT=${SOFTIB_BENCH_PORT:-18761}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+PIN_SERVER=()
+PIN_CLIENT=()
+if [[ -n "${PIN:-}" ]]; then
+    if command -v taskset >/dev/null && [[ $(nproc) -ge 2 ]]; then
+        PIN_SERVER=(taskset -c 0)
+        PIN_CLIENT=(taskset -c 1)
+        echo "(pinned: servers on CPU 0, clients on CPU 1)"
+    else
+        echo "PIN=1 ignored: needs taskset and two CPUs"
+    fi
+fi
 
 # run_pair SERVER_OUT CLIENT_OUT -- server args -- client args
 run_pair() {
@@ -49,10 +67,10 @@ run_pair() {
     # softib's own runs over the kernel's UDP stack (raw-udp has no other path).
     [[ ${sargs[0]} != bench || ${sargs[1]} != raw-udp ]] && sargs+=(--transport udp)
     [[ ${cargs[0]} != bench || ${cargs[1]} != raw-udp ]] && cargs=("${cargs[@]:0:${#cargs[@]}-1}" --transport udp "${cargs[-1]}")
-    timeout 120 "$SOFTIB" "${sargs[@]}" >"$sout" 2>&1 &
+    ${PIN_SERVER[@]+"${PIN_SERVER[@]}"} timeout 120 "$SOFTIB" "${sargs[@]}" >"$sout" 2>&1 &
     local spid=$!
     sleep 0.3
-    timeout 120 "$SOFTIB" "${cargs[@]}" >"$cout" 2>&1 || { echo "client failed:"; cat "$cout" "$sout"; exit 1; }
+    ${PIN_CLIENT[@]+"${PIN_CLIENT[@]}"} timeout 120 "$SOFTIB" "${cargs[@]}" >"$cout" 2>&1 || { echo "client failed:"; cat "$cout" "$sout"; exit 1; }
     wait "$spid" || { echo "server failed:"; cat "$sout"; exit 1; }
 }
 
