@@ -120,6 +120,11 @@ impl<T> Table<T> {
         })
     }
 
+    /// [`Table::get_by_index`], mutable, without the key.
+    pub(crate) fn get_by_index_mut(&mut self, index: u32) -> Option<&mut T> {
+        self.slots.get_mut(index as usize)?.value.as_mut()
+    }
+
     pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
         let slot = self.slots.get_mut(key.index as usize)?;
         if slot.generation != key.generation {

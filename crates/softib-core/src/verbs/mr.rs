@@ -117,6 +117,60 @@ impl Mr {
     }
 }
 
+/// The table slot a key names (its index is the key's high 24 bits, less one).
+#[inline(always)]
+fn slot_index(key: u32) -> Option<u32> {
+    (key >> 8).checked_sub(1)
+}
+
+/// The offset of `addr` in `mr`, the region in the slot `key` names, when `key` is its L_Key
+/// (`remote` false) or valid R_Key (true) and it grants `needed` over `[addr, addr + len)` to
+/// `pd` (a non-empty access); the first check that fails otherwise.
+#[inline(always)]
+fn grant(
+    mr: &Mr,
+    pd: PdHandle,
+    key: u32,
+    addr: u64,
+    len: u64,
+    needed: AccessFlags,
+    remote: bool,
+) -> Result<usize, MrCheckError> {
+    let named = if remote {
+        mr.rkey == key && mr.rkey_valid
+    } else {
+        mr.lkey == key
+    };
+    if !named {
+        return Err(MrCheckError::InvalidKey { key });
+    }
+    if mr.pd != pd {
+        return Err(MrCheckError::PdMismatch { key });
+    }
+    if !mr.access.contains(needed) {
+        return Err(MrCheckError::AccessDenied {
+            key,
+            needed,
+            granted: mr.access,
+        });
+    }
+    let mr_len = mr.len();
+    let out = || MrCheckError::OutOfBounds {
+        key,
+        addr,
+        len,
+        mr_addr: mr.iova,
+        mr_len,
+    };
+    let offset = addr.checked_sub(mr.iova).ok_or_else(out)?;
+    let end = offset.checked_add(len).ok_or_else(out)?;
+    if end > mr_len {
+        return Err(out());
+    }
+    // Both fit in the Vec's length, so they fit usize.
+    Ok(offset as usize)
+}
+
 /// A checked byte range inside a memory region: the result of a successful protection check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MrSlice {
@@ -326,8 +380,13 @@ impl MrTable {
 
     #[inline]
     fn lookup(&self, key: u32) -> Option<(Key, &Mr)> {
-        let index = (key >> 8).checked_sub(1)?;
-        self.table.get_by_index(index)
+        self.table.get_by_index(slot_index(key)?)
+    }
+
+    /// [`MrTable::lookup`], mutable.
+    #[inline]
+    fn lookup_mut(&mut self, key: u32) -> Option<&mut Mr> {
+        self.table.get_by_index_mut(slot_index(key)?)
     }
 
     #[inline]
@@ -363,41 +422,9 @@ impl MrTable {
         needed: AccessFlags,
         remote: bool,
     ) -> Result<(Key, &Mr, usize), MrCheckError> {
-        let (slot, mr) = self
-            .lookup(key)
-            .filter(|(_, mr)| {
-                if remote {
-                    mr.rkey == key && mr.rkey_valid
-                } else {
-                    mr.lkey == key
-                }
-            })
-            .ok_or(MrCheckError::InvalidKey { key })?;
-        if mr.pd != pd {
-            return Err(MrCheckError::PdMismatch { key });
-        }
-        if !mr.access.contains(needed) {
-            return Err(MrCheckError::AccessDenied {
-                key,
-                needed,
-                granted: mr.access,
-            });
-        }
-        let mr_len = mr.len();
-        let out = || MrCheckError::OutOfBounds {
-            key,
-            addr,
-            len,
-            mr_addr: mr.iova,
-            mr_len,
-        };
-        let offset = addr.checked_sub(mr.iova).ok_or_else(out)?;
-        let end = offset.checked_add(len).ok_or_else(out)?;
-        if end > mr_len {
-            return Err(out());
-        }
-        // Both fit in the Vec's length, so they fit usize.
-        Ok((slot, mr, offset as usize))
+        let (slot, mr) = self.lookup(key).ok_or(MrCheckError::InvalidKey { key })?;
+        let offset = grant(mr, pd, key, addr, len, needed, remote)?;
+        Ok((slot, mr, offset))
     }
 
     /// [`MrTable::check_local`] and [`MrTable::slice`] in one step: the bytes of a granted
@@ -434,11 +461,10 @@ impl MrTable {
         if len == 0 {
             return Some(&mut []);
         }
-        let (slot, _, offset) = self.find(pd, key, addr, len, needed, remote).ok()?;
-        self.table
-            .get_mut(slot)?
-            .data
-            .get_mut(offset..offset + len as usize)
+        // One look-up, mutable: the checks are `find`'s.
+        let mr = self.lookup_mut(key)?;
+        let offset = grant(mr, pd, key, addr, len, needed, remote).ok()?;
+        mr.data.get_mut(offset..offset + len as usize)
     }
 
     /// Checks a local access through an L_Key. `needed` is empty for reads of local memory
