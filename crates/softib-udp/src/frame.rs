@@ -346,24 +346,29 @@ fn v4_parts(header: &[u8]) -> Option<(&[u8; IPV4_LEN], &[u8; UDP_LEN])> {
 /// header the sender covered. Returns false, leaving the frame unchanged, when no
 /// Identification matches or the frame is not an IPv4 frame from [`frame_of_datagram`].
 pub fn verify_ipv4_icrc_any_ident(frame: &mut [u8]) -> bool {
-    let Some((udp_at, end)) = ipv4_parts(frame) else {
+    let Some(ident) = solve_ipv4_ident(frame) else {
         return false;
     };
-    let solved = softib_wire::icrc::solve_roce_v4_ident(
-        &frame[ETH_LEN..udp_at],
-        &frame[udp_at..udp_at + UDP_LEN],
-        &frame[udp_at + UDP_LEN..end],
-    );
-    let Ok(ident) = solved else {
-        return false;
-    };
-    let mut view = Ipv4View::new_unchecked(&mut frame[ETH_LEN..udp_at]);
+    let mut view = Ipv4View::new_unchecked(&mut frame[ETH_LEN..ETH_LEN + IPV4_LEN]);
     if view.ident() != ident {
         view.set_ident(ident);
         view.set_checksum(0);
         view.fill_checksum();
     }
     true
+}
+
+/// The Identification for which the ICRC of a rebuilt IPv4 frame verifies
+/// ([`verify_ipv4_icrc_any_ident`] without writing it); `None` when there is none or the
+/// frame is not one [`frame_of_datagram`] builds.
+fn solve_ipv4_ident(frame: &[u8]) -> Option<u16> {
+    let (udp_at, end) = ipv4_parts(frame)?;
+    softib_wire::icrc::solve_roce_v4_ident(
+        &frame[ETH_LEN..udp_at],
+        &frame[udp_at..udp_at + UDP_LEN],
+        &frame[udp_at + UDP_LEN..end],
+    )
+    .ok()
 }
 
 /// [`verify_ipv4_icrc_any_ident`] for the segments of GRO buffers, in order: the same result
@@ -399,20 +404,35 @@ impl GroIdents {
     /// header and UDP ports ([`FrameBuilder::header_and_pass`]; `None` takes the general
     /// solve); see [`verify_ipv4_icrc_any_ident`].
     pub fn verify(&mut self, frame: &mut [u8], headers: Option<&Continued>, len: usize) -> bool {
+        match self.check(frame, headers, len) {
+            Some(ident) => {
+                set_ipv4_ident(frame, ident);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// [`GroIdents::verify`] without writing the Identification that verified into the frame:
+    /// it is returned, for [`set_ipv4_ident`] when the frame itself is used (most datagrams
+    /// never are: the HCA takes them where they lie). `None` when the ICRC does not verify.
+    pub fn check(
+        &mut self,
+        frame: &mut [u8],
+        headers: Option<&Continued>,
+        len: usize,
+    ) -> Option<u16> {
         const AT: usize = ETH_LEN + IPV4_LEN;
         let end = AT + UDP_LEN + len;
         let headers = headers.filter(|_| {
             len >= softib_wire::bth::LEN + softib_wire::roce::ICRC_LEN && frame.len() >= end
         });
+        let given = |frame: &[u8]| u16::from_be_bytes([frame[ETH_LEN + 4], frame[ETH_LEN + 5]]);
         let Some(headers) = headers else {
             // No pass, or no room for a BTH (never a valid packet): the general solve.
-            let ok = verify_ipv4_icrc_any_ident(frame);
-            if ok {
-                self.next = Ipv4View::new_unchecked(&frame[ETH_LEN..ETH_LEN + IPV4_LEN])
-                    .ident()
-                    .wrapping_add(1);
-            }
-            return ok;
+            let ident = solve_ipv4_ident(frame)?;
+            self.next = ident.wrapping_add(1);
+            return Some(ident);
         };
         let (next, deltas) = (self.next, &mut self.deltas);
         // Made only when the ICRC does not verify as the frame stands: segment k of a GSO run
@@ -425,15 +445,23 @@ impl GroIdents {
                 guess => Some((deltas.get(len, guess), guess)),
             }
         };
-        let given = u16::from_be_bytes([frame[ETH_LEN + 4], frame[ETH_LEN + 5]]);
-        let Ok(ident) =
-            softib_wire::icrc::solve_roce_v4_udp_ident(headers, given, &mut frame[AT..end], hint)
-        else {
-            return false;
-        };
+        let ident = softib_wire::icrc::solve_roce_v4_udp_ident(
+            headers,
+            given(frame),
+            &mut frame[AT..end],
+            hint,
+        )
+        .ok()?;
         self.next = ident.wrapping_add(1);
-        patch_ipv4_ident(&mut frame[ETH_LEN..ETH_LEN + IPV4_LEN], ident);
-        true
+        Some(ident)
+    }
+}
+
+/// Writes `ident` into the IPv4 header of a rebuilt frame ([`GroIdents::check`]), with the
+/// header checksum patched for it.
+pub fn set_ipv4_ident(frame: &mut [u8], ident: u16) {
+    if let Some(ip) = frame.get_mut(ETH_LEN..ETH_LEN + IPV4_LEN) {
+        patch_ipv4_ident(ip, ident);
     }
 }
 
@@ -753,6 +781,9 @@ mod tests {
             &[0x00ff, 0x0100, 0x0101, 0x7a31, 0x0003],
         ];
         let mut g = GroIdents::default();
+        // A second verifier that only checks: the frame left as it was, the Identification
+        // returned.
+        let mut h = GroIdents::default();
         let mut fb = FrameBuilder::default();
         for seg_len in [16usize, 24, 28, 76, 1036] {
             for idents in numberings {
@@ -760,6 +791,7 @@ mod tests {
                     for corrupt in [None, Some(1), Some(idents.len() - 1)] {
                         // One verifier for every buffer, as a device keeps it.
                         g.start();
+                        h.start();
                         for (k, &id) in idents.iter().enumerate() {
                             let len = if short_last && k == idents.len() - 1 {
                                 seg_len - 4
@@ -785,7 +817,16 @@ mod tests {
                             let mut got = [header, &seg[..]].concat();
                             got.resize(want.len(), 0);
                             assert_eq!(got, want);
+                            let mut checked = got.clone();
+                            let ident = h.check(&mut checked, pass, len);
+                            assert_eq!(checked, got, "check leaves the frame as it was");
                             let ok = verify_ipv4_icrc_any_ident(&mut want);
+                            assert_eq!(ident.is_some(), ok);
+                            if let Some(ident) = ident {
+                                assert_eq!(ident, id);
+                                set_ipv4_ident(&mut checked, ident);
+                                assert_eq!(checked, want, "{seg_len} {idents:?} {k}");
+                            }
                             assert_eq!(
                                 g.verify(&mut got, pass, len),
                                 ok,

@@ -995,12 +995,20 @@ impl Device {
     /// send is not cut (loopback hands the whole run to the receiver), the segments arrive
     /// with Identification 0 and the receiver solves for k ([`IcrcPolicy::Verify`]).
     fn retag_gso_run(&mut self, i: usize, j: usize) {
-        // Tables for every segment number of the run at once (not widened bit by bit).
-        self.ident_deltas.get(self.tx[i].len, (j - i - 1) as u16);
-        for (k, e) in self.tx[i..j].iter().enumerate().skip(1) {
-            let d = &mut self.tx_buf[e.start..e.start + e.len];
+        let (tx, buf, cache) = (&self.tx, &mut self.tx_buf, &mut self.ident_deltas);
+        // Tables for every segment number of the run at once (not widened bit by bit), taken
+        // from the cache once for the run's full segments.
+        let full = tx[i].len;
+        let deltas = *cache.get(full, (j - i - 1) as u16);
+        for (k, e) in tx[i..j].iter().enumerate().skip(1) {
+            let d = &mut buf[e.start..e.start + e.len];
             // Full segments and the shorter last one: two sizes the cache keeps.
-            frame::retag_ipv4_icrc(d, self.ident_deltas.delta(e.len, k as u16));
+            let delta = if e.len == full {
+                deltas.delta(k as u16)
+            } else {
+                cache.delta(e.len, k as u16)
+            };
+            frame::retag_ipv4_icrc(d, delta);
         }
     }
 
@@ -1283,14 +1291,20 @@ fn deliver(
     headers: Option<&softib_wire::icrc::Continued>,
     len: usize,
 ) -> io::Result<()> {
-    let checked = match icrc {
-        IcrcPolicy::Verify => idents.verify(frame, headers, len),
-        IcrcPolicy::AcceptIpv4Unverified => frame::reseal_ipv4_icrc(frame),
+    // Verified: `Some`, with the Identification that verified when it is still to be
+    // written into the frame (only if the frame itself is used: captured or handed over).
+    let verified = match icrc {
+        IcrcPolicy::Verify => idents.check(frame, headers, len).map(Some),
+        IcrcPolicy::AcceptIpv4Unverified => frame::reseal_ipv4_icrc(frame).then_some(None),
     };
+    let ident = verified.flatten();
     if let Some(p) = pcap {
+        if let Some(id) = ident {
+            frame::set_ipv4_ident(frame, id);
+        }
         p.write_record(unix_ns(), frame)?;
     }
-    if !checked {
+    if verified.is_none() {
         hca.handle_frame(now, frame);
         return Ok(());
     }
@@ -1303,10 +1317,18 @@ fn deliver(
             let src = [ip[12], ip[13], ip[14], ip[15]];
             let dst = [ip[16], ip[17], ip[18], ip[19]];
             if !hca.handle_v4_datagram_verified(now, src, dst, datagram) {
+                if let Some(id) = ident {
+                    frame::set_ipv4_ident(frame, id);
+                }
                 hca.handle_frame_declined(now, frame);
             }
         }
-        _ => hca.handle_frame_icrc_verified(now, frame),
+        _ => {
+            if let Some(id) = ident {
+                frame::set_ipv4_ident(frame, id);
+            }
+            hca.handle_frame_icrc_verified(now, frame);
+        }
     }
     Ok(())
 }
