@@ -177,7 +177,7 @@ impl Hca {
             r.credits.consumed = r.credits.consumed.wrapping_add(1);
         }
         // The ACK and the transmit list with the QP in hand (no look-up of it again).
-        ack_request(qp, bth.psn, bth.ack_req);
+        ack_request_to(qp, bth.psn, bth.ack_req, 0);
         super::datapath::schedule(qp, &mut self.tx_ready, qpn);
         if let Some(w) = wqe {
             let opcode = if write {
@@ -1458,6 +1458,13 @@ impl Hca {
 /// queued and not yet sent (coalescing), else one is queued when the request asked for it.
 fn ack_request(qp: &mut crate::verbs::qp::Qp, psn: Psn, ack_req: bool) {
     let to = rd_to(qp);
+    ack_request_to(qp, psn, ack_req, to);
+}
+
+/// [`ack_request`] with the QP the ACK goes to (`to`, 0 but for an EE context) known: the
+/// express path's, for an RC QP.
+#[inline(always)]
+fn ack_request_to(qp: &mut crate::verbs::qp::Qp, psn: Psn, ack_req: bool, to: u32) {
     let r = &mut qp.transport.resp;
     let msn = r.msn;
     let base = r.credits.consumed;
