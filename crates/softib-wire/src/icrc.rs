@@ -785,6 +785,13 @@ impl Ipv4IdentShift {
         mul(self.shift, ident_lin(change))
     }
 
+    /// [`Ipv4IdentShift::delta`] out of line: a change its tables do not cover.
+    #[cold]
+    #[inline(never)]
+    fn delta_cold(&self, change: u16) -> u32 {
+        self.delta(change)
+    }
+
     /// The deltas of every change up to `max`, each from then on two table look-ups (one
     /// multiplication per bit of `max`, at most 8, and 30 XORs).
     pub fn deltas(&self, max: u8) -> Ipv4IdentDeltas {
@@ -821,10 +828,10 @@ pub struct Ipv4IdentDeltas {
 impl Ipv4IdentDeltas {
     /// [`Ipv4IdentShift::delta`] of `change`: two look-ups when `change` is at most the `max`
     /// this was made for, one multiplication otherwise.
-    #[inline]
+    #[inline(always)]
     pub fn delta(&self, change: u16) -> u32 {
         if u32::from(change) >> self.bits != 0 {
-            return self.shift.delta(change);
+            return self.shift.delta_cold(change);
         }
         let c = usize::from(change);
         self.nibbles[0][c & 0xf] ^ self.nibbles[1][c >> 4]

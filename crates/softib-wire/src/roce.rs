@@ -878,7 +878,7 @@ impl HeaderTemplate {
     /// blocks for the common sizes: the UDP length and masked checksum are written for it
     /// over the 4 bytes in front of the datagram (the end of the previous one, put back
     /// after; `out` is given 4 leading bytes when shorter).
-    #[inline]
+    #[inline(always)]
     pub fn append_v4_datagram(
         &self,
         prefix: &mut V4PrefixCrc,

@@ -653,7 +653,7 @@ impl Hca {
 
     /// Queues a completion of `qpn` on `cq`; on a CQ overrun the QP enters ERR (the CQ error
     /// event is queued by the CQ). Returns false in that case.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn complete_or_error(
         &mut self,
         qpn: softib_wire::Qpn,

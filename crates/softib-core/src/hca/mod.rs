@@ -887,7 +887,7 @@ fn first_srqn(node_guid: u64) -> u32 {
 /// exactly 64 bytes both cover the whole buffer, so a store the application made after it saw
 /// the last byte could be overwritten by the second vector. Here the last byte is stored
 /// alone, after a release fence that keeps it behind the rest.
-#[inline]
+#[inline(always)]
 pub(crate) fn place(dst: &mut [u8], src: &[u8]) {
     let Some((last, head)) = src.split_last() else {
         return;

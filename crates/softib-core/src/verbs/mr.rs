@@ -112,6 +112,7 @@ pub(crate) struct Mr {
 }
 
 impl Mr {
+    #[inline(always)]
     fn len(&self) -> u64 {
         self.data.len() as u64
     }
@@ -429,7 +430,7 @@ impl MrTable {
 
     /// [`MrTable::check_local`] and [`MrTable::slice`] in one step: the bytes of a granted
     /// local access, `None` when it is refused.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn local_bytes(
         &self,
         pd: PdHandle,
@@ -448,7 +449,7 @@ impl MrTable {
     /// [`MrTable::check_local`] (`remote` false) or [`MrTable::check_remote`] (true) and
     /// [`MrTable::slice_mut`] in one step: the bytes of a granted access, writable; `None`
     /// when it is refused.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn bytes_mut(
         &mut self,
         pd: PdHandle,
