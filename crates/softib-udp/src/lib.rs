@@ -1297,11 +1297,15 @@ fn deliver(
         IcrcPolicy::Verify => idents.check(frame, headers, len).map(Some),
         IcrcPolicy::AcceptIpv4Unverified => frame::reseal_ipv4_icrc(frame).then_some(None),
     };
+    // The frame as the sender covered it, for a use of the frame itself.
     let ident = verified.flatten();
-    if let Some(p) = pcap {
+    let finish = |frame: &mut [u8]| {
         if let Some(id) = ident {
             frame::set_ipv4_ident(frame, id);
         }
+    };
+    if let Some(p) = pcap {
+        finish(frame);
         p.write_record(unix_ns(), frame)?;
     }
     if verified.is_none() {
@@ -1317,16 +1321,12 @@ fn deliver(
             let src = [ip[12], ip[13], ip[14], ip[15]];
             let dst = [ip[16], ip[17], ip[18], ip[19]];
             if !hca.handle_v4_datagram_verified(now, src, dst, datagram) {
-                if let Some(id) = ident {
-                    frame::set_ipv4_ident(frame, id);
-                }
+                finish(frame);
                 hca.handle_frame_declined(now, frame);
             }
         }
         _ => {
-            if let Some(id) = ident {
-                frame::set_ipv4_ident(frame, id);
-            }
+            finish(frame);
             hca.handle_frame_icrc_verified(now, frame);
         }
     }
@@ -1378,6 +1378,11 @@ fn shm_send(
     path
 }
 
+/// When a destination reached over UDP at `now` is looked at again for an inbox.
+fn look_again(now: Instant) -> Instant {
+    now.saturating_add(std::time::Duration::from_nanos(SHM_LOOK_AGAIN_NS))
+}
+
 /// The index in `peers` of `dest`, added when new, its inbox looked for when due ([`shm_send`]).
 fn shm_peer(peers: &mut Vec<(SocketAddr, Peer)>, dest: SocketAddr, now: Instant) -> usize {
     let i = match peers.iter().position(|(a, _)| *a == dest) {
@@ -1389,10 +1394,9 @@ fn shm_peer(peers: &mut Vec<(SocketAddr, Peer)>, dest: SocketAddr, now: Instant)
     };
     if let Peer::Udp(next) = peers[i].1 {
         if now >= next {
-            let again = now.saturating_add(std::time::Duration::from_nanos(SHM_LOOK_AGAIN_NS));
             peers[i].1 = match shm::Outbox::attach(dest) {
                 Some(o) => Peer::Shm(o),
-                None => Peer::Udp(again),
+                None => Peer::Udp(look_again(now)),
             };
         }
     }
@@ -1433,8 +1437,7 @@ fn shm_push(
         shm::Pushed::Queued => stats.tx_placed += u64::from(placed),
         shm::Pushed::Full => {
             if !out.still_valid() {
-                let again = now.saturating_add(std::time::Duration::from_nanos(SHM_LOOK_AGAIN_NS));
-                peers[i].1 = Peer::Udp(again);
+                peers[i].1 = Peer::Udp(look_again(now));
             }
             return fallback(stats);
         }

@@ -148,7 +148,8 @@ impl Ring {
         self.len += 1;
     }
 
-    /// Doubles the storage (16 slots at first), the completions moved to its start in order.
+    /// Doubles the full storage (16 slots at first), the completions moved to its start in
+    /// order.
     #[cold]
     #[inline(never)]
     fn grow(&mut self) {
@@ -157,7 +158,6 @@ impl Ring {
         let (tail, front) = self.slots.split_at(self.head);
         slots.extend_from_slice(front);
         slots.extend_from_slice(tail);
-        slots.truncate(self.len);
         slots.resize(n, WorkCompletion::default());
         self.slots = slots;
         self.head = 0;
