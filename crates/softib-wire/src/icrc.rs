@@ -1042,6 +1042,7 @@ pub fn v4_headers_pass(ip_hdr: &[u8; ipv4::LEN], udp_hdr: &[u8; udp::LEN]) -> Co
 /// `given`. The variant bits (the UDP checksum, the BTH's) are written into `udp` for the
 /// pass and put back, so it is left as it was; a datagram with no room for a BTH and an ICRC
 /// is an error.
+#[inline(always)]
 pub fn solve_roce_v4_udp_ident<'d>(
     headers: &Continued,
     given: u16,
