@@ -341,19 +341,20 @@ impl<'a> Parts<'a> {
 }
 
 /// The common RC packet, as [`RocePacket::parse_express`] reads it from a frame and
-/// [`ExpressPacket::parse_datagram`] from a UDP datagram: a one-packet SEND or RDMA WRITE, or
-/// an ACK; its IPv4 addresses and transport headers.
+/// [`ExpressPacket::parse_datagram`] from a UDP datagram: a one-packet SEND or RDMA WRITE, an
+/// RDMA READ request, an ACK or an RDMA READ response packet; its IPv4 addresses and transport
+/// headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpressPacket<'a> {
     /// IPv4 source and destination.
     pub src: [u8; 4],
     pub dst: [u8; 4],
     pub bth: Bth,
-    /// RDMA WRITE: the RETH.
+    /// RDMA WRITE and READ request: the RETH.
     pub reth: Option<crate::reth::Reth>,
     /// With immediate data: the ImmDt.
     pub immdt: Option<crate::immdt::ImmDt>,
-    /// An ACK: the AETH.
+    /// An ACK, a READ response's first, last or only packet: the AETH.
     pub aeth: Option<crate::aeth::Aeth>,
     /// The payload, pad excluded.
     pub payload: &'a [u8],
@@ -385,7 +386,12 @@ fn express_headers(opcode: u8) -> Option<ExtHeaders> {
         Opcode::RC_SEND_ONLY_WITH_IMMEDIATE => ExtHeaders::IMMDT,
         Opcode::RC_RDMA_WRITE_ONLY => ExtHeaders::RETH,
         Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => ExtHeaders::RETH.union(ExtHeaders::IMMDT),
-        Opcode::RC_ACKNOWLEDGE => ExtHeaders::AETH,
+        Opcode::RC_RDMA_READ_REQUEST => ExtHeaders::RETH,
+        Opcode::RC_ACKNOWLEDGE
+        | Opcode::RC_RDMA_READ_RESPONSE_FIRST
+        | Opcode::RC_RDMA_READ_RESPONSE_LAST
+        | Opcode::RC_RDMA_READ_RESPONSE_ONLY => ExtHeaders::AETH,
+        Opcode::RC_RDMA_READ_RESPONSE_MIDDLE => ExtHeaders::NONE,
         _ => return None,
     })
 }
@@ -442,7 +448,8 @@ impl<'a> ExpressPacket<'a> {
 
 impl<'a> RocePacket<'a> {
     /// The frame's packet when it is an RC SEND or RDMA WRITE of one packet (ONLY, with or
-    /// without immediate data) or an RC ACK in an untagged IPv4 frame without options, read without
+    /// without immediate data), an RC RDMA READ request, an RC ACK or an RC RDMA READ response
+    /// packet in an untagged IPv4 frame without options, read without
     /// building a [`RocePacket`]; `None` for anything else. A frame it reads is one
     /// [`RocePacket::parse`] accepts, with the same addresses, headers and payload (tested
     /// over captures and their mutations, and fuzzed). The ICRC is checked apart
@@ -1047,7 +1054,7 @@ mod tests {
     /// The combined comparisons of the common-frame path accept only frames the field-by-field
     /// checks accept, and both paths give the same packet (or error) for every frame: captured
     /// frames (IPv4 and IPv6) and mutations of them aimed at the header fields. The express
-    /// read takes exactly the common RC requests among the frames that parse, and reads them
+    /// read takes exactly the common RC packets among the frames that parse, and reads them
     /// as the parse does.
     #[test]
     fn common_frame_path_agrees_with_the_general_path() {
@@ -1125,7 +1132,12 @@ mod tests {
             Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
             Opcode::RC_RDMA_WRITE_ONLY,
             Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+            Opcode::RC_RDMA_READ_REQUEST,
             Opcode::RC_ACKNOWLEDGE,
+            Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            Opcode::RC_RDMA_READ_RESPONSE_ONLY,
         ]
         .contains(&op);
         if !express_op || p.eth.vlan.is_some() || !p.ip_options.is_empty() {

@@ -202,7 +202,7 @@ impl Hca {
             && matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd)
         {
             if self.express {
-                if let Some(tx) = self.rc_express_ack(qpn, out, batch) {
+                if let Some(tx) = self.rc_express_response(qpn, out, batch) {
                     return tx;
                 }
             }
@@ -224,7 +224,8 @@ impl Hca {
 
     /// The common request in fewer steps: a new RC SEND or RDMA WRITE (with or without
     /// immediate data) of one packet, its payload inline or in one SGE, with credit and room
-    /// in the PSN window, towards an IPv4 address whose headers the QP has cached. Its frame
+    /// in the PSN window, or a new RDMA READ of one response packet within the READ / ATOMIC
+    /// depth, towards an IPv4 address whose headers the QP has cached. Its frame
     /// and every state change are those of [`Hca::rc_next_request`] for the same WQE (the
     /// tests run workloads both ways and compare). `None`, with nothing changed, for anything
     /// else: the general path takes it.
@@ -247,7 +248,7 @@ impl Hca {
             return None;
         }
         let mtu = qp.attr.path_mtu.bytes();
-        // The first WQE's kind before anything is looked up for the run (a READ or a long
+        // The first WQE's kind before anything is looked up for the run (an ATOMIC or a long
         // message goes to the general path at once).
         if !qp
             .sq
@@ -318,8 +319,24 @@ impl Hca {
                         _ => (Opcode::RC_RDMA_WRITE_ONLY, softib_wire::reth::LEN, false),
                     }
                 }
+                WrOpcode::RdmaRead { remote } => {
+                    // READ / ATOMIC depth ([`Hca::rc_can_start`]).
+                    if r.rd_atomic_outstanding >= u32::from(qp.attr.max_rd_atomic.max(1)) {
+                        break;
+                    }
+                    let reth = Reth {
+                        va: remote.addr,
+                        rkey: remote.rkey,
+                        dma_len: w.length,
+                    };
+                    let _ = reth.emit(&mut ext);
+                    (Opcode::RC_RDMA_READ_REQUEST, softib_wire::reth::LEN, false)
+                }
                 _ => break,
             };
+            // A READ request carries no payload, always asks for its acknowledgement (its
+            // response) and is never solicited (`request_headers`).
+            let read = opcode == Opcode::RC_RDMA_READ_REQUEST;
             let c = &r.credits;
             let rwqe_started = c.rwqe_started.wrapping_add(u32::from(consumes));
             if consumes && !c.covers(rwqe_started) {
@@ -336,7 +353,7 @@ impl Hca {
             }
             // The payload.
             let payload: &[u8] = match &w.payload {
-                _ if w.length == 0 => &[],
+                _ if read || w.length == 0 => &[],
                 WqePayload::Inline(v) => {
                     let Some(v) = v.get(..w.length as usize) else {
                         break;
@@ -361,18 +378,19 @@ impl Hca {
             let wire_ident = if socket { 0 } else { ident };
             // AckReq, as [`Hca::rc_next_request`] decides it for the last packet of a new WQE.
             let pkts_since_ack_req = r.pkts_since_ack_req + 1;
-            let ack_req = last_packet_asks(LastPacket {
-                last_posted: cur + 1 == qp.sq.len(),
-                repeats_ask: false,
-                pkts_since_ack_req,
-                in_flight: next_psn.sub(oldest.unwrap_or(psn).value()).value(),
-                max_unacked: self.max_unacked_psns,
-                next: next_unstarted(&qp.sq, cur, mtu),
-                next_has_credit: c.covers(rwqe_started.wrapping_add(1)),
-            });
+            let ack_req = read
+                || last_packet_asks(LastPacket {
+                    last_posted: cur + 1 == qp.sq.len(),
+                    repeats_ask: false,
+                    pkts_since_ack_req,
+                    in_flight: next_psn.sub(oldest.unwrap_or(psn).value()).value(),
+                    max_unacked: self.max_unacked_psns,
+                    next: next_unstarted(&qp.sq, cur, mtu),
+                    next_has_credit: c.covers(rwqe_started.wrapping_add(1)),
+                });
             let bth = Bth {
                 opcode,
-                solicited: w.flags.contains(SendFlags::SOLICITED),
+                solicited: w.flags.contains(SendFlags::SOLICITED) && !read,
                 mig_req: super::apm::mig_req(&qp.attr),
                 pkey: DEFAULT_PKEY,
                 dest_qp: softib_wire::Qpn::new(qp.attr.dest_qp_num),
@@ -407,6 +425,7 @@ impl Hca {
             w.state = WqeState::InProgress;
             qp.transport.next_psn = next_psn;
             let r = &mut qp.transport.req;
+            r.rd_atomic_outstanding += u32::from(read);
             let c = &mut r.credits;
             c.last_ssn = c.last_ssn.wrapping_add(1) & MASK24;
             c.rwqe_started = rwqe_started;
@@ -917,7 +936,8 @@ fn next_unstarted(
 }
 
 /// A WQE of the kind the requester's express path sends: a SEND or RDMA WRITE (with or
-/// without immediate data) not yet started, of one packet at path MTU `mtu`.
+/// without immediate data) not yet started, of one packet at path MTU `mtu`, or an RDMA READ
+/// not yet started whose response is one packet.
 #[inline(always)]
 fn express_kind(w: &SendWqe, mtu: u32) -> bool {
     !w.tx.started
@@ -928,6 +948,7 @@ fn express_kind(w: &SendWqe, mtu: u32) -> bool {
                 | WrOpcode::SendWithImm(_)
                 | WrOpcode::RdmaWrite { .. }
                 | WrOpcode::RdmaWriteWithImm { .. }
+                | WrOpcode::RdmaRead { .. }
         )
 }
 

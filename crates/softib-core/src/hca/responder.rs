@@ -198,6 +198,77 @@ impl Hca {
         true
     }
 
+    /// The common RDMA READ request in fewer steps: on an RC QP, a new READ at ePSN between
+    /// messages, with room among the READs and ATOMICs in progress, whose R_Key grants it.
+    /// Its effects are those of [`Hca::rc_handle_request`] for the same packet (the response
+    /// queued, the resource kept for duplicates, ePSN past its response PSNs; the tests run
+    /// workloads both ways and compare). False, with nothing changed, for anything else.
+    #[inline]
+    pub(crate) fn rc_express_read_request(
+        &mut self,
+        qpn: u32,
+        bth: &Bth,
+        reth: softib_wire::reth::Reth,
+    ) -> bool {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return false;
+        };
+        // Room: fewer responses queued than READs and ATOMICs may be in progress (those in
+        // progress are among the queued ones; `rc_check_rd_atomic_room` counts them).
+        if qp.qp_type != QpType::Rc
+            || !matches!(qp.attr.qp_state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+            || bth.psn != qp.transport.expected_psn
+            || !matches!(qp.transport.resp.msg, InMessage::None)
+            || !qp.attr.qp_access_flags.contains(AccessFlags::REMOTE_READ)
+            || reth.dma_len > MAX_DMA_LEN
+            || qp.transport.resp.responses.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1))
+        {
+            return false;
+        }
+        let Ok(slice) = self.mrs.check_remote(
+            qp.pd,
+            reth.rkey,
+            reth.va,
+            u64::from(reth.dma_len),
+            AccessFlags::REMOTE_READ,
+        ) else {
+            return false;
+        };
+        // Checked: the state moves as `rc_request` and `rc_exec_read` move it.
+        self.counters.express_requests += 1;
+        let psn = bth.psn;
+        let npsn = packets_for(reth.dma_len, qp.attr.path_mtu.bytes());
+        let r = &mut qp.transport.resp;
+        r.nak_seq_outstanding = false;
+        r.msn = r.msn.add(1);
+        let (msn, base) = (r.msn, r.credits.consumed);
+        r.responses.push_back(Response::Read {
+            first_psn: psn,
+            next_psn: psn,
+            slice,
+            len: reth.dma_len,
+            sent: 0,
+            msn,
+            base,
+            fresh: true,
+            to: 0,
+        });
+        remember(
+            r,
+            qp.attr.max_dest_rd_atomic,
+            RdAtomicResource::Read {
+                first_psn: psn,
+                npsn,
+                va: reth.va,
+                rkey: reth.rkey,
+                len: reth.dma_len,
+            },
+        );
+        qp.transport.expected_psn = psn.add(npsn);
+        super::datapath::schedule(qp, &mut self.tx_ready, qpn);
+        true
+    }
+
     /// A request whose BTH:OpCode is a reserved RC code (9.7.4.1.4, C9-84). It is classified
     /// by PSN like any request: at ePSN it is an invalid request (NAK-Invalid Request, after
     /// everything received before it); as a duplicate there is nothing to answer and it is
@@ -1288,13 +1359,15 @@ impl Hca {
         built
     }
 
-    /// The common response in fewer steps: a positive ACK of an RC QP towards an IPv4 address
-    /// whose headers the QP has cached, written as the requester's express path writes its
-    /// requests (into the datagram batch when one is lent, else as a frame). Its bytes and
-    /// every state change are those of [`Hca::rc_next_response`] for the same response (the
-    /// equivalence tests compare); `None`, with nothing changed, for any other response.
+    /// The common response in fewer steps: a positive ACK, or the one packet of a READ
+    /// response that fits the path MTU, of an RC QP towards an IPv4 address whose headers the
+    /// QP has cached, written as the requester's express path writes its requests (into the
+    /// datagram batch when one is lent, else as a frame; a READ's data straight from its
+    /// region). Its bytes and every state change are those of [`Hca::rc_next_response`] for
+    /// the same response (the equivalence tests compare); `None`, with nothing changed, for
+    /// any other response.
     #[inline]
-    pub(crate) fn rc_express_ack(
+    pub(crate) fn rc_express_response(
         &mut self,
         qpn: u32,
         out: &mut Vec<u8>,
@@ -1304,15 +1377,44 @@ impl Hca {
         if qp.qp_type != QpType::Rc {
             return None;
         }
-        let Some(&Response::Ack {
-            psn,
-            syndrome: SYNDROME_ACK,
-            msn,
-            base,
-            ..
-        }) = qp.transport.resp.responses.front()
-        else {
-            return None;
+        let (opcode, psn, msn, base, read) = match qp.transport.resp.responses.front() {
+            Some(&Response::Ack {
+                psn,
+                syndrome: SYNDROME_ACK,
+                msn,
+                base,
+                ..
+            }) => (Opcode::RC_ACKNOWLEDGE, psn, msn, base, None),
+            // A READ response's first packet that is also its last: its ONLY.
+            Some(&Response::Read {
+                first_psn,
+                next_psn,
+                slice,
+                len,
+                sent: 0,
+                msn,
+                base,
+                ..
+            }) if next_psn == first_psn && len <= qp.attr.path_mtu.bytes() => (
+                Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                first_psn,
+                msn,
+                base,
+                Some(MrSlice {
+                    len: len as usize,
+                    ..slice
+                }),
+            ),
+            _ => return None,
+        };
+        // The data, as `rc_next_response` takes it (a region gone is its NAK to send).
+        let payload: &[u8] = match read {
+            Some(part) => match self.mrs.slice(&part) {
+                Some(b) => b,
+                None if part.len == 0 => &[],
+                None => return None,
+            },
+            None => &[],
         };
         let port = crate::verbs::ah::port_config(&self.ports, qp.attr.port_num.max(1))?;
         let (socket, sport) = super::datapath::express_sport(self.udp_socket_port, qpn);
@@ -1336,7 +1438,7 @@ impl Hca {
             (SYNDROME_ACK_NO_CREDITS, None)
         };
         let bth = Bth {
-            opcode: Opcode::RC_ACKNOWLEDGE,
+            opcode,
             mig_req,
             pkey: DEFAULT_PKEY,
             dest_qp,
@@ -1360,7 +1462,7 @@ impl Hca {
             wire_ident,
             bth.to_bytes(),
             &aeth,
-            &[],
+            payload,
             out,
         ) {
             return None;
