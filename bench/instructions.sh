@@ -5,7 +5,7 @@
 # on what else the machine is doing, so they are the stable figures of docs/udp.md.
 #
 # Usage: bench/instructions.sh [--check FILE] [OP...]
-#   OP        send, write, read (default: all three)
+#   OP        send, write, read, atomic (default: all four)
 #   --check   compare with the committed figures in FILE (lines "OP SIDE IR"): exit 1 when any
 #             figure grew by more than 10 %
 # Env: SOFTIB (binary; default target/release/softib, built if missing), N1 / N2 (run lengths,
@@ -13,7 +13,8 @@
 #      processes).
 #
 # Prints one line per operation and side: "OP requester|responder IR_PER_MESSAGE".
-# For SEND and WRITE the requester is the client (it sends the data), for READ it receives it.
+# For SEND and WRITE the requester is the client (it sends the data), for READ it receives it;
+# for ATOMIC (a FETCH_ADD) it receives the original value.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,7 +24,7 @@ if [ "${1:-}" = "--check" ]; then
     shift 2
 fi
 ops=("$@")
-[ ${#ops[@]} -gt 0 ] || ops=(send write read)
+[ ${#ops[@]} -gt 0 ] || ops=(send write read atomic)
 n1="${N1:-10000}"
 n2="${N2:-30000}"
 transport="${TRANSPORT:-udp}"

@@ -1,14 +1,16 @@
-//! The requester's express path for common requests (`Hca::set_express_path`) is an
-//! optimisation only: a workload run with it and without it, on the same seeded lossy fabric,
-//! puts the same frames on the wire in the same order, completes the same work requests with
-//! the same results on both sides and leaves the same bytes in both memories.
+//! The express paths for common packets (`Hca::set_express_path`) are an optimisation only: a
+//! workload run with them and without them, on the same seeded lossy fabric, puts the same
+//! frames on the wire in the same order, completes the same work requests with the same
+//! results on both sides and leaves the same bytes in both memories.
 //!
-//! The workloads mix what the path takes (one-packet SENDs and RDMA WRITEs, with and without
-//! immediate data, inline or from one SGE, zero-length ones, solicited ones) with everything
-//! it leaves to the general path (several SGEs, messages longer than the MTU, READs, atomics,
-//! fences behind READs, SENDs waiting for credit, receive WQEs with two scatter entries,
-//! and in the last round bad L_Keys and R_Keys and too short receive buffers), under loss, so
-//! that each kind of request meets retransmission and credit waits beside the others.
+//! The workloads mix what the paths take (one-packet SENDs and RDMA WRITEs, with and without
+//! immediate data, inline or from one SGE, zero-length ones, solicited ones; READs of one
+//! response packet, COMPARE_SWAPs and FETCH_ADDs, their responses) with everything they
+//! leave to the general path (several SGEs, messages and READs longer than the MTU, fences
+//! behind READs, SENDs waiting for credit, receive WQEs with two scatter entries, duplicates
+//! and retried READs, and in the last round bad L_Keys and R_Keys and too short receive
+//! buffers), under loss, so that each kind of request meets retransmission and credit waits
+//! beside the others.
 
 mod common;
 mod lossy;
@@ -125,32 +127,33 @@ fn run_mode(seed: u64, mode: Mode, loss_per_mille: u64) -> Outcome {
                     imm: id as u32,
                 },
                 8 => WrOpcode::RdmaRead { remote },
-                _ => WrOpcode::AtomicFetchAdd {
+                _ if id % 2 == 0 => WrOpcode::AtomicFetchAdd {
                     remote_addr: bmr.addr + 8 * below(&mut rng, 16),
                     rkey: bmr.rkey,
                     add: id,
                 },
+                // Compared with 0 (a slot nothing has written yet holds it) or the WR's id.
+                _ => WrOpcode::AtomicCmpSwp {
+                    remote_addr: bmr.addr + 8 * below(&mut rng, 16),
+                    rkey: bmr.rkey,
+                    compare: below(&mut rng, 2) * id,
+                    swap: id << 8,
+                },
             };
-            let len = if matches!(opcode, WrOpcode::AtomicFetchAdd { .. }) {
-                8
-            } else {
-                len
-            };
+            let atomic = matches!(
+                opcode,
+                WrOpcode::AtomicFetchAdd { .. } | WrOpcode::AtomicCmpSwp { .. }
+            );
+            let len = if atomic { 8 } else { len };
             let at = amr.addr + (src % (256 * 1024));
             src += u64::from(len) + 8;
-            let local = if matches!(
-                opcode,
-                WrOpcode::RdmaRead { .. } | WrOpcode::AtomicFetchAdd { .. }
-            ) {
+            let local = if matches!(opcode, WrOpcode::RdmaRead { .. }) || atomic {
                 amr.addr + 768 * 1024 + (id * 2048) % (128 * 1024)
             } else {
                 at
             };
             let mut wr = SendWr::new(id, opcode);
-            let writes_local = matches!(
-                opcode,
-                WrOpcode::RdmaRead { .. } | WrOpcode::AtomicFetchAdd { .. }
-            );
+            let writes_local = matches!(opcode, WrOpcode::RdmaRead { .. }) || atomic;
             wr = match below(&mut rng, 8) {
                 // Inline data (up to the QP's 64 bytes).
                 0 if !writes_local && len <= 64 => {

@@ -342,8 +342,8 @@ impl<'a> Parts<'a> {
 
 /// The common RC packet, as [`RocePacket::parse_express`] reads it from a frame and
 /// [`ExpressPacket::parse_datagram`] from a UDP datagram: a one-packet SEND or RDMA WRITE, an
-/// RDMA READ request, an ACK or an RDMA READ response packet; its IPv4 addresses and transport
-/// headers.
+/// RDMA READ request, an ATOMIC request, an ACK, an RDMA READ response packet or an ATOMIC
+/// ACK; its IPv4 addresses and transport headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpressPacket<'a> {
     /// IPv4 source and destination.
@@ -354,8 +354,12 @@ pub struct ExpressPacket<'a> {
     pub reth: Option<crate::reth::Reth>,
     /// With immediate data: the ImmDt.
     pub immdt: Option<crate::immdt::ImmDt>,
-    /// An ACK, a READ response's first, last or only packet: the AETH.
+    /// An ACK, a READ response's first, last or only packet, an ATOMIC ACK: the AETH.
     pub aeth: Option<crate::aeth::Aeth>,
+    /// COMPARE_SWAP and FETCH_ADD: the AtomicETH.
+    pub atomic_eth: Option<crate::atomic_eth::AtomicEth>,
+    /// An ATOMIC ACK: the AtomicAckETH.
+    pub atomic_ack_eth: Option<crate::atomic_ack_eth::AtomicAckEth>,
     /// The payload, pad excluded.
     pub payload: &'a [u8],
 }
@@ -387,6 +391,8 @@ fn express_headers(opcode: u8) -> Option<ExtHeaders> {
         Opcode::RC_RDMA_WRITE_ONLY => ExtHeaders::RETH,
         Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => ExtHeaders::RETH.union(ExtHeaders::IMMDT),
         Opcode::RC_RDMA_READ_REQUEST => ExtHeaders::RETH,
+        Opcode::RC_COMPARE_SWAP | Opcode::RC_FETCH_ADD => ExtHeaders::ATOMIC_ETH,
+        Opcode::RC_ATOMIC_ACKNOWLEDGE => ExtHeaders::AETH.union(ExtHeaders::ATOMIC_ACK_ETH),
         Opcode::RC_ACKNOWLEDGE
         | Opcode::RC_RDMA_READ_RESPONSE_FIRST
         | Opcode::RC_RDMA_READ_RESPONSE_LAST
@@ -413,7 +419,8 @@ impl<'a> ExpressPacket<'a> {
     #[inline(always)]
     fn read(src: [u8; 4], dst: [u8; 4], raw: &'a [u8], headers: ExtHeaders) -> Option<Self> {
         let checked = TransportPacket::check(raw).ok()?;
-        // The opcode's extension headers, in wire order: RETH, AETH, ImmDt.
+        // The opcode's extension headers, in wire order: RETH, AtomicETH, AETH, AtomicAckETH,
+        // ImmDt.
         let mut at = bth::LEN;
         let reth = if headers.contains(ExtHeaders::RETH) {
             let r = crate::reth::Reth::parse(raw.get(at..)?).ok()?;
@@ -422,9 +429,23 @@ impl<'a> ExpressPacket<'a> {
         } else {
             None
         };
+        let atomic_eth = if headers.contains(ExtHeaders::ATOMIC_ETH) {
+            let a = crate::atomic_eth::AtomicEth::parse(raw.get(at..)?).ok()?;
+            at += crate::atomic_eth::LEN;
+            Some(a)
+        } else {
+            None
+        };
         let aeth = if headers.contains(ExtHeaders::AETH) {
             let a = crate::aeth::Aeth::parse(raw.get(at..)?).ok()?;
             at += crate::aeth::LEN;
+            Some(a)
+        } else {
+            None
+        };
+        let atomic_ack_eth = if headers.contains(ExtHeaders::ATOMIC_ACK_ETH) {
+            let a = crate::atomic_ack_eth::AtomicAckEth::parse(raw.get(at..)?).ok()?;
+            at += crate::atomic_ack_eth::LEN;
             Some(a)
         } else {
             None
@@ -441,6 +462,8 @@ impl<'a> ExpressPacket<'a> {
             reth,
             immdt,
             aeth,
+            atomic_eth,
+            atomic_ack_eth,
             payload: checked.payload,
         })
     }
@@ -448,8 +471,8 @@ impl<'a> ExpressPacket<'a> {
 
 impl<'a> RocePacket<'a> {
     /// The frame's packet when it is an RC SEND or RDMA WRITE of one packet (ONLY, with or
-    /// without immediate data), an RC RDMA READ request, an RC ACK or an RC RDMA READ response
-    /// packet in an untagged IPv4 frame without options, read without
+    /// without immediate data), an RC RDMA READ or ATOMIC request, an RC ACK, RDMA READ response
+    /// packet or ATOMIC ACK in an untagged IPv4 frame without options, read without
     /// building a [`RocePacket`]; `None` for anything else. A frame it reads is one
     /// [`RocePacket::parse`] accepts, with the same addresses, headers and payload (tested
     /// over captures and their mutations, and fuzzed). The ICRC is checked apart
@@ -1002,8 +1025,9 @@ fn ip_udp_v4(base: &[u8], total_len: u16, ident: u16, udp_len: u16) -> [u8; ipv4
     h
 }
 
-/// The longest extension headers [`HeaderTemplate::build_v4_express`] takes: RETH and ImmDt.
-pub const EXPRESS_EXT_MAX: usize = crate::reth::LEN + crate::immdt::LEN;
+/// The longest extension headers [`HeaderTemplate::build_v4_express`] takes: an AtomicETH
+/// (longer than a RETH and an ImmDt, or an AETH and an AtomicAckETH).
+pub const EXPRESS_EXT_MAX: usize = crate::atomic_eth::LEN;
 /// IPv4 + UDP + BTH.
 const V4_HEADERS: usize = ipv4::LEN + udp::LEN + bth::LEN;
 /// IPv6 + UDP + BTH.
@@ -1138,6 +1162,9 @@ mod tests {
             Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
             Opcode::RC_RDMA_READ_RESPONSE_LAST,
             Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            Opcode::RC_COMPARE_SWAP,
+            Opcode::RC_FETCH_ADD,
+            Opcode::RC_ATOMIC_ACKNOWLEDGE,
         ]
         .contains(&op);
         if !express_op || p.eth.vlan.is_some() || !p.ip_options.is_empty() {
@@ -1151,6 +1178,8 @@ mod tests {
                 reth: h.reth,
                 immdt: h.immdt,
                 aeth: h.aeth,
+                atomic_eth: h.atomic_eth,
+                atomic_ack_eth: h.atomic_ack_eth,
                 payload: p.transport.payload,
             },
             raw_ip: p.raw_ip,
@@ -1326,8 +1355,9 @@ mod tests {
         }
     }
 
-    /// The express build gives `build`'s bytes for the requests it takes: every opcode whose
-    /// extension headers are at most a RETH and an ImmDt, every pad, the Ethernet minimum
+    /// The express build gives `build`'s bytes for the packets it takes: every opcode whose
+    /// extension headers are among RETH, AtomicETH, AETH, AtomicAckETH and ImmDt (the express
+    /// paths' requests and responses), every pad, the Ethernet minimum
     /// and longer frames; and it refuses tagged and IPv6 templates, leaving `out` as it was.
     #[test]
     fn express_build_matches_build() {
@@ -1347,8 +1377,32 @@ mod tests {
                 ..Bth::default()
             });
             use crate::opcode::ExtHeaders as X;
-            if info.headers.bits() & !X::RETH.union(X::IMMDT).bits() != 0 {
+            let taken = X::RETH
+                .union(X::IMMDT)
+                .union(X::ATOMIC_ETH)
+                .union(X::AETH)
+                .union(X::ATOMIC_ACK_ETH);
+            if info.headers.bits() & !taken.bits() != 0 {
                 continue;
+            }
+            if info.headers.contains(X::ATOMIC_ETH) {
+                h.atomic_eth = Some(crate::atomic_eth::AtomicEth {
+                    va: 0x0102_0304_0506_0708,
+                    rkey: 0x5566_7788,
+                    swap_add: 0x1112_1314_1516_1718,
+                    compare: 0x2122_2324_2526_2728,
+                });
+            }
+            if info.headers.contains(X::AETH) {
+                h.aeth = Some(crate::aeth::Aeth {
+                    syndrome: 0x1f,
+                    msn: crate::psn::Msn::new(0x44_5566),
+                });
+            }
+            if info.headers.contains(X::ATOMIC_ACK_ETH) {
+                h.atomic_ack_eth = Some(crate::atomic_ack_eth::AtomicAckEth {
+                    orig_remote_data: 0x3132_3334_3536_3738,
+                });
             }
             if info.headers.contains(X::RETH) {
                 h.reth = Some(crate::reth::Reth {

@@ -11,6 +11,7 @@
 //! initial unsolicited ACK (PSN = first PSN − 1) too — before anything else is done with it.
 
 use softib_wire::aeth::{AethSyndrome, NakCode};
+use softib_wire::opcode::Opcode;
 use softib_wire::psn::MASK24;
 use softib_wire::transport::TransportPacket;
 use softib_wire::{Operation, Position, Psn};
@@ -147,22 +148,24 @@ impl Hca {
         self.rc_retire(now, qpn);
     }
 
-    /// The common READ response in fewer steps: on an RC QP in RTS or SQD with no limited WQE
-    /// waiting, the ONLY packet `t` answering the READ at the head of the send queue, of one
-    /// response packet, whose data fits its one scatter entry and passes its L_Key check. Its
-    /// effects are those of [`Hca::rc_handle_response`] for the same packet (credits taken,
-    /// the data placed, the WQE done and retired; nothing for the coalescing rules to do,
-    /// as nothing older is outstanding; the tests run workloads both ways and compare).
-    /// False, with nothing changed, for anything else.
+    /// The common READ response and ATOMIC ACK in fewer steps: on an RC QP in RTS or SQD with
+    /// no limited WQE waiting, response `t` answering the READ or ATOMIC at the head of the
+    /// send queue: a READ's ONLY packet, of a READ of one response packet, or an ATOMIC's ACK;
+    /// `data` (the READ's payload, the ATOMIC's original value as it is stored) fits the WQE's
+    /// one scatter entry and passes its L_Key check. Its effects are those of
+    /// [`Hca::rc_handle_response`] for the same packet (credits taken, the data placed, the
+    /// WQE done and retired; nothing for the coalescing rules to do, as nothing older is
+    /// outstanding; the tests run workloads both ways and compare). False, with nothing
+    /// changed, for anything else.
     #[inline]
-    pub(crate) fn rc_express_read_response(
+    pub(crate) fn rc_express_rd_atomic_response(
         &mut self,
         now: Instant,
         qpn: u32,
         t: &TransportPacket<'_>,
+        data: &[u8],
     ) -> bool {
         let psn = t.headers.bth.psn;
-        let data = t.payload;
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return false;
         };
@@ -176,15 +179,20 @@ impl Hca {
             return false;
         };
         // The oldest outstanding WQE (so the response is in the window and acknowledges
-        // nothing older), a READ expecting this packet as its only one.
-        if !matches!(w.opcode, WrOpcode::RdmaRead { .. })
-            || !w.tx.started
-            || w.tx.done
-            || w.tx.npsn != 1
-            || w.tx.first_psn != psn
-            || w.tx.resp_next_psn != psn
-            || w.length as usize != data.len()
-        {
+        // nothing older), a READ expecting this packet as its only one, or an ATOMIC.
+        let kind_ok = match w.opcode {
+            WrOpcode::RdmaRead { .. } => {
+                t.headers.bth.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY
+                    && w.tx.npsn == 1
+                    && w.tx.resp_next_psn == psn
+                    && w.length as usize == data.len()
+            }
+            WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. } => {
+                t.headers.bth.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE
+            }
+            _ => false,
+        };
+        if !kind_ok || !w.tx.started || w.tx.done || w.tx.first_psn != psn {
             return false;
         }
         let dst = match &w.payload {
@@ -211,7 +219,9 @@ impl Hca {
             return true;
         };
         if let Some(w) = qp.sq.front_mut() {
-            w.tx.resp_next_psn = psn.next();
+            if matches!(w.opcode, WrOpcode::RdmaRead { .. }) {
+                w.tx.resp_next_psn = psn.next();
+            }
             w.tx.done = true;
         }
         let r = &mut qp.transport.req;

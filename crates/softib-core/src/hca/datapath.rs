@@ -309,20 +309,42 @@ impl Hca {
                 return false;
             }
             self.counters.rcvd_pkts += 1;
+        } else if let Some(a) = x.atomic_eth {
+            // COMPARE_SWAP or FETCH_ADD.
+            if !self.rc_express_atomic_request(qpn, &x.bth, a) {
+                return false;
+            }
+            self.counters.rcvd_pkts += 1;
         } else if x.aeth.is_some() || op == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
-            // An ACK or a READ response packet: the completer's work without the frame's
-            // parse (a READ's only response packet in fewer steps where it can).
+            // An ACK, a READ response packet or an ATOMIC ACK: the completer's work without
+            // the frame's parse (a READ's only response packet and an ATOMIC ACK in fewer
+            // steps where they can).
             let mut headers = TransportHeaders::new(x.bth);
             headers.aeth = x.aeth;
+            headers.atomic_ack_eth = x.atomic_ack_eth;
             let t = TransportPacket {
                 headers,
                 payload: x.payload,
                 pad: &[],
             };
             self.counters.rcvd_pkts += 1;
-            if op != Opcode::RC_RDMA_READ_RESPONSE_ONLY
-                || !self.rc_express_read_response(now, qpn, &t)
-            {
+            let taken = match op {
+                Opcode::RC_RDMA_READ_RESPONSE_ONLY => {
+                    self.rc_express_rd_atomic_response(now, qpn, &t, x.payload)
+                }
+                Opcode::RC_ATOMIC_ACKNOWLEDGE => match x.atomic_ack_eth {
+                    // softib memory holds 64-bit atomic operands in little-endian byte order.
+                    Some(a) => self.rc_express_rd_atomic_response(
+                        now,
+                        qpn,
+                        &t,
+                        &a.orig_remote_data.to_le_bytes(),
+                    ),
+                    None => false,
+                },
+                _ => false,
+            };
+            if !taken {
                 self.rc_handle_response(now, qpn, &t);
             }
             self.rearm_timer(qpn);

@@ -224,8 +224,8 @@ impl Hca {
 
     /// The common request in fewer steps: a new RC SEND or RDMA WRITE (with or without
     /// immediate data) of one packet, its payload inline or in one SGE, with credit and room
-    /// in the PSN window, or a new RDMA READ of one response packet within the READ / ATOMIC
-    /// depth, towards an IPv4 address whose headers the QP has cached. Its frame
+    /// in the PSN window, or a new RDMA READ of one response packet or ATOMIC within the READ /
+    /// ATOMIC depth, towards an IPv4 address whose headers the QP has cached. Its frame
     /// and every state change are those of [`Hca::rc_next_request`] for the same WQE (the
     /// tests run workloads both ways and compare). `None`, with nothing changed, for anything
     /// else: the general path takes it.
@@ -248,8 +248,8 @@ impl Hca {
             return None;
         }
         let mtu = qp.attr.path_mtu.bytes();
-        // The first WQE's kind before anything is looked up for the run (an ATOMIC or a long
-        // message goes to the general path at once).
+        // The first WQE's kind before anything is looked up for the run (a long message
+        // goes to the general path at once).
         if !qp
             .sq
             .get(qp.transport.req.cur)
@@ -312,18 +312,22 @@ impl Hca {
                             let _ = ImmDt { imm }.emit(&mut ext[softib_wire::reth::LEN..]);
                             (
                                 Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-                                softib_wire::roce::EXPRESS_EXT_MAX,
+                                softib_wire::reth::LEN + softib_wire::immdt::LEN,
                                 true,
                             )
                         }
                         _ => (Opcode::RC_RDMA_WRITE_ONLY, softib_wire::reth::LEN, false),
                     }
                 }
+                // READ / ATOMIC depth ([`Hca::rc_can_start`]).
+                WrOpcode::RdmaRead { .. }
+                | WrOpcode::AtomicCmpSwp { .. }
+                | WrOpcode::AtomicFetchAdd { .. }
+                    if r.rd_atomic_outstanding >= u32::from(qp.attr.max_rd_atomic.max(1)) =>
+                {
+                    break;
+                }
                 WrOpcode::RdmaRead { remote } => {
-                    // READ / ATOMIC depth ([`Hca::rc_can_start`]).
-                    if r.rd_atomic_outstanding >= u32::from(qp.attr.max_rd_atomic.max(1)) {
-                        break;
-                    }
                     let reth = Reth {
                         va: remote.addr,
                         rkey: remote.rkey,
@@ -332,11 +336,43 @@ impl Hca {
                     let _ = reth.emit(&mut ext);
                     (Opcode::RC_RDMA_READ_REQUEST, softib_wire::reth::LEN, false)
                 }
+                WrOpcode::AtomicCmpSwp {
+                    remote_addr,
+                    rkey,
+                    compare,
+                    swap,
+                } => {
+                    let a = AtomicEth {
+                        va: remote_addr,
+                        rkey,
+                        swap_add: swap,
+                        compare,
+                    };
+                    let _ = a.emit(&mut ext);
+                    (Opcode::RC_COMPARE_SWAP, softib_wire::atomic_eth::LEN, false)
+                }
+                WrOpcode::AtomicFetchAdd {
+                    remote_addr,
+                    rkey,
+                    add,
+                } => {
+                    let a = AtomicEth {
+                        va: remote_addr,
+                        rkey,
+                        swap_add: add,
+                        compare: 0,
+                    };
+                    let _ = a.emit(&mut ext);
+                    (Opcode::RC_FETCH_ADD, softib_wire::atomic_eth::LEN, false)
+                }
                 _ => break,
             };
-            // A READ request carries no payload, always asks for its acknowledgement (its
-            // response) and is never solicited (`request_headers`).
-            let read = opcode == Opcode::RC_RDMA_READ_REQUEST;
+            // A READ or ATOMIC request carries no payload, always asks for its
+            // acknowledgement (its response) and is never solicited (`request_headers`).
+            let rd_atomic = matches!(
+                opcode,
+                Opcode::RC_RDMA_READ_REQUEST | Opcode::RC_COMPARE_SWAP | Opcode::RC_FETCH_ADD
+            );
             let c = &r.credits;
             let rwqe_started = c.rwqe_started.wrapping_add(u32::from(consumes));
             if consumes && !c.covers(rwqe_started) {
@@ -353,7 +389,7 @@ impl Hca {
             }
             // The payload.
             let payload: &[u8] = match &w.payload {
-                _ if read || w.length == 0 => &[],
+                _ if rd_atomic || w.length == 0 => &[],
                 WqePayload::Inline(v) => {
                     let Some(v) = v.get(..w.length as usize) else {
                         break;
@@ -378,7 +414,7 @@ impl Hca {
             let wire_ident = if socket { 0 } else { ident };
             // AckReq, as [`Hca::rc_next_request`] decides it for the last packet of a new WQE.
             let pkts_since_ack_req = r.pkts_since_ack_req + 1;
-            let ack_req = read
+            let ack_req = rd_atomic
                 || last_packet_asks(LastPacket {
                     last_posted: cur + 1 == qp.sq.len(),
                     repeats_ask: false,
@@ -390,7 +426,7 @@ impl Hca {
                 });
             let bth = Bth {
                 opcode,
-                solicited: w.flags.contains(SendFlags::SOLICITED) && !read,
+                solicited: w.flags.contains(SendFlags::SOLICITED) && !rd_atomic,
                 mig_req: super::apm::mig_req(&qp.attr),
                 pkey: DEFAULT_PKEY,
                 dest_qp: softib_wire::Qpn::new(qp.attr.dest_qp_num),
@@ -425,7 +461,7 @@ impl Hca {
             w.state = WqeState::InProgress;
             qp.transport.next_psn = next_psn;
             let r = &mut qp.transport.req;
-            r.rd_atomic_outstanding += u32::from(read);
+            r.rd_atomic_outstanding += u32::from(rd_atomic);
             let c = &mut r.credits;
             c.last_ssn = c.last_ssn.wrapping_add(1) & MASK24;
             c.rwqe_started = rwqe_started;
@@ -936,8 +972,8 @@ fn next_unstarted(
 }
 
 /// A WQE of the kind the requester's express path sends: a SEND or RDMA WRITE (with or
-/// without immediate data) not yet started, of one packet at path MTU `mtu`, or an RDMA READ
-/// not yet started whose response is one packet.
+/// without immediate data) not yet started, of one packet at path MTU `mtu`, an RDMA READ
+/// not yet started whose response is one packet, or an ATOMIC not yet started.
 #[inline(always)]
 fn express_kind(w: &SendWqe, mtu: u32) -> bool {
     !w.tx.started
@@ -949,6 +985,8 @@ fn express_kind(w: &SendWqe, mtu: u32) -> bool {
                 | WrOpcode::RdmaWrite { .. }
                 | WrOpcode::RdmaWriteWithImm { .. }
                 | WrOpcode::RdmaRead { .. }
+                | WrOpcode::AtomicCmpSwp { .. }
+                | WrOpcode::AtomicFetchAdd { .. }
         )
 }
 

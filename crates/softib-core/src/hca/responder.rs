@@ -213,16 +213,7 @@ impl Hca {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return false;
         };
-        // Room: fewer responses queued than READs and ATOMICs may be in progress (those in
-        // progress are among the queued ones; `rc_check_rd_atomic_room` counts them).
-        if qp.qp_type != QpType::Rc
-            || !matches!(qp.attr.qp_state, QpState::Rtr | QpState::Rts | QpState::Sqd)
-            || bth.psn != qp.transport.expected_psn
-            || !matches!(qp.transport.resp.msg, InMessage::None)
-            || !qp.attr.qp_access_flags.contains(AccessFlags::REMOTE_READ)
-            || reth.dma_len > MAX_DMA_LEN
-            || qp.transport.resp.responses.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1))
-        {
+        if !express_rd_atomic(qp, bth, AccessFlags::REMOTE_READ) || reth.dma_len > MAX_DMA_LEN {
             return false;
         }
         let Ok(slice) = self.mrs.check_remote(
@@ -265,6 +256,71 @@ impl Hca {
             },
         );
         qp.transport.expected_psn = psn.add(npsn);
+        super::datapath::schedule(qp, &mut self.tx_ready, qpn);
+        true
+    }
+
+    /// The common ATOMIC request (COMPARE_SWAP or FETCH_ADD, `bth.opcode`) in fewer steps: on
+    /// an RC QP, a new one at ePSN between messages, with room among the READs and ATOMICs
+    /// in progress, aligned, whose R_Key grants it. Its effects are those of
+    /// [`Hca::rc_handle_request`] for the same packet (the operation done, its ACK queued, the
+    /// result kept for duplicates; the tests run workloads both ways and compare). False,
+    /// with nothing changed, for anything else.
+    #[inline]
+    pub(crate) fn rc_express_atomic_request(
+        &mut self,
+        qpn: u32,
+        bth: &Bth,
+        a: softib_wire::atomic_eth::AtomicEth,
+    ) -> bool {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return false;
+        };
+        if !express_rd_atomic(qp, bth, AccessFlags::REMOTE_ATOMIC) || a.va % 8 != 0 {
+            return false;
+        }
+        let Some(mem) =
+            self.mrs
+                .bytes_mut(qp.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC, true)
+        else {
+            return false;
+        };
+        let Ok(b) = <[u8; 8]>::try_from(&*mem) else {
+            return false;
+        };
+        // Checked: the operation and the state as `rc_request` and `rc_exec_atomic` do them
+        // (operands in little-endian byte order, as there).
+        let orig = u64::from_le_bytes(b);
+        let new = if bth.opcode == Opcode::RC_COMPARE_SWAP {
+            if orig == a.compare {
+                a.swap_add
+            } else {
+                orig
+            }
+        } else {
+            orig.wrapping_add(a.swap_add)
+        };
+        mem.copy_from_slice(&new.to_le_bytes());
+        self.counters.express_requests += 1;
+        let psn = bth.psn;
+        let r = &mut qp.transport.resp;
+        r.nak_seq_outstanding = false;
+        r.msn = r.msn.add(1);
+        let (msn, base) = (r.msn, r.credits.consumed);
+        r.responses.push_back(Response::Atomic {
+            psn,
+            orig,
+            msn,
+            base,
+            fresh: true,
+            to: 0,
+        });
+        remember(
+            r,
+            qp.attr.max_dest_rd_atomic,
+            RdAtomicResource::Atomic { psn, orig },
+        );
+        qp.transport.expected_psn = psn.next();
         super::datapath::schedule(qp, &mut self.tx_ready, qpn);
         true
     }
@@ -1359,8 +1415,8 @@ impl Hca {
         built
     }
 
-    /// The common response in fewer steps: a positive ACK, or the one packet of a READ
-    /// response that fits the path MTU, of an RC QP towards an IPv4 address whose headers the
+    /// The common response in fewer steps: a positive ACK, an ATOMIC ACK, or the one packet
+    /// of a READ response that fits the path MTU, of an RC QP towards an IPv4 address whose headers the
     /// QP has cached, written as the requester's express path writes its requests (into the
     /// datagram batch when one is lent, else as a frame; a READ's data straight from its
     /// region). Its bytes and every state change are those of [`Hca::rc_next_response`] for
@@ -1377,7 +1433,12 @@ impl Hca {
         if qp.qp_type != QpType::Rc {
             return None;
         }
-        let (opcode, psn, msn, base, read) = match qp.transport.resp.responses.front() {
+        /// What a response carries besides its AETH.
+        enum Express {
+            Read(MrSlice),
+            Atomic(u64),
+        }
+        let (opcode, psn, msn, base, extra) = match qp.transport.resp.responses.front() {
             Some(&Response::Ack {
                 psn,
                 syndrome: SYNDROME_ACK,
@@ -1385,6 +1446,19 @@ impl Hca {
                 base,
                 ..
             }) => (Opcode::RC_ACKNOWLEDGE, psn, msn, base, None),
+            Some(&Response::Atomic {
+                psn,
+                orig,
+                msn,
+                base,
+                ..
+            }) => (
+                Opcode::RC_ATOMIC_ACKNOWLEDGE,
+                psn,
+                msn,
+                base,
+                Some(Express::Atomic(orig)),
+            ),
             // A READ response's first packet that is also its last: its ONLY.
             Some(&Response::Read {
                 first_psn,
@@ -1400,21 +1474,21 @@ impl Hca {
                 first_psn,
                 msn,
                 base,
-                Some(MrSlice {
+                Some(Express::Read(MrSlice {
                     len: len as usize,
                     ..slice
-                }),
+                })),
             ),
             _ => return None,
         };
         // The data, as `rc_next_response` takes it (a region gone is its NAK to send).
-        let payload: &[u8] = match read {
-            Some(part) => match self.mrs.slice(&part) {
+        let payload: &[u8] = match extra {
+            Some(Express::Read(part)) => match self.mrs.slice(&part) {
                 Some(b) => b,
                 None if part.len == 0 => &[],
                 None => return None,
             },
-            None => &[],
+            _ => &[],
         };
         let port = crate::verbs::ah::port_config(&self.ports, qp.attr.port_num.max(1))?;
         let (socket, sport) = super::datapath::express_sport(self.udp_socket_port, qpn);
@@ -1445,8 +1519,20 @@ impl Hca {
             psn,
             ..Bth::default()
         };
-        let mut aeth = [0u8; softib_wire::aeth::LEN];
-        let _ = Aeth { syndrome, msn }.emit(&mut aeth);
+        // The AETH, and an ATOMIC ACK's AtomicAckETH behind it.
+        const AETH: usize = softib_wire::aeth::LEN;
+        let mut ext = [0u8; AETH + softib_wire::atomic_ack_eth::LEN];
+        let _ = Aeth { syndrome, msn }.emit(&mut ext);
+        let ext_len = match extra {
+            Some(Express::Atomic(orig)) => {
+                let _ = AtomicAckEth {
+                    orig_remote_data: orig,
+                }
+                .emit(&mut ext[AETH..]);
+                ext.len()
+            }
+            _ => AETH,
+        };
         let ident = self.ip_ident.wrapping_add(1);
         let wire_ident = if socket { 0 } else { ident };
         let mut batch = batch.filter(|_| socket);
@@ -1461,7 +1547,7 @@ impl Hca {
             b,
             wire_ident,
             bth.to_bytes(),
-            &aeth,
+            &ext[..ext_len],
             payload,
             out,
         ) {
@@ -1616,6 +1702,20 @@ fn response_psn(r: &Response) -> Psn {
         Response::Ack { psn, .. } | Response::Nak { psn, .. } | Response::Atomic { psn, .. } => psn,
         Response::Read { next_psn, .. } => next_psn,
     }
+}
+
+/// What the express READ and ATOMIC requests share: an RC QP that takes requests, the
+/// packet at ePSN between messages, the QP granting `access`, and room among the READs and
+/// ATOMICs in progress (fewer responses queued than may be in progress: those in progress
+/// are among the queued ones, which `rc_check_rd_atomic_room` counts).
+#[inline(always)]
+fn express_rd_atomic(qp: &crate::verbs::qp::Qp, bth: &Bth, access: AccessFlags) -> bool {
+    qp.qp_type == QpType::Rc
+        && matches!(qp.attr.qp_state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        && bth.psn == qp.transport.expected_psn
+        && matches!(qp.transport.resp.msg, InMessage::None)
+        && qp.attr.qp_access_flags.contains(access)
+        && qp.transport.resp.responses.len() < usize::from(qp.attr.max_dest_rd_atomic.max(1))
 }
 
 /// Keeps a READ / ATOMIC for duplicates, at most `depth` of them (oldest dropped).
