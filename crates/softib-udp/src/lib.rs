@@ -1543,9 +1543,22 @@ const OPCODE_RC_ACK: u8 = 0x11;
 
 /// True for the response opcodes of the reliable services (RC, RD, XRC: READ response
 /// first/middle/last/only, ACKNOWLEDGE, ATOMIC ACKNOWLEDGE).
+#[inline(always)]
 fn is_response(opcode: u8) -> bool {
-    matches!(opcode >> 5, 0 | 2 | 5) && (0x0D..=0x12).contains(&(opcode & 0x1f))
+    RESPONSES[usize::from(opcode)]
 }
+
+/// [`is_response`] for every opcode, looked up (one load per datagram queued).
+static RESPONSES: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut op = 0;
+    while op < 256 {
+        let code = op as u8;
+        t[op] = matches!(code >> 5, 0 | 2 | 5) && code & 0x1f >= 0x0D && code & 0x1f <= 0x12;
+        op += 1;
+    }
+    t
+};
 
 /// One `sendmsg` (possibly a GSO run of `segs` datagrams), waiting for buffer space a
 /// bounded number of times; failures are counted as dropped datagrams.
@@ -1600,6 +1613,18 @@ pub fn loopback(n: u8) -> SocketAddr {
 mod tests {
     use super::*;
     use std::net::Ipv6Addr;
+
+    /// The response opcodes are those of the opcode table: READ responses, ACKNOWLEDGE and
+    /// ATOMIC ACKNOWLEDGE of RC, RD and XRC, nothing else.
+    #[test]
+    fn responses_are_the_tables_response_opcodes() {
+        for code in 0..=u8::MAX {
+            let want = softib_wire::opcode::Opcode(code)
+                .info()
+                .is_some_and(|i| i.operation.is_response());
+            assert_eq!(is_response(code), want, "{code:#04x}");
+        }
+    }
 
     /// After `retag_gso_run`, segment k of a run (full-length ones and a shorter last one)
     /// carries the ICRC of IPv4 Identification k, the number the kernel gives it.

@@ -420,41 +420,32 @@ impl<'a> ExpressPacket<'a> {
     fn read(src: [u8; 4], dst: [u8; 4], raw: &'a [u8], headers: ExtHeaders) -> Option<Self> {
         let checked = TransportPacket::check(raw).ok()?;
         // The opcode's extension headers, in wire order: RETH, AtomicETH, AETH, AtomicAckETH,
-        // ImmDt.
-        let mut at = bth::LEN;
-        let reth = if headers.contains(ExtHeaders::RETH) {
-            let r = crate::reth::Reth::parse(raw.get(at..)?).ok()?;
-            at += crate::reth::LEN;
-            Some(r)
-        } else {
-            None
-        };
-        let atomic_eth = if headers.contains(ExtHeaders::ATOMIC_ETH) {
-            let a = crate::atomic_eth::AtomicEth::parse(raw.get(at..)?).ok()?;
-            at += crate::atomic_eth::LEN;
-            Some(a)
-        } else {
-            None
-        };
-        let aeth = if headers.contains(ExtHeaders::AETH) {
-            let a = crate::aeth::Aeth::parse(raw.get(at..)?).ok()?;
-            at += crate::aeth::LEN;
-            Some(a)
-        } else {
-            None
-        };
-        let atomic_ack_eth = if headers.contains(ExtHeaders::ATOMIC_ACK_ETH) {
-            let a = crate::atomic_ack_eth::AtomicAckEth::parse(raw.get(at..)?).ok()?;
-            at += crate::atomic_ack_eth::LEN;
-            Some(a)
-        } else {
-            None
-        };
-        let immdt = if headers.contains(ExtHeaders::IMMDT) {
-            Some(crate::immdt::ImmDt::parse(raw.get(at..)?).ok()?)
-        } else {
-            None
-        };
+        // ImmDt (none at all for a SEND: nothing to look for).
+        let (mut reth, mut atomic_eth, mut aeth, mut atomic_ack_eth, mut immdt) =
+            (None, None, None, None, None);
+        if !headers.is_empty() {
+            let mut at = bth::LEN;
+            if headers.contains(ExtHeaders::RETH) {
+                reth = Some(crate::reth::Reth::parse(raw.get(at..)?).ok()?);
+                at += crate::reth::LEN;
+            }
+            if headers.contains(ExtHeaders::ATOMIC_ETH) {
+                atomic_eth = Some(crate::atomic_eth::AtomicEth::parse(raw.get(at..)?).ok()?);
+                at += crate::atomic_eth::LEN;
+            }
+            if headers.contains(ExtHeaders::AETH) {
+                aeth = Some(crate::aeth::Aeth::parse(raw.get(at..)?).ok()?);
+                at += crate::aeth::LEN;
+            }
+            if headers.contains(ExtHeaders::ATOMIC_ACK_ETH) {
+                atomic_ack_eth =
+                    Some(crate::atomic_ack_eth::AtomicAckEth::parse(raw.get(at..)?).ok()?);
+                at += crate::atomic_ack_eth::LEN;
+            }
+            if headers.contains(ExtHeaders::IMMDT) {
+                immdt = Some(crate::immdt::ImmDt::parse(raw.get(at..)?).ok()?);
+            }
+        }
         Some(ExpressPacket {
             src,
             dst,
@@ -949,7 +940,10 @@ impl HeaderTemplate {
         out.extend_from_slice(&head);
         out.truncate(start + bth::LEN + ext.len());
         out.extend_from_slice(payload);
-        out.extend_from_slice(&[0u8; 3][..pad]);
+        if pad > 0 {
+            // (Most payloads are whole words: no call to append nothing.)
+            out.extend_from_slice(&[0u8; 3][..pad]);
+        }
         let end = out.len();
         // The UDP length and the checksum masked to ones, over the 4 bytes in front.
         let [len_hi, len_lo] = udp_len.to_be_bytes();

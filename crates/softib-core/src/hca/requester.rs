@@ -279,9 +279,16 @@ impl Hca {
         loop {
             let r = &qp.transport.req;
             let cur = r.cur;
-            let Some(w) = qp.sq.get(cur) else {
+            // The WQE and the one behind it, from one look into the queue.
+            let mut run = qp.sq.range_mut(cur..);
+            let Some(w) = run.next() else {
                 break;
             };
+            let after = run.next().map(|n| After {
+                unstarted: (!n.tx.started).then(|| (wqe_npsn(n, mtu), consumes_rwqe(&n.opcode))),
+                done: n.tx.done,
+                resume: n.tx.started.then(|| rewind_point(n)),
+            });
             if !express_kind(w, mtu) || r.credits.limited_wait.is_some() {
                 break;
             }
@@ -416,12 +423,12 @@ impl Hca {
             let pkts_since_ack_req = r.pkts_since_ack_req + 1;
             let ack_req = rd_atomic
                 || last_packet_asks(LastPacket {
-                    last_posted: cur + 1 == qp.sq.len(),
+                    last_posted: after.is_none(),
                     repeats_ask: false,
                     pkts_since_ack_req,
                     in_flight: next_psn.sub(oldest.unwrap_or(psn).value()).value(),
                     max_unacked: self.max_unacked_psns,
-                    next: next_unstarted(&qp.sq, cur, mtu),
+                    next: after.and_then(|a| a.unstarted),
                     next_has_credit: c.covers(rwqe_started.wrapping_add(1)),
                 });
             let bth = Bth {
@@ -453,7 +460,6 @@ impl Hca {
             // is unacknowledged: the responder then expects exactly this PSN, with no NAK
             // pending (`placement`).
             placeable = opcode == Opcode::RC_RDMA_WRITE_ONLY && oldest.is_none();
-            let w = &mut qp.sq[cur];
             w.tx.started = true;
             w.tx.first_psn = psn;
             w.tx.npsn = 1;
@@ -472,11 +478,21 @@ impl Hca {
             w.tx.sent_once = 1;
             w.tx.all_sent = true;
             r.cur = cur + 1;
-            while qp.sq.get(r.cur).is_some_and(|n| n.tx.done) {
-                r.cur += 1;
-            }
-            r.cur_psn = match qp.sq.get(r.cur) {
-                Some(n) if n.tx.started => rewind_point(n),
+            r.cur_psn = match after {
+                // WQEs already answered are passed over (as `rc_next_request` does).
+                Some(After { done: true, .. }) => {
+                    r.cur += 1;
+                    while qp.sq.get(r.cur).is_some_and(|n| n.tx.done) {
+                        r.cur += 1;
+                    }
+                    match qp.sq.get(r.cur) {
+                        Some(n) if n.tx.started => rewind_point(n),
+                        _ => next_psn,
+                    }
+                }
+                Some(After {
+                    resume: Some(p), ..
+                }) => p,
                 _ => next_psn,
             };
             sent += 1;
@@ -988,6 +1004,18 @@ fn express_kind(w: &SendWqe, mtu: u32) -> bool {
                 | WrOpcode::AtomicCmpSwp { .. }
                 | WrOpcode::AtomicFetchAdd { .. }
         )
+}
+
+/// What the requester's express path needs of the WQE behind the one it sends.
+#[derive(Clone, Copy)]
+struct After {
+    /// Its PSNs and whether it consumes a receive WQE, when it has not started
+    /// ([`next_unstarted`]).
+    unstarted: Option<(u32, bool)>,
+    /// It is done (answered while an earlier WQE was being retried).
+    done: bool,
+    /// Where its retransmission resumes, when it has started ([`rewind_point`]).
+    resume: Option<Psn>,
 }
 
 /// What decides AckReq on the last packet of a message ([`last_packet_asks`]).

@@ -310,10 +310,13 @@ impl SendWr {
     }
 
     /// Message length: the inline payload length, or the sum of the SGE lengths (saturating).
+    #[inline]
     pub fn message_len(&self) -> u64 {
-        match &self.inline_data {
-            Some(d) => d.len() as u64,
-            None => self.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+        match (&self.inline_data, self.sg_list.as_slice()) {
+            (Some(d), _) => d.len() as u64,
+            // The common WR: one entry, no sum to run.
+            (None, [one]) => u64::from(one.length),
+            (None, sges) => sges.iter().map(|s| u64::from(s.length)).sum(),
         }
     }
 }
