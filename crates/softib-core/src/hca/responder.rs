@@ -164,28 +164,32 @@ impl Hca {
                 None => return false,
             }
         }
-        // Placed: the state moves as the general path moves it.
+        // Placed: the state moves as the general path moves it. Of the receive WQE only its
+        // identifier is still needed (it is not moved out of the queue).
         self.counters.express_requests += 1;
-        let wqe = if consumes { qp.rq.pop_front() } else { None };
+        let wr_id = wqe.map(|w| w.wr_id);
+        if consumes {
+            qp.rq.pop_front();
+        }
         let (recv_cq, qpn_w) = (qp.recv_cq, qp.qpn);
         qp.transport.expected_psn = qp.transport.expected_psn.next();
         let r = &mut qp.transport.resp;
         r.nak_seq_outstanding = false;
         r.msn = r.msn.add(1);
         r.xrc_msg = None;
-        if wqe.is_some() {
+        if wr_id.is_some() {
             r.credits.consumed = r.credits.consumed.wrapping_add(1);
         }
         // The ACK and the transmit list with the QP in hand (no look-up of it again).
         ack_request_to(qp, bth.psn, bth.ack_req, 0);
         super::datapath::schedule(qp, &mut self.tx_ready, qpn);
-        if let Some(w) = wqe {
+        if let Some(wr_id) = wr_id {
             let opcode = if write {
                 WcOpcode::RecvRdmaWithImm
             } else {
                 WcOpcode::Recv
             };
-            let mut wc = WorkCompletion::new(w.wr_id, WcStatus::Success, opcode, qpn_w)
+            let mut wc = WorkCompletion::new(wr_id, WcStatus::Success, opcode, qpn_w)
                 .with_byte_len(len as u32);
             if let Some(imm) = imm {
                 wc = wc.with_imm(imm.imm);
