@@ -21,7 +21,7 @@ use crate::time::{transport_deadline, Instant};
 use crate::verbs::cq::WorkCompletion;
 use crate::verbs::qp::Qp;
 use crate::verbs::types::{AccessFlags, QpState, QpType, WcStatus};
-use crate::verbs::wr::{SendWqe, SpareBuffers, WqePayload, WrOpcode};
+use crate::verbs::wr::{SendWqe, Sge, SpareBuffers, WqePayload, WrOpcode};
 
 /// How an acknowledgement relates to the PSN it carries.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -653,14 +653,28 @@ fn retires_quietly(w: &SendWqe) -> bool {
 /// the queue, their heap parts back to `spare`, the credit position that of the last.
 #[inline(never)]
 fn retire_quiet_run(qp: &mut Qp, spare: &mut SpareBuffers) {
-    let quiet = qp.sq.iter().take_while(|w| retires_quietly(w)).count();
-    let Some(last) = quiet.checked_sub(1).and_then(|i| qp.sq.get(i)) else {
+    // One pass finds the run, gives back the heap parts (most payloads have none) and notes
+    // the last one's credit position; the WQEs are then dropped where they lie, not moved
+    // out of the queue one by one.
+    let mut quiet = 0;
+    let mut last = None;
+    for w in qp.sq.iter_mut() {
+        if !retires_quietly(w) {
+            break;
+        }
+        if !matches!(w.payload, WqePayload::Sge(_)) {
+            spare.recycle(std::mem::replace(
+                &mut w.payload,
+                WqePayload::Sge(Sge::default()),
+            ));
+        }
+        last = Some((w.tx.ssn, w.tx.rwqe_through));
+        quiet += 1;
+    }
+    let Some((ssn, rwqe_through)) = last else {
         return;
     };
-    let (ssn, rwqe_through) = (last.tx.ssn, last.tx.rwqe_through);
-    for w in qp.sq.drain(..quiet) {
-        spare.recycle(w.payload);
-    }
+    qp.sq.drain(..quiet);
     let r = &mut qp.transport.req;
     r.cur = r.cur.saturating_sub(quiet);
     r.credits.retired_ssn = ssn;
