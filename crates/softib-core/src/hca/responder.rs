@@ -1419,8 +1419,8 @@ impl Hca {
         built
     }
 
-    /// The common response in fewer steps: a positive ACK, an ATOMIC ACK, or the one packet
-    /// of a READ response that fits the path MTU, of an RC QP towards an IPv4 address whose headers the
+    /// The common response in fewer steps: a positive ACK, an ATOMIC ACK, or the next packet
+    /// of a READ response, of an RC QP towards an IPv4 address whose headers the
     /// QP has cached, written as the requester's express path writes its requests (into the
     /// datagram batch when one is lent, else as a frame; a READ's data straight from its
     /// region). Its bytes and every state change are those of [`Hca::rc_next_response`] for
@@ -1437,19 +1437,22 @@ impl Hca {
         if qp.qp_type != QpType::Rc {
             return None;
         }
-        /// What a response carries besides its AETH.
+        /// What a response carries besides its AETH: a READ response packet's data (and
+        /// whether it is the response's last), an ATOMIC ACK's original value.
         enum Express {
-            Read(MrSlice),
+            Read(MrSlice, bool),
             Atomic(u64),
         }
-        let (opcode, psn, msn, base, extra) = match qp.transport.resp.responses.front() {
+        let mtu = qp.attr.path_mtu.bytes();
+        // The opcode, the PSN, whether an AETH goes (with the MSN and the credit base).
+        let (opcode, psn, aeth, msn, base, extra) = match qp.transport.resp.responses.front() {
             Some(&Response::Ack {
                 psn,
                 syndrome: SYNDROME_ACK,
                 msn,
                 base,
                 ..
-            }) => (Opcode::RC_ACKNOWLEDGE, psn, msn, base, None),
+            }) => (Opcode::RC_ACKNOWLEDGE, psn, true, msn, base, None),
             Some(&Response::Atomic {
                 psn,
                 orig,
@@ -1459,35 +1462,51 @@ impl Hca {
             }) => (
                 Opcode::RC_ATOMIC_ACKNOWLEDGE,
                 psn,
+                true,
                 msn,
                 base,
                 Some(Express::Atomic(orig)),
             ),
-            // A READ response's first packet that is also its last: its ONLY.
+            // The next packet of a READ response, segmented as `rc_next_response` does: an
+            // AETH on the first and the last.
             Some(&Response::Read {
                 first_psn,
                 next_psn,
                 slice,
                 len,
-                sent: 0,
+                sent,
                 msn,
                 base,
                 ..
-            }) if next_psn == first_psn && len <= qp.attr.path_mtu.bytes() => (
-                Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                first_psn,
-                msn,
-                base,
-                Some(Express::Read(MrSlice {
-                    len: len as usize,
-                    ..slice
-                })),
-            ),
+            }) => {
+                let first = next_psn == first_psn;
+                let plen = (len - sent).min(mtu);
+                let last = sent + plen >= len;
+                let opcode = match (first, last) {
+                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                };
+                let part = MrSlice {
+                    mr: slice.mr,
+                    offset: slice.offset + sent as usize,
+                    len: plen as usize,
+                };
+                (
+                    opcode,
+                    next_psn,
+                    first || last,
+                    msn,
+                    base,
+                    Some(Express::Read(part, last)),
+                )
+            }
             _ => return None,
         };
         // The data, as `rc_next_response` takes it (a region gone is its NAK to send).
         let payload: &[u8] = match extra {
-            Some(Express::Read(part)) => match self.mrs.slice(&part) {
+            Some(Express::Read(part, _)) => match self.mrs.slice(&part) {
                 Some(b) => b,
                 None if part.len == 0 => &[],
                 None => return None,
@@ -1506,7 +1525,9 @@ impl Hca {
                 .datagram_parts(port, &qp.attr.ah_attr, sport)?;
         // The credit field as `rc_next_response`'s `positive` fills it.
         let credits = &mut qp.transport.resp.credits;
-        let (syndrome, advertised) = if own_rq {
+        let (syndrome, advertised) = if !aeth {
+            (0, None)
+        } else if own_rq {
             let code = CreditCode::encode_floor(credits.available(base));
             (
                 code.code(),
@@ -1535,7 +1556,8 @@ impl Hca {
                 .emit(&mut ext[AETH..]);
                 ext.len()
             }
-            _ => AETH,
+            _ if aeth => AETH,
+            _ => 0,
         };
         let ident = self.ip_ident.wrapping_add(1);
         let wire_ident = if socket { 0 } else { ident };
@@ -1565,7 +1587,17 @@ impl Hca {
         if let Some(limit) = advertised {
             credits.advertised_at(psn, limit);
         }
-        qp.transport.resp.responses.pop_front();
+        let resp = &mut qp.transport.resp;
+        match (extra, resp.responses.front_mut()) {
+            // A READ response goes on from its next packet.
+            (Some(Express::Read(part, false)), Some(Response::Read { sent, next_psn, .. })) => {
+                *sent += part.len as u32;
+                *next_psn = next_psn.next();
+            }
+            _ => {
+                resp.responses.pop_front();
+            }
+        }
         Some(super::requester::Tx::Sent)
     }
 
