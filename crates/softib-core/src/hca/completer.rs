@@ -133,14 +133,8 @@ impl Hca {
                 }
                 let qp = self.qps.get_mut(&qpn).expect("checked");
                 qp.sq[i].tx.done = true;
-                let r = &mut qp.transport.req;
-                // Forward progress: the retry counters start over (C9-137, C9-142).
-                r.retries = 0;
-                r.rnr_retries = 0;
-                if r.retry_from.is_some_and(|p| psn.distance(p) >= 0) {
-                    r.retry_from = None;
-                }
-                r.timer = transport_deadline(now, qp.attr.timeout, self.clock_lag);
+                let deadline = transport_deadline(now, qp.attr.timeout, self.clock_lag);
+                answered(&mut qp.transport.req, psn, deadline);
             }
             Operation::RdmaReadResponse => self.rc_read_response(now, qpn, t, info.position),
             _ => {}
@@ -224,13 +218,8 @@ impl Hca {
             }
             w.tx.done = true;
         }
-        let r = &mut qp.transport.req;
-        r.retries = 0;
-        r.rnr_retries = 0;
-        if r.retry_from.is_some_and(|p| psn.distance(p) >= 0) {
-            r.retry_from = None;
-        }
-        r.timer = transport_deadline(now, qp.attr.timeout, self.clock_lag);
+        let deadline = transport_deadline(now, qp.attr.timeout, self.clock_lag);
+        answered(&mut qp.transport.req, psn, deadline);
         self.rc_retire(now, qpn);
         true
     }
@@ -363,13 +352,8 @@ impl Hca {
         if ends {
             w.tx.done = true;
         }
-        let r = &mut qp.transport.req;
-        r.retries = 0;
-        r.rnr_retries = 0;
-        if r.retry_from.is_some_and(|p| psn.distance(p) >= 0) {
-            r.retry_from = None;
-        }
-        r.timer = transport_deadline(now, qp.attr.timeout, self.clock_lag);
+        let deadline = transport_deadline(now, qp.attr.timeout, self.clock_lag);
+        answered(&mut qp.transport.req, psn, deadline);
     }
 
     /// Places `data` at byte `offset` of the message buffer of send WQE `i` (READ data, atomic
@@ -638,6 +622,19 @@ impl Hca {
             self.schedule_tx(qpn);
         }
     }
+}
+
+/// A READ or ATOMIC answered at `psn`: forward progress, so the retry counters start over
+/// (C9-137, C9-142), a retry that asked up to `psn` is over, and the transport timer runs
+/// again from now (`deadline`).
+#[inline(always)]
+fn answered(r: &mut crate::transport::rc::Requester, psn: Psn, deadline: Option<Instant>) {
+    r.retries = 0;
+    r.rnr_retries = 0;
+    if r.retry_from.is_some_and(|p| psn.distance(p) >= 0) {
+        r.retry_from = None;
+    }
+    r.timer = deadline;
 }
 
 /// A done WQE whose retirement completes nothing and returns no READ / ATOMIC slot.

@@ -343,34 +343,12 @@ impl Hca {
                     let _ = reth.emit(&mut ext);
                     (Opcode::RC_RDMA_READ_REQUEST, softib_wire::reth::LEN, false)
                 }
-                WrOpcode::AtomicCmpSwp {
-                    remote_addr,
-                    rkey,
-                    compare,
-                    swap,
-                } => {
-                    let a = AtomicEth {
-                        va: remote_addr,
-                        rkey,
-                        swap_add: swap,
-                        compare,
+                WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. } => {
+                    let Some((opcode, a)) = atomic_request(&w.opcode) else {
+                        break;
                     };
                     let _ = a.emit(&mut ext);
-                    (Opcode::RC_COMPARE_SWAP, softib_wire::atomic_eth::LEN, false)
-                }
-                WrOpcode::AtomicFetchAdd {
-                    remote_addr,
-                    rkey,
-                    add,
-                } => {
-                    let a = AtomicEth {
-                        va: remote_addr,
-                        rkey,
-                        swap_add: add,
-                        compare: 0,
-                    };
-                    let _ = a.emit(&mut ext);
-                    (Opcode::RC_FETCH_ADD, softib_wire::atomic_eth::LEN, false)
+                    (opcode, softib_wire::atomic_eth::LEN, false)
                 }
                 _ => break,
             };
@@ -1006,6 +984,42 @@ fn express_kind(w: &SendWqe, mtu: u32) -> bool {
         )
 }
 
+/// The RC opcode and AtomicETH of an ATOMIC WR: COMPARE_SWAP carries the swap and compare
+/// values, FETCH_ADD the addend (and a compare field of zero); `None` for any other WR.
+#[inline(always)]
+fn atomic_request(op: &WrOpcode) -> Option<(Opcode, AtomicEth)> {
+    match *op {
+        WrOpcode::AtomicCmpSwp {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => Some((
+            Opcode::RC_COMPARE_SWAP,
+            AtomicEth {
+                va: remote_addr,
+                rkey,
+                swap_add: swap,
+                compare,
+            },
+        )),
+        WrOpcode::AtomicFetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => Some((
+            Opcode::RC_FETCH_ADD,
+            AtomicEth {
+                va: remote_addr,
+                rkey,
+                swap_add: add,
+                compare: 0,
+            },
+        )),
+        _ => None,
+    }
+}
+
 /// What the requester's express path needs of the WQE behind the one it sends.
 #[derive(Clone, Copy)]
 struct After {
@@ -1202,34 +1216,11 @@ fn request_headers(
             h.bth.ack_req = true;
             return (PayloadPlan::None, true);
         }
-        WrOpcode::AtomicCmpSwp {
-            remote_addr,
-            rkey,
-            compare,
-            swap,
-        } => {
-            h.atomic_eth = Some(AtomicEth {
-                va: remote_addr,
-                rkey,
-                swap_add: swap,
-                compare,
-            });
-            h.bth.opcode = Opcode::RC_COMPARE_SWAP;
-            h.bth.ack_req = true;
-            return (PayloadPlan::None, true);
-        }
-        WrOpcode::AtomicFetchAdd {
-            remote_addr,
-            rkey,
-            add,
-        } => {
-            h.atomic_eth = Some(AtomicEth {
-                va: remote_addr,
-                rkey,
-                swap_add: add,
-                compare: 0,
-            });
-            h.bth.opcode = Opcode::RC_FETCH_ADD;
+        WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. } => {
+            if let Some((opcode, a)) = atomic_request(&w.opcode) {
+                h.atomic_eth = Some(a);
+                h.bth.opcode = opcode;
+            }
             h.bth.ack_req = true;
             return (PayloadPlan::None, true);
         }

@@ -231,35 +231,8 @@ impl Hca {
         };
         // Checked: the state moves as `rc_request` and `rc_exec_read` move it.
         self.counters.express_requests += 1;
-        let psn = bth.psn;
-        let npsn = packets_for(reth.dma_len, qp.attr.path_mtu.bytes());
-        let r = &mut qp.transport.resp;
-        r.nak_seq_outstanding = false;
-        r.msn = r.msn.add(1);
-        let (msn, base) = (r.msn, r.credits.consumed);
-        r.responses.push_back(Response::Read {
-            first_psn: psn,
-            next_psn: psn,
-            slice,
-            len: reth.dma_len,
-            sent: 0,
-            msn,
-            base,
-            fresh: true,
-            to: 0,
-        });
-        remember(
-            r,
-            qp.attr.max_dest_rd_atomic,
-            RdAtomicResource::Read {
-                first_psn: psn,
-                npsn,
-                va: reth.va,
-                rkey: reth.rkey,
-                len: reth.dma_len,
-            },
-        );
-        qp.transport.expected_psn = psn.add(npsn);
+        qp.transport.resp.nak_seq_outstanding = false;
+        queue_read(qp, bth.psn, &reth, slice, 0);
         super::datapath::schedule(qp, &mut self.tx_ready, qpn);
         true
     }
@@ -295,36 +268,11 @@ impl Hca {
         // Checked: the operation and the state as `rc_request` and `rc_exec_atomic` do them
         // (operands in little-endian byte order, as there).
         let orig = u64::from_le_bytes(b);
-        let new = if bth.opcode == Opcode::RC_COMPARE_SWAP {
-            if orig == a.compare {
-                a.swap_add
-            } else {
-                orig
-            }
-        } else {
-            orig.wrapping_add(a.swap_add)
-        };
-        mem.copy_from_slice(&new.to_le_bytes());
+        let is_cas = bth.opcode == Opcode::RC_COMPARE_SWAP;
+        mem.copy_from_slice(&atomic_result(is_cas, orig, &a).to_le_bytes());
         self.counters.express_requests += 1;
-        let psn = bth.psn;
-        let r = &mut qp.transport.resp;
-        r.nak_seq_outstanding = false;
-        r.msn = r.msn.add(1);
-        let (msn, base) = (r.msn, r.credits.consumed);
-        r.responses.push_back(Response::Atomic {
-            psn,
-            orig,
-            msn,
-            base,
-            fresh: true,
-            to: 0,
-        });
-        remember(
-            r,
-            qp.attr.max_dest_rd_atomic,
-            RdAtomicResource::Atomic { psn, orig },
-        );
-        qp.transport.expected_psn = psn.next();
+        qp.transport.resp.nak_seq_outstanding = false;
+        queue_atomic(qp, bth.psn, orig, 0);
         super::datapath::schedule(qp, &mut self.tx_ready, qpn);
         true
     }
@@ -880,38 +828,8 @@ impl Hca {
         self.rc_check_rd_atomic_room(qpn)?;
         let slice = self.rc_check_reth(pd, &reth, AccessFlags::REMOTE_READ)?;
         let qp = self.qps.get_mut(&qpn).expect("checked");
-        let mtu = qp.attr.path_mtu.bytes();
-        let psn = t.headers.bth.psn;
-        let npsn = packets_for(reth.dma_len, mtu);
         let to = rd_to(qp);
-        let r = &mut qp.transport.resp;
-        r.msn = r.msn.add(1);
-        let msn = r.msn;
-        let base = r.credits.consumed;
-        r.responses.push_back(Response::Read {
-            first_psn: psn,
-            next_psn: psn,
-            slice,
-            len: reth.dma_len,
-            sent: 0,
-            msn,
-            base,
-            fresh: true,
-            to,
-        });
-        remember(
-            r,
-            qp.attr.max_dest_rd_atomic,
-            RdAtomicResource::Read {
-                first_psn: psn,
-                npsn,
-                va: reth.va,
-                rkey: reth.rkey,
-                len: reth.dma_len,
-            },
-        );
-        // A READ takes one PSN per response packet.
-        qp.transport.expected_psn = psn.add(npsn);
+        queue_read(qp, t.headers.bth.psn, &reth, slice, to);
         Ok(())
     }
 
@@ -943,37 +861,10 @@ impl Hca {
         b.copy_from_slice(mem);
         // softib memory holds 64-bit atomic operands in little-endian byte order.
         let orig = u64::from_le_bytes(b);
-        let new = if is_cas {
-            if orig == a.compare {
-                a.swap_add
-            } else {
-                orig
-            }
-        } else {
-            orig.wrapping_add(a.swap_add)
-        };
-        mem.copy_from_slice(&new.to_le_bytes());
+        mem.copy_from_slice(&atomic_result(is_cas, orig, &a).to_le_bytes());
         let qp = self.qps.get_mut(&qpn).expect("checked");
-        let psn = t.headers.bth.psn;
         let to = rd_to(qp);
-        let r = &mut qp.transport.resp;
-        r.msn = r.msn.add(1);
-        let msn = r.msn;
-        let base = r.credits.consumed;
-        r.responses.push_back(Response::Atomic {
-            psn,
-            orig,
-            msn,
-            base,
-            fresh: true,
-            to,
-        });
-        remember(
-            r,
-            qp.attr.max_dest_rd_atomic,
-            RdAtomicResource::Atomic { psn, orig },
-        );
-        qp.transport.expected_psn = psn.next();
+        queue_atomic(qp, t.headers.bth.psn, orig, to);
         Ok(())
     }
 
@@ -1312,34 +1203,19 @@ impl Hca {
                 fresh,
                 ..
             } => {
-                let first = *next_psn == *first_psn;
-                let plen = (*len - *sent).min(mtu);
-                let last = *sent + plen >= *len;
-                h.bth.opcode = match (first, last) {
-                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                };
+                let p = read_packet(*first_psn, *next_psn, slice, *len, *sent, mtu);
+                h.bth.opcode = p.opcode;
                 h.bth.psn = *next_psn;
-                if first || last {
+                if p.aeth {
                     h.aeth = Some(Aeth {
                         syndrome: positive(*base),
                         msn: *msn,
                     });
                 }
-                read_part = Some((
-                    MrSlice {
-                        mr: slice.mr,
-                        offset: slice.offset + *sent as usize,
-                        len: plen as usize,
-                    },
-                    *msn,
-                    *fresh,
-                ));
-                *sent += plen;
+                read_part = Some((p.part, *msn, *fresh));
+                *sent += p.part.len as u32;
                 *next_psn = next_psn.next();
-                last
+                p.last
             }
         };
         if done {
@@ -1467,8 +1343,7 @@ impl Hca {
                 base,
                 Some(Express::Atomic(orig)),
             ),
-            // The next packet of a READ response, segmented as `rc_next_response` does: an
-            // AETH on the first and the last.
+            // The next packet of a READ response, as `rc_next_response` sends it.
             Some(&Response::Read {
                 first_psn,
                 next_psn,
@@ -1479,27 +1354,14 @@ impl Hca {
                 base,
                 ..
             }) => {
-                let first = next_psn == first_psn;
-                let plen = (len - sent).min(mtu);
-                let last = sent + plen >= len;
-                let opcode = match (first, last) {
-                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                };
-                let part = MrSlice {
-                    mr: slice.mr,
-                    offset: slice.offset + sent as usize,
-                    len: plen as usize,
-                };
+                let p = read_packet(first_psn, next_psn, &slice, len, sent, mtu);
                 (
-                    opcode,
+                    p.opcode,
                     next_psn,
-                    first || last,
+                    p.aeth,
                     msn,
                     base,
-                    Some(Express::Read(part, last)),
+                    Some(Express::Read(p.part, p.last)),
                 )
             }
             _ => return None,
@@ -1752,6 +1614,130 @@ fn express_rd_atomic(qp: &crate::verbs::qp::Qp, bth: &Bth, access: AccessFlags) 
         && matches!(qp.transport.resp.msg, InMessage::None)
         && qp.attr.qp_access_flags.contains(access)
         && qp.transport.resp.responses.len() < usize::from(qp.attr.max_dest_rd_atomic.max(1))
+}
+
+/// The next packet of a READ response (`Response::Read`'s fields): its opcode, whether it
+/// carries an AETH (the first and the last do), whether it is the last, and its bytes of the
+/// region, one path MTU at most.
+struct ReadPacket {
+    opcode: Opcode,
+    aeth: bool,
+    last: bool,
+    part: MrSlice,
+}
+
+#[inline(always)]
+fn read_packet(
+    first_psn: Psn,
+    next_psn: Psn,
+    slice: &MrSlice,
+    len: u32,
+    sent: u32,
+    mtu: u32,
+) -> ReadPacket {
+    let first = next_psn == first_psn;
+    let plen = (len - sent).min(mtu);
+    let last = sent + plen >= len;
+    ReadPacket {
+        opcode: match (first, last) {
+            (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+        },
+        aeth: first || last,
+        last,
+        part: MrSlice {
+            mr: slice.mr,
+            offset: slice.offset + sent as usize,
+            len: plen as usize,
+        },
+    }
+}
+
+/// A new READ at `psn` executed (its R_Key checked, `slice` the bytes it grants): its
+/// response queued and the request kept ([`queue_rd_atomic`]), ePSN past its response
+/// packets, one PSN each.
+#[inline(always)]
+fn queue_read(
+    qp: &mut crate::verbs::qp::Qp,
+    psn: Psn,
+    reth: &softib_wire::reth::Reth,
+    slice: MrSlice,
+    to: u32,
+) {
+    let npsn = packets_for(reth.dma_len, qp.attr.path_mtu.bytes());
+    queue_rd_atomic(qp, psn.add(npsn), |msn, base| {
+        (
+            Response::Read {
+                first_psn: psn,
+                next_psn: psn,
+                slice,
+                len: reth.dma_len,
+                sent: 0,
+                msn,
+                base,
+                fresh: true,
+                to,
+            },
+            RdAtomicResource::Read {
+                first_psn: psn,
+                npsn,
+                va: reth.va,
+                rkey: reth.rkey,
+                len: reth.dma_len,
+            },
+        )
+    });
+}
+
+/// A new ATOMIC at `psn` done, the operand's value before it `orig`: its ACK queued and the
+/// result kept ([`queue_rd_atomic`]), ePSN past it.
+#[inline(always)]
+fn queue_atomic(qp: &mut crate::verbs::qp::Qp, psn: Psn, orig: u64, to: u32) {
+    queue_rd_atomic(qp, psn.next(), |msn, base| {
+        (
+            Response::Atomic {
+                psn,
+                orig,
+                msn,
+                base,
+                fresh: true,
+                to,
+            },
+            RdAtomicResource::Atomic { psn, orig },
+        )
+    });
+}
+
+/// What a new READ or ATOMIC leaves in the responder: the MSN advanced, the response `make`
+/// builds for it (from the new MSN and the receive WQEs consumed so far) queued (to QP `to`
+/// for an EE context), the request kept for duplicates, ePSN `epsn`.
+#[inline(always)]
+fn queue_rd_atomic(
+    qp: &mut crate::verbs::qp::Qp,
+    epsn: Psn,
+    make: impl FnOnce(softib_wire::Msn, u32) -> (Response, RdAtomicResource),
+) {
+    let r = &mut qp.transport.resp;
+    r.msn = r.msn.add(1);
+    let (response, kept) = make(r.msn, r.credits.consumed);
+    r.responses.push_back(response);
+    remember(r, qp.attr.max_dest_rd_atomic, kept);
+    qp.transport.expected_psn = epsn;
+}
+
+/// What an ATOMIC leaves in the operand that held `orig`: COMPARE_SWAP (`is_cas`) the swap
+/// value when the compare value matches, else `orig`; FETCH_ADD the sum (modulo 2^64).
+#[inline(always)]
+fn atomic_result(is_cas: bool, orig: u64, a: &softib_wire::atomic_eth::AtomicEth) -> u64 {
+    if !is_cas {
+        orig.wrapping_add(a.swap_add)
+    } else if orig == a.compare {
+        a.swap_add
+    } else {
+        orig
+    }
 }
 
 /// Keeps a READ / ATOMIC for duplicates, at most `depth` of them (oldest dropped).
