@@ -275,8 +275,10 @@ impl Hca {
 
     /// A frame [`RocePacket::parse_express`] read, after the checks [`Hca::handle_transport`]
     /// makes of it (an RC QP, its P_Key, its connection): a request goes to the responder's
-    /// express path ([`Hca::rc_express_handle_request`]), an ACK to the requester as from the
-    /// general path. False, with nothing changed, when the general path is to take the frame.
+    /// express path ([`Hca::rc_express_handle_request`], [`Hca::rc_express_read_request`],
+    /// [`Hca::rc_express_atomic_request`]), a response to the completer (a READ's only packet
+    /// and an ATOMIC ACK to [`Hca::rc_express_rd_atomic_response`] first). False, with nothing
+    /// changed, when the general path is to take the frame.
     #[inline]
     fn rc_express_frame(&mut self, now: Instant, x: &roce::ExpressPacket<'_>) -> bool {
         let qpn = x.bth.dest_qp.value();
