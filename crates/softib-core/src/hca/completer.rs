@@ -144,11 +144,12 @@ impl Hca {
 
     /// The common READ response and ATOMIC ACK in fewer steps: on an RC QP in RTS or SQD with
     /// no limited WQE waiting, response `t` answering the READ or ATOMIC at the head of the
-    /// send queue: a READ's ONLY packet, of a READ of one response packet, or an ATOMIC's ACK;
-    /// `data` (the READ's payload, the ATOMIC's original value as it is stored) fits the WQE's
-    /// one scatter entry and passes its L_Key check. Its effects are those of
-    /// [`Hca::rc_handle_response`] for the same packet (credits taken, the data placed, the
-    /// WQE done and retired; nothing for the coalescing rules to do, as nothing older is
+    /// send queue: the READ response packet it expects next, of the length its position asks
+    /// (`rc_read_response`'s checks), or an ATOMIC's ACK; `data` (the READ packet's payload,
+    /// the ATOMIC's original value as it is stored) fits the WQE's one scatter entry where it
+    /// goes and passes its L_Key check. Its effects are those of [`Hca::rc_handle_response`]
+    /// for the same packet (credits taken, the data placed, the WQE done and retired after
+    /// its last packet; nothing for the coalescing rules to do, as nothing older is
     /// outstanding; the tests run workloads both ways and compare). False, with nothing
     /// changed, for anything else.
     #[inline]
@@ -172,26 +173,61 @@ impl Hca {
         let Some(w) = qp.sq.front() else {
             return false;
         };
-        // The oldest outstanding WQE (so the response is in the window and acknowledges
-        // nothing older), a READ expecting this packet as its only one, or an ATOMIC.
-        let kind_ok = match w.opcode {
-            WrOpcode::RdmaRead { .. } => {
-                t.headers.bth.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY
-                    && w.tx.npsn == 1
-                    && w.tx.resp_next_psn == psn
-                    && w.length as usize == data.len()
-            }
-            WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. } => {
-                t.headers.bth.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE
-            }
-            _ => false,
-        };
-        if !kind_ok || !w.tx.started || w.tx.done || w.tx.first_psn != psn {
+        if !w.tx.started || w.tx.done {
             return false;
         }
+        // The oldest outstanding WQE (so the response is in the window and acknowledges
+        // nothing older): a READ expecting this packet next, or an ATOMIC. Where the data
+        // goes in the WQE's buffer, and whether the WQE is then done.
+        let op = t.headers.bth.opcode;
+        let (offset, ends) = match w.opcode {
+            // The common READ: its only packet, all of it.
+            WrOpcode::RdmaRead { .. }
+                if op == Opcode::RC_RDMA_READ_RESPONSE_ONLY
+                    && w.tx.first_psn == psn
+                    && w.tx.resp_next_psn == psn =>
+            {
+                if data.len() as u64 != u64::from(w.length) {
+                    return false;
+                }
+                (0, true)
+            }
+            WrOpcode::RdmaRead { .. } if w.tx.resp_next_psn == psn => {
+                // (A FIRST acknowledges what is older: nothing, at the head of the queue.)
+                let ends = match op {
+                    Opcode::RC_RDMA_READ_RESPONSE_ONLY | Opcode::RC_RDMA_READ_RESPONSE_LAST => true,
+                    Opcode::RC_RDMA_READ_RESPONSE_FIRST | Opcode::RC_RDMA_READ_RESPONSE_MIDDLE => {
+                        false
+                    }
+                    _ => return false,
+                };
+                // First and middle packets carry one MTU, the last (or only) the rest.
+                let mtu = qp.attr.path_mtu.bytes();
+                let offset = (psn.distance(w.tx.first_psn) as u32).saturating_mul(mtu);
+                let remaining = w.length - offset.min(w.length);
+                let len = data.len() as u32;
+                let len_ok = if ends {
+                    len == remaining
+                } else {
+                    len == mtu && remaining > mtu
+                };
+                if !len_ok {
+                    return false;
+                }
+                (offset as usize, ends)
+            }
+            WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. }
+                if op == Opcode::RC_ATOMIC_ACKNOWLEDGE && w.tx.first_psn == psn =>
+            {
+                (0, true)
+            }
+            _ => return false,
+        };
         let dst = match &w.payload {
             _ if data.is_empty() => None,
-            WqePayload::Sge(s) if s.length as usize >= data.len() => Some((s.lkey, s.addr)),
+            WqePayload::Sge(s) if s.length as usize >= offset + data.len() => {
+                Some((s.lkey, s.addr + offset as u64))
+            }
             _ => return false,
         };
         if let Some((lkey, addr)) = dst {
@@ -216,11 +252,14 @@ impl Hca {
             if matches!(w.opcode, WrOpcode::RdmaRead { .. }) {
                 w.tx.resp_next_psn = psn.next();
             }
-            w.tx.done = true;
+            w.tx.done = ends;
         }
         let deadline = transport_deadline(now, qp.attr.timeout, self.clock_lag);
         answered(&mut qp.transport.req, psn, deadline);
-        self.rc_retire(now, qpn);
+        // (A WQE not done leaves nothing to retire.)
+        if ends {
+            self.rc_retire(now, qpn);
+        }
         true
     }
 

@@ -276,8 +276,8 @@ impl Hca {
     /// A frame [`RocePacket::parse_express`] read, after the checks [`Hca::handle_transport`]
     /// makes of it (an RC QP, its P_Key, its connection): a request goes to the responder's
     /// express path ([`Hca::rc_express_handle_request`], [`Hca::rc_express_read_request`],
-    /// [`Hca::rc_express_atomic_request`]), a response to the completer (a READ's only packet
-    /// and an ATOMIC ACK to [`Hca::rc_express_rd_atomic_response`] first). False, with nothing
+    /// [`Hca::rc_express_atomic_request`]), a response to the completer (a READ response
+    /// packet and an ATOMIC ACK to [`Hca::rc_express_rd_atomic_response`] first). False, with nothing
     /// changed, when the general path is to take the frame.
     #[inline]
     fn rc_express_frame(&mut self, now: Instant, x: &roce::ExpressPacket<'_>) -> bool {
@@ -319,8 +319,8 @@ impl Hca {
             self.counters.rcvd_pkts += 1;
         } else if x.aeth.is_some() || op == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
             // An ACK, a READ response packet or an ATOMIC ACK: the completer's work without
-            // the frame's parse (a READ's only response packet and an ATOMIC ACK in fewer
-            // steps where they can).
+            // the frame's parse (a READ response packet and an ATOMIC ACK in fewer steps where
+            // they can).
             let mut headers = TransportHeaders::new(x.bth);
             headers.aeth = x.aeth;
             headers.atomic_ack_eth = x.atomic_ack_eth;
@@ -331,7 +331,10 @@ impl Hca {
             };
             self.counters.rcvd_pkts += 1;
             let taken = match op {
-                Opcode::RC_RDMA_READ_RESPONSE_ONLY => {
+                Opcode::RC_RDMA_READ_RESPONSE_FIRST
+                | Opcode::RC_RDMA_READ_RESPONSE_MIDDLE
+                | Opcode::RC_RDMA_READ_RESPONSE_LAST
+                | Opcode::RC_RDMA_READ_RESPONSE_ONLY => {
                     self.rc_express_rd_atomic_response(now, qpn, &t, x.payload)
                 }
                 Opcode::RC_ATOMIC_ACKNOWLEDGE => match x.atomic_ack_eth {
