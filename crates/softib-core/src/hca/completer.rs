@@ -181,7 +181,8 @@ impl Hca {
         // goes in the WQE's buffer, and whether the WQE is then done.
         let op = t.headers.bth.opcode;
         let (offset, ends) = match w.opcode {
-            // The common READ: its only packet, all of it.
+            // The common READ, its only packet, all of it: what the next arm finds for it, in
+            // fewer steps.
             WrOpcode::RdmaRead { .. }
                 if op == Opcode::RC_RDMA_READ_RESPONSE_ONLY
                     && w.tx.first_psn == psn
@@ -201,19 +202,10 @@ impl Hca {
                     }
                     _ => return false,
                 };
-                // First and middle packets carry one MTU, the last (or only) the rest.
                 let mtu = qp.attr.path_mtu.bytes();
-                let offset = (psn.distance(w.tx.first_psn) as u32).saturating_mul(mtu);
-                let remaining = w.length - offset.min(w.length);
-                let len = data.len() as u32;
-                let len_ok = if ends {
-                    len == remaining
-                } else {
-                    len == mtu && remaining > mtu
-                };
-                if !len_ok {
+                let Some(offset) = read_response_offset(w, psn, mtu, ends, data.len()) else {
                     return false;
-                }
+                };
                 (offset as usize, ends)
             }
             WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. }
@@ -356,24 +348,14 @@ impl Hca {
             return;
         }
         let mtu = qp.attr.path_mtu.bytes();
-        let idx = psn.distance(w.tx.first_psn) as u32;
-        let offset = idx * mtu;
-        let remaining = w.length - offset.min(w.length);
-        let len = t.payload.len() as u32;
-        // First and middle packets carry exactly one MTU; the last (or only) the rest. A
-        // retried READ restarts with FIRST / ONLY at the PSN it asked for (subset rule), and
+        // A retried READ restarts with FIRST / ONLY at the PSN it asked for (subset rule), and
         // late packets of the original stream may still arrive: data is placed by PSN offset.
         let starts = matches!(pos, Position::First | Position::Only);
         let ends = matches!(pos, Position::Last | Position::Only);
-        let len_ok = if ends {
-            len == remaining
-        } else {
-            len == mtu && remaining > mtu
-        };
-        if !len_ok {
+        let Some(offset) = read_response_offset(w, psn, mtu, ends, t.payload.len()) else {
             self.rc_complete_error(qpn, i, WcStatus::BadRespErr);
             return;
-        }
+        };
         if starts {
             // The first (or only) READ response implicitly acknowledges earlier requests.
             self.rc_ack(now, qpn, psn, Upto::Before);
@@ -661,6 +643,23 @@ impl Hca {
             self.schedule_tx(qpn);
         }
     }
+}
+
+/// Where READ response packet `psn` of `w` (`len` bytes; the response's last or only packet
+/// when `ends`) goes in its buffer: PSN k of the response at k path MTUs. First and middle
+/// packets carry exactly one MTU, the last (or only) the rest; `None` for a packet whose
+/// length its position does not allow.
+#[inline(always)]
+fn read_response_offset(w: &SendWqe, psn: Psn, mtu: u32, ends: bool, len: usize) -> Option<u32> {
+    let offset = (psn.distance(w.tx.first_psn) as u32).saturating_mul(mtu);
+    let remaining = w.length - offset.min(w.length);
+    let len = len as u32;
+    let fits = if ends {
+        len == remaining
+    } else {
+        len == mtu && remaining > mtu
+    };
+    fits.then_some(offset)
 }
 
 /// A READ or ATOMIC answered at `psn`: forward progress, so the retry counters start over
