@@ -15,7 +15,8 @@ Usage: bench/instructions-by-line.py OP [requester|responder] [TOP]
   TOP   how many lines to print (default 40), most costly first; with a file name fragment
         instead of a number (e.g. requester.rs), that file's lines in line order
 Env: SOFTIB (binary, default target/release/softib), N1 / N2 (run lengths, 10000 / 30000),
-     PORT (first UDP port, default 19900).
+     PORT (first UDP port, default 19900), TRANSPORT (udp, the default, or shm: the
+     shared-memory path between the two processes, as bench/instructions.sh takes it).
 
 The figures are the marginal instructions per message, as bench/instructions.sh counts them;
 the sum printed last covers the softib binary only (libc's `memcpy` and the kernel are not in
@@ -38,7 +39,7 @@ def run_pair(binary, op, n, port, out_dir):
     """Both sides of one run under callgrind; returns (server profile, client profile)."""
     env = dict(os.environ, SOFTIB_CRC=os.environ.get("SOFTIB_CRC", "clmul"))
     common = ["bench", op, "-s", "64", "-n", str(n), "-e", "-p", str(port), "--timeout", "600",
-              "--transport", "udp"]
+              "--transport", os.environ.get("TRANSPORT", "udp")]
     vg = ["valgrind", "--tool=callgrind", "--dump-instr=yes"]
     srv_out = os.path.join(out_dir, f"srv.{n}.out")
     cli_out = os.path.join(out_dir, f"cli.{n}.out")

@@ -3,7 +3,7 @@
 # loopback (127.0.0.1 <-> 127.0.0.2). Prints ratios, never bare times:
 #
 #   1. message rate: `softib bench send --size 64` vs a raw UDP sender/receiver
-#      (GSO batches of 64 datagrams, recvmmsg + GRO)                           target >= 0.5x
+#      (GSO sends of the kernel's most segments, recvmmsg + GRO)               target >= 0.5x
 #      (the first target was 0.8x: the budget line shows why it is out of reach)
 #      against two baselines: `raw-udp --seq` (the receiver reads a sequence number in every
 #      datagram: the least a real receiver does) and plain `raw-udp` (the receiver never

@@ -1069,7 +1069,7 @@ fn raw_udp(args: &BenchArgs) -> Result<(), Error> {
     let seg = size.min(args.mtu.bytes() as usize);
     match peer {
         Some(p) => {
-            // Sender: messages as datagrams, GSO runs of up to 64 segments.
+            // Sender: messages as datagrams, GSO runs of up to the kernel's most segments.
             let mut msg_datagrams: Vec<usize> = Vec::new();
             let mut left = size;
             while left > 0 {
@@ -1081,7 +1081,12 @@ fn raw_udp(args: &BenchArgs) -> Result<(), Error> {
                 .collect();
             let mut data = vec![0x5au8; 65536];
             let mut seq = 0u64;
-            let max_segs = state.max_gso_segments().clamp(1, 64);
+            // The kernel's most segments per GSO send, as softib's UDP device uses.
+            let max_segs = if state.max_gso_segments() > 1 {
+                softib_udp::gso_max_segments()
+            } else {
+                1
+            };
             let mut i = 0;
             let mut syscalls = 0u64;
             while i < total.len() {

@@ -185,3 +185,80 @@ fn direct_write_over_shm_is_icrc_verified_and_captured() {
     assert!(frames >= 6, "{frames}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A WRITE of 300 packets (MTU 256) leaves in GSO sends of up to the kernel's most segments
+/// ([`softib_udp::gso_max_segments`]: 128 since Linux 6.9): the first send of the flush 64,
+/// the next ones up to that most. Segment k of a send carries the ICRC of IPv4 Identification
+/// k, up to 127, which the receiver solves: every packet verifies, the bytes land, nothing is
+/// dropped, and the sends are as few as those sizes allow.
+#[test]
+fn long_gso_sends_carry_the_kernels_most_segments() {
+    let most = softib_udp::gso_max_segments();
+    assert!(most == 64 || most == 128, "{most}");
+    let open = |bind| {
+        let mut cfg = softib_udp::DeviceConfig::new(bind);
+        cfg.active_mtu = softib_core::verbs::types::Mtu::Mtu256;
+        // The whole message in flight at once.
+        cfg.max_unacked_psns = 1024;
+        // The kernel's UDP stack, not the same-host inboxes.
+        cfg.transport = softib_udp::Transport::Udp;
+        let dev = softib_udp::Device::open(&cfg).expect("bind the RoCEv2 socket");
+        let ecfg = softib_udp::endpoint::EndpointConfig {
+            qp_type: softib_core::verbs::types::QpType::Rc,
+            buf_len: 1 << 17,
+            send_depth: 16,
+            recv_depth: 16,
+            max_inline: 0,
+        };
+        Endpoint::new(dev, &ecfg, softib_wire::Psn::new(11)).unwrap()
+    };
+    let (mut a, mut b) = (open(addr(3, 7)), open(addr(3, 8)));
+    let opts = softib_core::setup::ConnectOptions {
+        path_mtu: softib_core::verbs::types::Mtu::Mtu256,
+        ..options()
+    };
+    let (ia, ib) = (a.info(), b.info());
+    a.connect(&ib, &opts).unwrap();
+    b.connect(&ia, &opts).unwrap();
+    const PACKETS: usize = 300;
+    let len = PACKETS * 256;
+    let (amr, bmr) = (a.mr, b.mr);
+    let data = pattern(8, len);
+    a.dev.hca_mut().mr_write(amr.handle, 0, &data).unwrap();
+    let wr = SendWr::new(
+        1,
+        WrOpcode::RdmaWrite {
+            remote: RemoteAddr::new(bmr.addr, bmr.rkey),
+        },
+    )
+    .with_sge(Sge::new(amr.addr, len as u32, amr.lkey))
+    .signaled();
+    let qpn = a.qpn;
+    a.dev.hca_mut().post_send(qpn, &[wr]).unwrap();
+    let mut ok = false;
+    drive(&mut a, &mut b, Duration::from_secs(10), |a, _b| {
+        for wc in completions(a) {
+            assert_eq!(wc.status, WcStatus::Success);
+            ok = true;
+        }
+        ok
+    });
+    assert_eq!(&b.dev.hca().mr_bytes(bmr.handle).unwrap()[..len], &data[..]);
+    let (sa, cb) = (a.dev.stats(), b.dev.hca().counters());
+    assert_eq!(cb.icrc_err, 0, "{cb:?}");
+    assert_eq!(
+        (sa.tx_dropped, sa.tx_datagrams),
+        (0, PACKETS as u64),
+        "{sa:?}"
+    );
+    if a.dev.uses_gso() {
+        // One flush: 64, then sends of `most` (the requester may spread the message over a
+        // second flush, which starts at 64 again: one send more at most).
+        let fewest = 1 + (PACKETS - 64).div_ceil(most) as u64;
+        assert!(
+            sa.tx_syscalls <= fewest + 1,
+            "{} sends for {PACKETS} datagrams ({most} segments at most): {sa:?}",
+            sa.tx_syscalls
+        );
+    }
+}
