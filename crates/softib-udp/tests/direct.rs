@@ -10,6 +10,20 @@ use softib_core::verbs::types::WcStatus;
 use softib_core::verbs::wr::{RemoteAddr, SendWr, Sge, WrOpcode};
 use softib_udp::endpoint::Endpoint;
 
+/// Posts `wr` (signaled) on A's QP and drives both devices until it completes successfully.
+fn post_and_complete(a: &mut Endpoint, b: &mut Endpoint, wr: SendWr) {
+    let qpn = a.qpn;
+    a.dev.hca_mut().post_send(qpn, &[wr]).unwrap();
+    let mut ok = false;
+    drive(a, b, Duration::from_secs(10), |a, _b| {
+        for wc in completions(a) {
+            assert_eq!(wc.status, WcStatus::Success);
+            ok = true;
+        }
+        ok
+    });
+}
+
 /// Connects A and B and has A write 5000 bytes (pattern `seed`) into B's buffer at offset
 /// 100; checks the completion and the bytes.
 fn write_5000_bytes(a: &mut Endpoint, b: &mut Endpoint, seed: u64) {
@@ -25,16 +39,7 @@ fn write_5000_bytes(a: &mut Endpoint, b: &mut Endpoint, seed: u64) {
     )
     .with_sge(Sge::new(amr.addr, 5000, amr.lkey))
     .signaled();
-    let qpn = a.qpn;
-    a.dev.hca_mut().post_send(qpn, &[wr]).unwrap();
-    let mut ok = false;
-    drive(a, b, Duration::from_secs(10), |a, _b| {
-        for wc in completions(a) {
-            assert_eq!(wc.status, WcStatus::Success);
-            ok = true;
-        }
-        ok
-    });
+    post_and_complete(a, b, wr);
     assert_eq!(
         &b.dev.hca().mr_bytes(bmr.handle).unwrap()[100..5100],
         &data[..]
@@ -126,16 +131,7 @@ fn ipv6_devices_verify_every_icrc() {
     )
     .with_sge(Sge::new(amr.addr, 2500, amr.lkey))
     .signaled();
-    let qpn = a.qpn;
-    a.dev.hca_mut().post_send(qpn, &[wr]).unwrap();
-    let mut ok = false;
-    drive(&mut a, &mut b, Duration::from_secs(10), |a, _b| {
-        for wc in completions(a) {
-            assert_eq!(wc.status, WcStatus::Success);
-            ok = true;
-        }
-        ok
-    });
+    post_and_complete(&mut a, &mut b, wr);
     assert_eq!(
         &a.dev.hca().mr_bytes(amr.handle).unwrap()[..2500],
         &data[..]
@@ -233,16 +229,7 @@ fn long_gso_sends_carry_the_kernels_most_segments() {
     )
     .with_sge(Sge::new(amr.addr, len as u32, amr.lkey))
     .signaled();
-    let qpn = a.qpn;
-    a.dev.hca_mut().post_send(qpn, &[wr]).unwrap();
-    let mut ok = false;
-    drive(&mut a, &mut b, Duration::from_secs(10), |a, _b| {
-        for wc in completions(a) {
-            assert_eq!(wc.status, WcStatus::Success);
-            ok = true;
-        }
-        ok
-    });
+    post_and_complete(&mut a, &mut b, wr);
     assert_eq!(&b.dev.hca().mr_bytes(bmr.handle).unwrap()[..len], &data[..]);
     let (sa, cb) = (a.dev.stats(), b.dev.hca().counters());
     assert_eq!(cb.icrc_err, 0, "{cb:?}");
