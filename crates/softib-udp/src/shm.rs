@@ -505,6 +505,26 @@ fn ready(map: &Mapping) -> bool {
     map.seq(head).load(Ordering::Acquire) == head.wrapping_add(1)
 }
 
+/// The entry header of a datagram of `len` bytes from `src`, marked placed when `placed`.
+#[inline(always)]
+fn entry_header(src: SocketAddr, len: usize, placed: bool) -> [u8; ENTRY_HDR] {
+    let mut hdr = [0u8; ENTRY_HDR];
+    hdr[E_LEN..E_LEN + 4].copy_from_slice(&(len as u32).to_ne_bytes());
+    hdr[E_PORT..E_PORT + 2].copy_from_slice(&src.port().to_ne_bytes());
+    let mark = if placed { E_PLACED } else { 0 };
+    match crate::frame::canonical_ip(src.ip()) {
+        IpAddr::V4(a) => {
+            hdr[E_FAMILY] = 4 | mark;
+            hdr[E_IP..E_IP + 4].copy_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            hdr[E_FAMILY] = 6 | mark;
+            hdr[E_IP..E_IP + 16].copy_from_slice(&a.octets());
+        }
+    }
+    hdr
+}
+
 /// Slots a datagram of `len` bytes takes with its header.
 fn slots_for(len: usize) -> usize {
     (ENTRY_HDR + len).div_ceil(SLOT_SIZE)
@@ -705,7 +725,56 @@ impl Outbox {
         if datagram.len() > SLOT_PAYLOAD {
             return Pushed::Full;
         }
-        let k = slots_for(datagram.len()) as u64;
+        let Some(pos) = self.claim(slots_for(datagram.len()) as u64) else {
+            return Pushed::Full;
+        };
+        self.fill(pos, &entry_header(src, datagram.len(), placed), datagram);
+        Pushed::Queued
+    }
+
+    /// Queues the datagrams `buf[starts[j]..starts[j + 1]]` (the last up to the end of
+    /// `buf`) from `src`, none marked placed, in order, with one claim of all their slots and
+    /// one entry header for a run of one length: what a GSO send is to a socket. All or
+    /// nothing: [`Pushed::Full`] (nothing queued) when the ring has no room for all of them
+    /// at once or one is longer than a slot run carries; the caller then pushes them one by
+    /// one.
+    pub fn push_run(&self, src: SocketAddr, buf: &[u8], starts: &[usize]) -> Pushed {
+        let datagrams = || {
+            starts.iter().enumerate().map(|(j, &start)| {
+                let end = starts.get(j + 1).copied().unwrap_or(buf.len());
+                buf.get(start..end)
+            })
+        };
+        let mut k = 0u64;
+        for d in datagrams() {
+            match d {
+                Some(d) if d.len() <= SLOT_PAYLOAD => k += slots_for(d.len()) as u64,
+                _ => return Pushed::Full,
+            }
+        }
+        if k == 0 {
+            return Pushed::Queued;
+        }
+        let Some(mut pos) = self.claim(k) else {
+            return Pushed::Full;
+        };
+        let mut hdr = entry_header(src, 0, false);
+        let mut hdr_len = None;
+        for datagram in datagrams().flatten() {
+            if hdr_len != Some(datagram.len()) {
+                hdr_len = Some(datagram.len());
+                hdr[E_LEN..E_LEN + 4].copy_from_slice(&(datagram.len() as u32).to_ne_bytes());
+            }
+            self.fill(pos, &hdr, datagram);
+            pos = pos.wrapping_add(slots_for(datagram.len()) as u64);
+        }
+        Pushed::Queued
+    }
+
+    /// Claims `k` consecutive slots (`k >= 1`) for this producer; returns the position of the
+    /// first, or `None` when the ring has no room for them.
+    #[inline(always)]
+    fn claim(&self, k: u64) -> Option<u64> {
         let tail = self.map.u64_at(OFF_TAIL);
         let mut pos = tail.load(Ordering::Relaxed);
         loop {
@@ -720,7 +789,7 @@ impl Outbox {
                 let seq = self.map.seq(last).load(Ordering::Acquire);
                 let dif = seq.wrapping_sub(last) as i64;
                 if dif < 0 {
-                    return Pushed::Full;
+                    return None;
                 }
                 if dif > 0 {
                     // Another producer took the slot: the tail has moved on (the sequence
@@ -729,7 +798,7 @@ impl Outbox {
                     // than spin.
                     let now = tail.load(Ordering::Relaxed);
                     if now == pos {
-                        return Pushed::Full;
+                        return None;
                     }
                     pos = now;
                     continue;
@@ -744,31 +813,23 @@ impl Outbox {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => break,
+                Ok(_) => return Some(pos),
                 Err(now) => pos = now,
             }
         }
+    }
+
+    /// Writes the entry header `hdr` and `datagram` into the slots claimed at `pos` and
+    /// publishes them.
+    #[inline(always)]
+    fn fill(&self, pos: u64, hdr: &[u8; ENTRY_HDR], datagram: &[u8]) {
         let at = Mapping::slot(pos);
-        let mut hdr = [0u8; ENTRY_HDR];
-        hdr[E_LEN..E_LEN + 4].copy_from_slice(&(datagram.len() as u32).to_ne_bytes());
-        hdr[E_PORT..E_PORT + 2].copy_from_slice(&src.port().to_ne_bytes());
-        match crate::frame::canonical_ip(src.ip()) {
-            IpAddr::V4(a) => {
-                hdr[E_FAMILY] = 4 | if placed { E_PLACED } else { 0 };
-                hdr[E_IP..E_IP + 4].copy_from_slice(&a.octets());
-            }
-            IpAddr::V6(a) => {
-                hdr[E_FAMILY] = 6 | if placed { E_PLACED } else { 0 };
-                hdr[E_IP..E_IP + 16].copy_from_slice(&a.octets());
-            }
-        }
-        self.map.write(at, &hdr);
+        self.map.write(at, hdr);
         self.map.write(at + ENTRY_HDR, datagram);
         // The first slot's sequence publishes the whole datagram.
         self.map
             .seq(pos)
             .store(pos.wrapping_add(1), Ordering::Release);
-        Pushed::Queued
     }
 
     /// Places the payload of an RDMA WRITE to the peer's QP `qpn` (R_Key `rkey`, address
@@ -945,6 +1006,63 @@ mod tests {
         assert!(Outbox::attach(me).is_none());
     }
 
+    /// `push_run` queues a run in order (a run of one length and a shorter last; lengths
+    /// that take several slots and run past the ring's end), all or nothing: a run with no
+    /// room for all of it, or with a datagram longer than a slot run, queues none.
+    #[test]
+    fn runs_cross_in_order_all_or_nothing() {
+        let me = addr(40_051);
+        let mut inbox = Inbox::create(me).unwrap();
+        let out = Outbox::attach(me).unwrap();
+        let from = addr(40_052);
+        let mut buf = vec![0u8; SLOT_PAYLOAD];
+        let run = |sizes: &[usize], seed: u8| {
+            let (mut bytes, mut starts) = (Vec::new(), Vec::new());
+            for (j, &n) in sizes.iter().enumerate() {
+                starts.push(bytes.len());
+                bytes.extend(std::iter::repeat_n(seed ^ j as u8, n));
+            }
+            (bytes, starts)
+        };
+        let sizes: [&[usize]; 3] = [
+            &[80, 80, 80, 80, 52],
+            &[300, 80, 4150, 1],
+            &[SLOT_PAYLOAD; 3],
+        ];
+        for round in 0..40u8 {
+            for (r, sizes) in sizes.iter().enumerate() {
+                let seed = round.wrapping_mul(7) ^ r as u8;
+                let (bytes, starts) = run(sizes, seed);
+                assert_eq!(out.push_run(from, &bytes, &starts), Pushed::Queued);
+                for (j, &n) in sizes.iter().enumerate() {
+                    let (src, len) = inbox.pop(&mut buf).unwrap().unwrap();
+                    assert_eq!((src, len), (from, n), "round {round} run {r} datagram {j}");
+                    assert!(buf[..len].iter().all(|&b| b == seed ^ j as u8));
+                }
+                assert!(inbox.pop(&mut buf).is_none());
+            }
+        }
+        // Two slots left: a run of three one-slot datagrams does not fit and queues nothing.
+        for i in 0..SLOTS - 2 {
+            assert_eq!(out.push(from, &[i as u8; 80]), Pushed::Queued);
+        }
+        let (bytes, starts) = run(&[80, 80, 80], 1);
+        assert_eq!(out.push_run(from, &bytes, &starts), Pushed::Full);
+        let (bytes, starts) = run(&[80, 80], 2);
+        assert_eq!(out.push_run(from, &bytes, &starts), Pushed::Queued);
+        for _ in 0..SLOTS - 2 {
+            assert_eq!(inbox.pop(&mut buf).unwrap().unwrap().1, 80);
+        }
+        for j in 0..2 {
+            assert_eq!(inbox.pop(&mut buf).unwrap().unwrap().1, 80);
+            assert!(buf[..80].iter().all(|&b| b == 2 ^ j as u8));
+        }
+        assert!(inbox.pop(&mut buf).is_none());
+        let (bytes, starts) = run(&[80, SLOT_PAYLOAD + 1], 3);
+        assert_eq!(out.push_run(from, &bytes, &starts), Pushed::Full);
+        assert!(inbox.pop(&mut buf).is_none());
+    }
+
     /// `request_waiting` looks at the OpCode of the next datagram only: responses of every
     /// class say no, anything else (requests, garbage) yes, an empty ring no.
     #[test]
@@ -976,7 +1094,8 @@ mod tests {
     }
 
     /// Four producer threads, one consumer: every datagram arrives once, each producer's in
-    /// its order.
+    /// its order. Two producers push one datagram at a time, two runs of five
+    /// ([`Outbox::push_run`]).
     #[test]
     fn producers_race_without_losing_or_duplicating() {
         let me = addr(40_011);
@@ -987,8 +1106,18 @@ mod tests {
                 std::thread::spawn(move || {
                     let out = Outbox::attach(me).unwrap();
                     let from = addr(41_000 + p);
-                    for i in 0..per {
-                        while out.push(from, &i.to_le_bytes()) == Pushed::Full {
+                    if p % 2 == 0 {
+                        for i in 0..per {
+                            while out.push(from, &i.to_le_bytes()) == Pushed::Full {
+                                std::thread::yield_now();
+                            }
+                        }
+                        return;
+                    }
+                    for i in (0..per).step_by(5) {
+                        let bytes: Vec<u8> = (i..i + 5).flat_map(u32::to_le_bytes).collect();
+                        let starts = [0, 4, 8, 12, 16];
+                        while out.push_run(from, &bytes, &starts) == Pushed::Full {
                             std::thread::yield_now();
                         }
                     }
@@ -1079,7 +1208,7 @@ mod tests {
     /// A slot claiming a length beyond the slot is consumed and reported, not read.
     #[test]
     fn a_hostile_length_is_refused() {
-        let me = addr(40_021);
+        let me = addr(40_061);
         let mut inbox = Inbox::create(me).unwrap();
         let out = Outbox::attach(me).unwrap();
         assert_eq!(out.push(addr(1), &[1, 2, 3]), Pushed::Queued);
@@ -1093,7 +1222,7 @@ mod tests {
     #[test]
     fn placed_writes_go_only_where_published() {
         use softib_core::{PlacementSink, PlacementUpdate as U};
-        let me = addr(40_031);
+        let me = addr(40_071);
         let inbox = Inbox::create(me).unwrap();
         let mut publisher = inbox.publisher();
         let out = Outbox::attach(me).expect("own inbox is attachable");
@@ -1256,7 +1385,7 @@ mod tests {
     /// header alike: senders, families and lengths in turn, each popped as it was pushed.
     #[test]
     fn a_kept_entry_header_is_reused_only_for_its_like() {
-        let me = addr(40_034);
+        let me = addr(40_081);
         let mut inbox = Inbox::create(me).unwrap();
         let out = Outbox::attach(me).unwrap();
         let mut buf = vec![0u8; SLOT_PAYLOAD];
