@@ -13,7 +13,12 @@
 #
 # Each pair runs ROUNDS times (default 3), interleaved, and the median of each side is used.
 #
-# Usage: bench/shm-ratios.sh [ROUNDS]     (env: SOFTIB=path/to/softib skips the build)
+# PIN=1 runs the server on CPU 0 and the client on CPU 1 (both transports), as
+# bench/udp-ratios.sh does: unpinned, the two processes often share one CPU for part of a run,
+# and the shared-memory rate of one build swung between 2.9 and 6.0 Mpps from run to run.
+#
+# Usage: bench/shm-ratios.sh [ROUNDS]     (env: SOFTIB=path/to/softib skips the build,
+#                                          PIN=1 pins the two sides to CPUs 0 and 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -26,6 +31,17 @@ B=127.0.0.2
 PORT=${SOFTIB_BENCH_PORT:-18771}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+PIN_SERVER=()
+PIN_CLIENT=()
+if [[ -n "${PIN:-}" ]]; then
+    if command -v taskset >/dev/null && [[ $(nproc) -ge 2 ]]; then
+        PIN_SERVER=(taskset -c 0)
+        PIN_CLIENT=(taskset -c 1)
+        echo "(pinned: servers on CPU 0, clients on CPU 1)"
+    else
+        echo "PIN=1 ignored: needs taskset and two CPUs"
+    fi
+fi
 
 # run_pair TRANSPORT -- server args -- client args (the client's last argument: the server)
 run_pair() {
@@ -35,10 +51,10 @@ run_pair() {
     while [[ $1 != -- ]]; do sargs+=("$1"); shift; done
     shift
     cargs=("$@")
-    timeout 120 "$SOFTIB" "${sargs[@]}" --transport "$t" >"$TMP/s" 2>&1 &
+    ${PIN_SERVER[@]+"${PIN_SERVER[@]}"} timeout 120 "$SOFTIB" "${sargs[@]}" --transport "$t" >"$TMP/s" 2>&1 &
     local spid=$!
     sleep 0.3
-    timeout 120 "$SOFTIB" "${cargs[@]:0:${#cargs[@]}-1}" --transport "$t" "${cargs[-1]}" >"$TMP/c" 2>&1 ||
+    ${PIN_CLIENT[@]+"${PIN_CLIENT[@]}"} timeout 120 "$SOFTIB" "${cargs[@]:0:${#cargs[@]}-1}" --transport "$t" "${cargs[-1]}" >"$TMP/c" 2>&1 ||
         { echo "client failed:"; cat "$TMP/c" "$TMP/s"; exit 1; }
     wait "$spid" || { echo "server failed:"; cat "$TMP/s"; exit 1; }
 }
