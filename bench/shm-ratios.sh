@@ -31,17 +31,8 @@ B=127.0.0.2
 PORT=${SOFTIB_BENCH_PORT:-18771}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-PIN_SERVER=()
-PIN_CLIENT=()
-if [[ -n "${PIN:-}" ]]; then
-    if command -v taskset >/dev/null && [[ $(nproc) -ge 2 ]]; then
-        PIN_SERVER=(taskset -c 0)
-        PIN_CLIENT=(taskset -c 1)
-        echo "(pinned: servers on CPU 0, clients on CPU 1)"
-    else
-        echo "PIN=1 ignored: needs taskset and two CPUs"
-    fi
-fi
+# shellcheck source=bench/pin.sh
+. bench/pin.sh
 
 # run_pair TRANSPORT -- server args -- client args (the client's last argument: the server)
 run_pair() {
