@@ -1601,8 +1601,6 @@ static RESPONSES: [bool; 256] = {
     t
 };
 
-/// One `sendmsg` (possibly a GSO run of `segs` datagrams), waiting for buffer space a
-/// bounded number of times; failures are counted as dropped datagrams.
 /// The most segments one UDP GSO send may carry on this kernel (UDP_MAX_SEGMENTS): 128 since
 /// Linux 6.9, 64 before. quinn-udp reports 64 whatever the kernel; the limit is found once per
 /// process by a send of 128 eight-byte segments from one loopback socket to another (the
@@ -1637,6 +1635,8 @@ pub fn gso_max_segments() -> usize {
     })
 }
 
+/// One `sendmsg` (possibly a GSO run of `segs` datagrams), waiting for buffer space a
+/// bounded number of times; failures are counted as dropped datagrams.
 fn send_one(
     socket: &UdpSocket,
     state: &UdpSocketState,
