@@ -80,26 +80,39 @@ pub(crate) struct CqOverrunError;
 
 /// QPs by QPN value: a vector sorted by QPN, so a lookup is a binary search over a few
 /// contiguous keys and iteration order is deterministic. The data path looks the same QP up
-/// several times per packet: the position of the latest hit is tried first.
-#[derive(Debug, Clone, Default)]
+/// several times per packet: the latest hit, its QPN and position, is tried first.
+#[derive(Debug, Clone)]
 pub(crate) struct QpMap {
     keys: Vec<u32>,
     pub(crate) qps: Vec<Qp>,
-    /// Index of the latest key found (checked against the key before use, so insertions and
-    /// removals that move it cost a search, never a wrong QP).
-    last: std::cell::Cell<usize>,
+    /// The QPN and index of the latest key found ([`NO_HIT`] when none): compared without a
+    /// look at `keys`, and forgotten whenever an insertion or removal moves the indices.
+    last: std::cell::Cell<(u32, usize)>,
+}
+
+/// [`QpMap::last`] with nothing in it: no QPN is this large (QPNs have 24 bits).
+const NO_HIT: (u32, usize) = (u32::MAX, 0);
+
+impl Default for QpMap {
+    fn default() -> QpMap {
+        QpMap {
+            keys: Vec::new(),
+            qps: Vec::new(),
+            last: std::cell::Cell::new(NO_HIT),
+        }
+    }
 }
 
 impl QpMap {
     #[inline]
     fn position(&self, qpn: u32) -> Result<usize, usize> {
-        let last = self.last.get();
-        if self.keys.get(last) == Some(&qpn) {
-            return Ok(last);
+        let (key, at) = self.last.get();
+        if key == qpn {
+            return Ok(at);
         }
         let found = self.keys.binary_search(&qpn);
         if let Ok(i) = found {
-            self.last.set(i);
+            self.last.set((qpn, i));
         }
         found
     }
@@ -131,6 +144,7 @@ impl QpMap {
             Err(i) => {
                 self.keys.insert(i, qpn);
                 self.qps.insert(i, qp);
+                self.last.set(NO_HIT);
             }
         }
     }
@@ -143,6 +157,7 @@ impl QpMap {
     pub(crate) fn remove(&mut self, qpn: &u32) -> Option<Qp> {
         let i = self.position(*qpn).ok()?;
         self.keys.remove(i);
+        self.last.set(NO_HIT);
         Some(self.qps.remove(i))
     }
 }

@@ -58,6 +58,33 @@ fn qpns_start_at_0x11_and_wrap_below_2_pow_24() {
     assert_eq!(f.qp(QpType::Rc), Qpn::new(0x14));
 }
 
+/// The QP map remembers its latest hit by QPN and position: an insertion or a removal that
+/// moves the positions of the QPs behind it must never make a look-up return another QP.
+#[test]
+fn qp_lookups_stay_right_when_positions_move() {
+    let mut f = Fixture::new();
+    let a = f.qp(QpType::Rc);
+    let b = f.qp(QpType::Ud);
+    let c = f.qp(QpType::Uc);
+    let kind = |f: &Fixture, q: Qpn| f.hca.qp(q).map(|qp| (qp.qpn(), qp.qp_type()));
+    // The latest hit is c, at the last position.
+    assert_eq!(kind(&f, c), Some((c, QpType::Uc)));
+    // A removal in front of it moves it down by one; the removed QP (the latest hit of the
+    // removal's own look-up) is gone.
+    f.hca.destroy_qp(a).unwrap();
+    assert_eq!(kind(&f, a), None);
+    assert_eq!(kind(&f, c), Some((c, QpType::Uc)));
+    assert_eq!(kind(&f, b), Some((b, QpType::Ud)));
+    // An insertion in front of b (a QPN below it, as after the numbers wrap) moves b up.
+    f.hca.next_qpn = a.value();
+    assert_eq!(kind(&f, b), Some((b, QpType::Ud)));
+    let d = f.qp(QpType::Rc);
+    assert_eq!(d, a);
+    assert_eq!(kind(&f, b), Some((b, QpType::Ud)));
+    assert_eq!(kind(&f, d), Some((d, QpType::Rc)));
+    assert_eq!(kind(&f, c), Some((c, QpType::Uc)));
+}
+
 #[test]
 fn pd_limit_and_busy_dealloc() {
     let mut config = HcaConfig::new(1);
