@@ -298,7 +298,9 @@ pub struct DeviceStats {
 /// One datagram waiting in the send batch.
 #[derive(Debug, Clone, Copy)]
 struct TxEntry {
-    dest: SocketAddr,
+    /// Its destination, by index into [`Device::tx_dests`]: equal destinations, equal
+    /// indices (GSO runs are found by comparing them).
+    dest: u32,
     start: usize,
     len: usize,
 }
@@ -335,6 +337,8 @@ pub struct Device {
     /// backlog, whose acknowledgements leave while it is handled ([`RX_FLUSH_EVERY`]).
     rx_after_sleep: bool,
     tx: Vec<TxEntry>,
+    /// The destinations of the datagrams in `tx`, each once.
+    tx_dests: Vec<SocketAddr>,
     /// Pure ACKs at the end of `tx` (pushed after its last other datagram): a request pushed
     /// after none has no ACK to pass ([`Device::ack_behind_request`]).
     tx_acks_at_tail: usize,
@@ -495,6 +499,7 @@ impl Device {
             tx_starts: Vec::with_capacity(GSO_MAX_SEGMENTS),
             rx_after_sleep: false,
             tx: Vec::with_capacity(GSO_MAX_SEGMENTS),
+            tx_dests: Vec::new(),
             tx_acks_at_tail: 0,
             rx_buf: vec![0u8; (RX_HEADROOM + RX_SLOT) * BATCH_SIZE],
             rx_meta: vec![RecvMeta::default(); BATCH_SIZE],
@@ -807,6 +812,7 @@ impl Device {
             let start = self.tx_buf.len();
             let len = payload.len();
             self.tx_buf.extend_from_slice(payload);
+            let dest = self.dest_index(dest);
             sent += self.queued(dest, start, len)?;
         }
         sent += self.send_batch()?;
@@ -892,18 +898,37 @@ impl Device {
         }
         let mut sent = 0;
         let starts = std::mem::take(&mut self.tx_starts);
+        // One destination for the run, looked up once (a full batch sent on the way empties
+        // the table: looked up again then).
+        let mut at = self.dest_index(dest);
         for (k, &start) in starts.iter().enumerate() {
             let len = end(k, &starts, self.tx_buf.len()) - start;
-            sent += self.queued(dest, start, len)?;
+            if self.tx_dests.is_empty() {
+                at = self.dest_index(dest);
+            }
+            sent += self.queued(at, start, len)?;
         }
         self.tx_starts = starts;
         Ok(sent)
     }
 
-    /// Queues the datagram at `tx_buf[start..start + len]` for `dest` (its ACKs behind the
-    /// request they precede); sends the batch when full and returns how many went.
+    /// The index of `dest` in [`Device::tx_dests`], added there if new.
     #[inline(always)]
-    fn queued(&mut self, dest: SocketAddr, start: usize, len: usize) -> io::Result<usize> {
+    fn dest_index(&mut self, dest: SocketAddr) -> u32 {
+        match self.tx_dests.iter().rposition(|d| *d == dest) {
+            Some(i) => i as u32,
+            None => {
+                self.tx_dests.push(dest);
+                (self.tx_dests.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Queues the datagram at `tx_buf[start..start + len]` for the destination at `dest` in
+    /// [`Device::tx_dests`] (its ACKs behind the request they precede); sends the batch when
+    /// full and returns how many went.
+    #[inline(always)]
+    fn queued(&mut self, dest: u32, start: usize, len: usize) -> io::Result<usize> {
         let opcode = self.tx_buf.get(start).copied();
         let request = opcode.is_some_and(|op| !is_response(op));
         self.tx.push(TxEntry { dest, start, len });
@@ -1002,11 +1027,12 @@ impl Device {
                     total += self.tx[j].len;
                     j += 1;
                 }
-                if first.dest.is_ipv4() && j - i > 1 {
+                let destination = self.tx_dests[first.dest as usize];
+                if destination.is_ipv4() && j - i > 1 {
                     self.retag_gso_run(i, j);
                 }
                 let t = Transmit {
-                    destination: first.dest,
+                    destination,
                     ecn: None,
                     contents: &self.tx_buf[first.start..first.start + total],
                     segment_size: (j - i > 1).then_some(seg),
@@ -1020,6 +1046,7 @@ impl Device {
         }
         self.stats.tx_datagrams += n as u64;
         self.tx.clear();
+        self.tx_dests.clear();
         self.tx_buf.clear();
         self.tx_acks_at_tail = 0;
         Ok(n)
@@ -1058,7 +1085,7 @@ impl Device {
         let addrs: Vec<SocketAddrAny> = self
             .tx
             .iter()
-            .map(|e| SocketAddrAny::from(e.dest))
+            .map(|e| SocketAddrAny::from(self.tx_dests[e.dest as usize]))
             .collect();
         let iovs: Vec<IoSlice<'_>> = self
             .tx
@@ -1715,7 +1742,9 @@ mod tests {
             [vec![100; 5], vec![60]].concat(),
         ] {
             dev.tx.clear();
+            dev.tx_dests.clear();
             dev.tx_buf.clear();
+            let dest = dev.dest_index(dest);
             for (n, &len) in run.iter().enumerate() {
                 // An RC SEND_ONLY body, ICRC sealed for Identification 0.
                 let mut body = vec![n as u8 + 1; len];
