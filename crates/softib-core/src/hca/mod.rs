@@ -90,7 +90,8 @@ pub(crate) struct QpMap {
     last: std::cell::Cell<(u32, usize)>,
 }
 
-/// [`QpMap::last`] with nothing in it: no QPN is this large (QPNs have 24 bits).
+/// [`QpMap::last`] with nothing in it: no key is this large (a QPN has 24 bits, an EE
+/// context's key is [`rd::EEC_KEY`] plus 24 bits).
 const NO_HIT: (u32, usize) = (u32::MAX, 0);
 
 impl Default for QpMap {
