@@ -17,6 +17,10 @@
 # ICRC of the 64-byte SEND (`softib bench icrc`, measured in the same run).
 #
 # Each pair runs ROUNDS times (default 3), interleaved, and the median of each side is used.
+# For the message rate it also prints the median and the spread of each round's own ratio
+# (softib's run against the raw `--seq` run of the same round): raw UDP's rate moves 2x from one
+# round to the next on a shared machine, and a ratio of two medians can pair softib's fast
+# rounds with the baseline's fast or slow ones.
 # Both polling disciplines are measured: busy polling (the default of every tool; idle polls
 # yield the CPU) and -e (sleep in poll(2)); raw UDP uses the same discipline as softib in each.
 #
@@ -105,6 +109,8 @@ for MODE in busy events; do
     echo "== polling: $MODE ($ROUNDS rounds, medians)"
     awk -v s="$rs" -v r="$rq" 'BEGIN {printf "send 64 B message rate   softib/raw UDP reading each datagram = %.2fx  (target >= 0.5x; the first target, 0.8x, is out of reach: budget below)\n", s / r}'
     awk -v s="$rs" -v r="$rr" 'BEGIN {printf "send 64 B message rate   softib/raw UDP never reading one    = %.2fx\n", s / r}'
+    paste "$TMP/rate_s" "$TMP/rate_q" | awk '{print $1 / $2}' | sort -g >"$TMP/paired"
+    awk '{a[NR] = $1} END {printf "  each round against its own raw --seq run: median %.2fx, %.2f-%.2fx\n", a[int((NR + 1) / 2)], a[1], a[NR]}' "$TMP/paired"
     # What the target leaves softib per message, set beside one ICRC (measured now).
     icrc_ns=$("$SOFTIB" bench icrc -s 64 -n 1000000 --json | jq .icrc_ns)
     awk -v r="$rq" -v c="$icrc_ns" 'BEGIN {t = 1000 / r; printf "  budget: raw UDP takes %.0f ns per datagram; 0.5x leaves softib %.0f ns per message on top, per side (0.8x: %.0f ns); one ICRC of that SEND costs %.0f ns (each side computes one)\n", t, t / 0.5 - t, t / 0.8 - t, c}'
