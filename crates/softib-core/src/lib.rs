@@ -45,4 +45,4 @@ pub use hca::{
 };
 pub use hca::{raw_header_len, raw_max_message, MULTICAST_LID_BASE, PERMISSIVE_LID};
 pub use hca::{PlacementSink, PlacementUpdate, Transmitted};
-pub use verbs::device::HcaConfig;
+pub use verbs::device::{HcaConfig, NumberRange};

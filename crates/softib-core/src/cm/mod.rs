@@ -70,6 +70,10 @@ pub struct CmConfig {
     /// First Communication ID handed out (the driver picks it at random, so that a restarted
     /// process is not taken for its predecessor).
     pub first_comm_id: u32,
+    /// The high byte every Communication ID (and SIDR Request ID) of this agent carries, when
+    /// several agents share one port (one per process of a host-wide device): a MAD that
+    /// names the ID reaches its agent by it. `None`: IDs over the whole 32-bit space.
+    pub comm_id_prefix: Option<u8>,
     /// This agent's CM response timeout, the exponent t of 4.096 us * 2^t (sent in the REQ
     /// as Remote CM Response Timeout and used as the peer's when waiting). rdma_cm uses 20.
     pub cm_response_timeout: u8,
@@ -94,12 +98,21 @@ impl CmConfig {
             local_gid,
             ca_guid,
             first_comm_id,
+            comm_id_prefix: None,
             cm_response_timeout: 20,
             max_cm_retries: 15,
             packet_lifetime: Duration::from_millis(1),
             timewait: Duration::from_secs(1),
             unlistened_grace: Duration::ZERO,
         }
+    }
+}
+
+/// `n` with its high byte replaced by `prefix`, if there is one ([`CmConfig::comm_id_prefix`]).
+fn with_prefix(prefix: Option<u8>, n: u32) -> u32 {
+    match prefix {
+        Some(p) => (u32::from(p) << 24) | (n & 0x00FF_FFFF),
+        None => n,
     }
 }
 
@@ -1187,9 +1200,9 @@ impl CmAgent {
 
     fn new_id(&mut self) -> CmId {
         loop {
-            let id = CmId(self.next_comm_id);
+            let id = CmId(with_prefix(self.cfg.comm_id_prefix, self.next_comm_id));
             self.next_comm_id = self.next_comm_id.wrapping_add(1).max(1);
-            if !self.conns.contains_key(&id) {
+            if id.0 != 0 && !self.conns.contains_key(&id) {
                 return id;
             }
         }

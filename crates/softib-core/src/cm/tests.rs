@@ -232,6 +232,38 @@ fn establish_carries_the_fields_both_ways() {
     assert_eq!(p.a.poll_timeout(), None, "nothing left to time");
 }
 
+/// Agents given an ID prefix (one per process of a host-wide device) carry it in the high byte
+/// of every Communication ID, also when their counter wraps; the REP names the requester's ID
+/// with it, which is how the REP reaches the requester's process.
+#[test]
+fn comm_ids_carry_the_agents_prefix() {
+    let mut p = Pair::new();
+    p.a = CmAgent::new(CmConfig {
+        comm_id_prefix: Some(0x2a),
+        ..cfg(A, 0xa1a, 0xFF_FFFF)
+    });
+    p.b = CmAgent::new(CmConfig {
+        comm_id_prefix: Some(0x07),
+        ..cfg(B, 0xb0b, 5000)
+    });
+    p.b.listen(SID).unwrap();
+    let ia = p.connect(b"x");
+    assert_eq!(ia.0, 0x2aFF_FFFF);
+    let (ib, req) = p.b_request();
+    assert_eq!(ib.0 >> 24, 0x07);
+    assert_eq!(req.local_comm_id, ia.0);
+    p.accept(ib);
+    let CmEvent::ConnectReply { rep, .. } = p.events_a.last().unwrap().clone() else {
+        panic!("{:?}", p.events_a)
+    };
+    assert_eq!(rep.remote_comm_id, 0x2aFF_FFFF);
+    assert_eq!(rep.local_comm_id, ib.0);
+    // The counter wrapped: the next ID keeps the prefix (and is never 0).
+    let next = p.connect(b"y");
+    assert_eq!(next.0 >> 24, 0x2a);
+    assert_ne!(next, ia);
+}
+
 #[test]
 fn reject_by_the_consumer() {
     let mut p = Pair::new();

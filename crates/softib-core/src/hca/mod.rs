@@ -56,7 +56,7 @@ use crate::error::{
 use crate::table::Table;
 use crate::verbs::ah::{self, Ah, AhAttr};
 use crate::verbs::cq::{self, Cq, CqAttr, WorkCompletion};
-use crate::verbs::device::{DeviceAttr, HcaConfig, PortAttr, PortConfig};
+use crate::verbs::device::{DeviceAttr, HcaConfig, NumberRange, PortAttr, PortConfig};
 use crate::verbs::event::AsyncEvent;
 use crate::verbs::mr::{
     MrAccessError, MrCheckError, MrInfo, MrMemory, MrRegFailure, MrSlice, MrTable,
@@ -201,6 +201,8 @@ pub struct Hca {
     /// QPs by QPN value.
     pub(crate) qps: QpMap,
     pub(crate) next_qpn: u32,
+    /// Where QPNs, SRQ numbers and EECNs come from ([`HcaConfig::numbers`]).
+    pub(crate) numbers: Numbers,
     pub(crate) async_events: VecDeque<AsyncEvent>,
     pub(crate) completion_events: VecDeque<CqHandle>,
     /// Data-path counters.
@@ -249,7 +251,10 @@ impl Hca {
     pub fn new(config: HcaConfig) -> Hca {
         let mut device = config.device;
         device.phys_port_cnt = u8::try_from(config.ports.len()).unwrap_or(u8::MAX);
-        let next_srqn = first_srqn(device.node_guid);
+        let numbers = Numbers::of(config.numbers, device.node_guid);
+        // A range smaller than the limits bounds them (a free number always exists).
+        device.max_qp = device.max_qp.min(Numbers::span(&numbers.qpns));
+        device.max_srq = device.max_srq.min(Numbers::span(&numbers.srqns));
         Hca {
             placement: placement::SinkSlot::default(),
             tx_placeable: false,
@@ -263,11 +268,12 @@ impl Hca {
             ahs: Table::default(),
             xrcds: Table::default(),
             rdds: Table::default(),
-            next_eecn: 1,
+            next_eecn: numbers.eecns.start,
             srqs_by_num: Default::default(),
-            next_srqn,
+            next_srqn: numbers.srqns.start,
             qps: QpMap::default(),
-            next_qpn: qp::MIN_QPN,
+            next_qpn: numbers.qpns.start,
+            numbers,
             async_events: VecDeque::new(),
             counters: Default::default(),
             tx_ready: VecDeque::new(),
@@ -701,19 +707,14 @@ impl Hca {
 
     /// Numbers and stores a new SRQ (its PD counts one more user).
     fn insert_srq(&mut self, mut srq: Srq) -> SrqHandle {
-        // The next free number at or after the cursor, from 1 up to 2^24 - 1 and round again
-        // (`max_srq` is far below 2^24, so one is free).
-        srq.srqn = loop {
-            let n = self.next_srqn;
-            self.next_srqn = if n >= softib_wire::psn::MASK24 {
-                1
-            } else {
-                n + 1
-            };
-            if !self.srqs_by_num.contains_key(&n) {
-                break n;
-            }
-        };
+        // The next free number at or after the cursor, round the HCA's range (the caller
+        // checked `max_srq` against the range's size, so one is free).
+        let by_num = &self.srqs_by_num;
+        srq.srqn = self
+            .numbers
+            .srqns
+            .next_free(&mut self.next_srqn, |n| by_num.contains_key(&n))
+            .unwrap_or(self.numbers.srqns.first);
         let (pd, srqn) = (srq.pd, srq.srqn);
         let h = SrqHandle(self.srqs.insert(srq));
         self.srqs_by_num.insert(srqn, h);
@@ -892,6 +893,52 @@ impl Hca {
 /// in an SRQ of the same number.
 fn first_srqn(node_guid: u64) -> u32 {
     ((node_guid as u32 & 0xff) << 16) | 1
+}
+
+/// The ranges QPNs, SRQ numbers and EECNs are given from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Numbers {
+    pub(crate) qpns: NumberRange,
+    pub(crate) srqns: NumberRange,
+    pub(crate) eecns: NumberRange,
+}
+
+impl Numbers {
+    /// A configured range for all three, or: QPNs from 0x11 (rxe's first) to 2^24 - 2 (2^24 - 1
+    /// is the multicast QPN), SRQ numbers over the whole 24-bit space from [`first_srqn`],
+    /// EECNs from 1.
+    fn of(range: Option<NumberRange>, node_guid: u64) -> Numbers {
+        if let Some(r) = range {
+            return Numbers {
+                qpns: r,
+                srqns: r,
+                eecns: r,
+            };
+        }
+        let mask = softib_wire::psn::MASK24;
+        Numbers {
+            qpns: NumberRange {
+                first: qp::MIN_QPN,
+                last: mask - 1,
+                start: qp::MIN_QPN,
+            },
+            srqns: NumberRange {
+                first: 1,
+                last: mask,
+                start: first_srqn(node_guid),
+            },
+            eecns: NumberRange {
+                first: 1,
+                last: mask,
+                start: 1,
+            },
+        }
+    }
+
+    /// How many numbers each range holds.
+    pub(crate) fn span(r: &NumberRange) -> u32 {
+        r.last.saturating_sub(r.first).saturating_add(1)
+    }
 }
 
 /// Copies `src` into application memory the way a DMA engine writes it: every byte once,

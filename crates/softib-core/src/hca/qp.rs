@@ -123,17 +123,17 @@ impl Hca {
         Ok(qpn)
     }
 
-    /// The next free QPN at or after the cursor, wrapping from 2^24 - 2 back to 0x11 (2^24 - 1
-    /// is the multicast QPN). The caller has checked `max_qp`, which is far below 2^24, so a
-    /// free number exists.
+    /// The next free QPN at or after the cursor, round the HCA's range (by default 0x11 to
+    /// 2^24 - 2; 2^24 - 1 is the multicast QPN). The caller has checked `max_qp` against the
+    /// range's size, so a free number exists.
     pub(super) fn alloc_qpn(&mut self) -> Qpn {
-        loop {
-            let n = self.next_qpn;
-            self.next_qpn = if n >= MASK24 - 1 { MIN_QPN } else { n + 1 };
-            if n < MASK24 && !self.qps.contains_key(&n) {
-                return Qpn::new(n);
-            }
-        }
+        let qps = &self.qps;
+        let n = self
+            .numbers
+            .qpns
+            .next_free(&mut self.next_qpn, |n| n >= MASK24 || qps.contains_key(&n))
+            .unwrap_or(self.numbers.qpns.first);
+        Qpn::new(n)
     }
 
     /// Destroys a QP. Outstanding WRs are flushed to the CQs first (as if the QP entered

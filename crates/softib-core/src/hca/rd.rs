@@ -111,13 +111,13 @@ impl Hca {
                 max: MAX_EEC,
             });
         }
-        let eecn = loop {
-            let n = self.next_eecn;
-            self.next_eecn = if n >= MASK24 { 1 } else { n + 1 };
-            if !self.qps.contains_key(&(EEC_KEY | n)) {
-                break Eecn::new(n);
-            }
-        };
+        let qps = &self.qps;
+        let eecn = Eecn::new(
+            self.numbers
+                .eecns
+                .next_free(&mut self.next_eecn, |n| qps.contains_key(&(EEC_KEY | n)))
+                .unwrap_or(self.numbers.eecns.first),
+        );
         let none = CqHandle(Key::NONE);
         let init = QpInitAttr {
             send_cq: none,

@@ -268,6 +268,44 @@ pub struct HcaConfig {
     /// IPv4 identification 0 (DF set), UDP source port `port`. The ICRC covers both fields,
     /// so this makes it match the header the peer receives.
     pub udp_socket_port: Option<u16>,
+    /// The numbers this HCA gives its QPs, SRQs and EE contexts. `None` (the default): QPNs
+    /// from 0x11 up, as rxe numbers them, SRQ numbers and EECNs from the whole 24-bit space.
+    /// `Some(range)`: all three inside `range` only, for an HCA that is one process's share
+    /// of a device other processes use too (each gets its own range, so a number names one
+    /// process's object across the device; softib-udp's host-wide devices).
+    pub numbers: Option<NumberRange>,
+}
+
+/// A range of 24-bit object numbers (QPNs, SRQ numbers, EECNs), and where handing them out
+/// starts (numbers are given upward from `start`, wrapping from `last` to `first`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumberRange {
+    /// Lowest number of the range.
+    pub first: u32,
+    /// Highest number of the range (at most 2^24 - 2: 2^24 - 1 is the multicast QPN).
+    pub last: u32,
+    /// The first number handed out.
+    pub start: u32,
+}
+
+impl NumberRange {
+    /// The next number at or after `*cursor` (kept in the range) for which `used` is false,
+    /// moving the cursor past it; `None` when every number of the range is used.
+    pub fn next_free(&self, cursor: &mut u32, used: impl Fn(u32) -> bool) -> Option<u32> {
+        let span = u64::from(self.last.saturating_sub(self.first)) + 1;
+        for _ in 0..span {
+            let n = if (self.first..=self.last).contains(cursor) {
+                *cursor
+            } else {
+                self.first
+            };
+            *cursor = if n >= self.last { self.first } else { n + 1 };
+            if !used(n) {
+                return Some(n);
+            }
+        }
+        None
+    }
 }
 
 impl HcaConfig {
@@ -290,6 +328,7 @@ impl HcaConfig {
             mr_iova_base: 0x0000_7f00_0000_0000,
             max_unacked_psns: 128,
             udp_socket_port: None,
+            numbers: None,
         }
     }
 
@@ -307,6 +346,7 @@ impl HcaConfig {
             mr_iova_base: 0x0000_7f00_0000_0000,
             max_unacked_psns: 128,
             udp_socket_port: None,
+            numbers: None,
         }
     }
 }

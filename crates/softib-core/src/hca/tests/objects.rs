@@ -5,6 +5,7 @@ use super::*;
 use crate::error::*;
 use crate::verbs::ah::AhAttrError;
 use crate::verbs::cq::CqNotify;
+use crate::verbs::device::NumberRange;
 use crate::verbs::event::AsyncEvent;
 use crate::verbs::mr::{MrAccessError, MrCheckError};
 use crate::verbs::srq::{SrqAttr, SrqAttrMask, SrqInitAttr};
@@ -56,6 +57,39 @@ fn qpns_start_at_0x11_and_wrap_below_2_pow_24() {
     // 0x12 and 0x13 (in use).
     assert_eq!(f.qp(QpType::Rc), Qpn::new(0x11));
     assert_eq!(f.qp(QpType::Rc), Qpn::new(0x14));
+}
+
+/// An HCA given a range of numbers (one process's share of a host-wide device) numbers its
+/// QPs and SRQs only inside it, from its start, wrapping at its end, and its limits fit it.
+#[test]
+fn numbers_stay_inside_a_configured_range() {
+    let mut config = HcaConfig::new(1);
+    config.numbers = Some(NumberRange {
+        first: 0x3_0000,
+        last: 0x3_FFFF,
+        start: 0x3_FFFE,
+    });
+    let mut f = Fixture::with_config(config);
+    assert_eq!(f.hca.query_device().max_qp, 0x1_0000);
+    assert_eq!(f.hca.query_device().max_srq, 0x1_0000);
+    let qpns: Vec<u32> = (0..3).map(|_| f.qp(QpType::Rc).value()).collect();
+    assert_eq!(qpns, [0x3_FFFE, 0x3_FFFF, 0x3_0000]);
+    let srq = f.hca.create_srq(f.pd, &SRQ).unwrap();
+    assert_eq!(f.hca.srq_num(srq), Ok(0x3_FFFE));
+    let srq = f.hca.create_srq(f.pd, &SRQ).unwrap();
+    assert_eq!(f.hca.srq_num(srq), Ok(0x3_FFFF));
+    let range = NumberRange {
+        first: 5,
+        last: 7,
+        start: 6,
+    };
+    let mut cursor = range.start;
+    assert_eq!(range.next_free(&mut cursor, |n| n == 7), Some(6));
+    assert_eq!(range.next_free(&mut cursor, |n| n == 7), Some(5));
+    assert_eq!(range.next_free(&mut cursor, |_| true), None);
+    // A cursor outside the range starts at its first number.
+    let mut outside = 100;
+    assert_eq!(range.next_free(&mut outside, |_| false), Some(5));
 }
 
 /// The QP map remembers its latest hit by QPN and position: an insertion or a removal that
