@@ -248,7 +248,7 @@ fn comm_ids_carry_the_agents_prefix() {
     });
     p.b.listen(SID).unwrap();
     let ia = p.connect(b"x");
-    assert_eq!(ia.0, 0x2aFF_FFFF);
+    assert_eq!(ia.0, 0x2AFF_FFFF);
     let (ib, req) = p.b_request();
     assert_eq!(ib.0 >> 24, 0x07);
     assert_eq!(req.local_comm_id, ia.0);
@@ -256,7 +256,7 @@ fn comm_ids_carry_the_agents_prefix() {
     let CmEvent::ConnectReply { rep, .. } = p.events_a.last().unwrap().clone() else {
         panic!("{:?}", p.events_a)
     };
-    assert_eq!(rep.remote_comm_id, 0x2aFF_FFFF);
+    assert_eq!(rep.remote_comm_id, 0x2AFF_FFFF);
     assert_eq!(rep.local_comm_id, ib.0);
     // The counter wrapped: the next ID keeps the prefix (and is never 0).
     let next = p.connect(b"y");
