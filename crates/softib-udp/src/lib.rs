@@ -25,6 +25,7 @@
 pub mod clock;
 pub mod endpoint;
 pub mod frame;
+pub mod host;
 pub mod relay;
 pub mod shm;
 mod sockopt;
@@ -85,6 +86,18 @@ pub fn idle_step(
     busy_yields: u32,
     max_wait: Duration,
 ) -> io::Result<()> {
+    idle_step_on(&[socket.as_fd()], mode, idle, busy_yields, max_wait)
+}
+
+/// [`idle_step`] sleeping until any of `fds` is readable (a host-wide device's member also
+/// wakes on its doorbell socket).
+pub fn idle_step_on(
+    fds: &[std::os::fd::BorrowedFd<'_>],
+    mode: PollMode,
+    idle: u32,
+    busy_yields: u32,
+    max_wait: Duration,
+) -> io::Result<()> {
     let sleep = match mode {
         PollMode::Blocking => max_wait,
         PollMode::Busy if idle > busy_yields => max_wait.min(BUSY_SLEEP),
@@ -100,8 +113,8 @@ pub fn idle_step(
         tv_sec: sleep.as_secs() as _,
         tv_nsec: sleep.subsec_nanos() as _,
     };
-    let mut fds = [PollFd::new(socket, PollFlags::IN)];
-    match rustix::event::poll(&mut fds, Some(&ts)) {
+    let mut p: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f, PollFlags::IN)).collect();
+    match rustix::event::poll(&mut p, Some(&ts)) {
         Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
         Err(e) => Err(e.into()),
     }
@@ -213,6 +226,10 @@ pub struct DeviceConfig {
     /// The clock the device reads: the precise one, or the coarse one where the precise one
     /// is slow to read ([`clock`]).
     pub clock: ClockChoice,
+    /// Share the address with the other processes of the host that open a device on it, as
+    /// one HCA ([`host`]): the device is a member of the host-wide device of its address. When
+    /// false (or where `/dev/shm` is unavailable), the device holds the address alone.
+    pub host_wide: bool,
 }
 
 impl DeviceConfig {
@@ -240,6 +257,7 @@ impl DeviceConfig {
             transport: Transport::Auto,
             peer_port: ROCEV2_PORT,
             clock: ClockChoice::Auto,
+            host_wide: true,
         }
     }
 
@@ -293,13 +311,23 @@ pub struct DeviceStats {
     /// Same-host peers this device stopped placing WRITEs into because the kernel refused
     /// (process_vm_writev failed with EPERM or ENOSYS: a seccomp filter, a ptrace policy).
     pub placement_refused: u64,
+    /// Datagrams that reached this member's socket for another member of its host-wide device
+    /// and were handed on to that member's inbox ([`host`]).
+    pub forwarded: u64,
+    /// Datagrams another member handed on to this one (counted in `rx_shm` too).
+    pub forwarded_in: u64,
+    /// Datagrams for a number no live member of the host-wide device holds (dropped), and
+    /// datagrams that could not be handed on (the member's inbox full or gone).
+    pub unowned: u64,
+    /// Probes of the host-wide device's socket group answered ([`host`]).
+    pub probes: u64,
 }
 
 /// One datagram waiting in the send batch.
 #[derive(Debug, Clone, Copy)]
 struct TxEntry {
-    /// Its destination, by index into [`Device::tx_dests`]: equal destinations, equal
-    /// indices (GSO runs are found by comparing them).
+    /// Its destination, by index into [`Device::tx_dests`]: equal destinations (address and
+    /// member), equal indices (GSO runs are found by comparing them).
     dest: u32,
     start: usize,
     len: usize,
@@ -338,7 +366,7 @@ pub struct Device {
     rx_after_sleep: bool,
     tx: Vec<TxEntry>,
     /// The destinations of the datagrams in `tx`, each once.
-    tx_dests: Vec<SocketAddr>,
+    tx_dests: Vec<PeerKey>,
     /// Pure ACKs at the end of `tx` (pushed after its last other datagram): a request pushed
     /// after none has no ACK to pass ([`Device::ack_behind_request`]).
     tx_acks_at_tail: usize,
@@ -364,18 +392,39 @@ pub struct Device {
     /// The inbox's sleeping flag (set around sleeps in poll(2)).
     waker: Option<shm::Waker>,
     /// How each destination seen so far is reached.
-    peers: Vec<(SocketAddr, Peer)>,
+    peers: Vec<(PeerKey, Peer)>,
     /// Receive buffer of inbox datagrams, with headroom for the rebuilt header.
     rx_shm: Vec<u8>,
     /// Peers whose inboxes this flush wrote to: their doorbells are rung after it if they
     /// sleep.
-    shm_pushed_to: Vec<SocketAddr>,
+    shm_pushed_to: Vec<PeerKey>,
     /// Empty socket reads in a row, and when the quiet socket is read next (ns, HCA clock).
     udp_quiet: u32,
     udp_next_check: u64,
     /// Rounds the quiet socket was not read in (on the coarse clock, which cannot time
     /// [`UDP_QUIET_CHECK_NS`], the socket is read every [`UDP_QUIET_CHECK_ROUNDS`]).
     udp_skipped: u32,
+    /// The inboxes of the other members of the host-wide device, for what reached this one's
+    /// socket for them, and those written to in this round (rung if they sleep).
+    forward_to: Vec<(u8, shm::Outbox)>,
+    forwarded_to: Vec<u8>,
+    /// This device's membership of the host-wide device of its address. Declared after the
+    /// socket, so that the socket has left the group when the member leaves.
+    member: Option<host::Member>,
+}
+
+/// A destination: the address, and the member of a host-wide device there the datagram is
+/// for (the high byte of its destination number), 0 for none in particular.
+type PeerKey = (SocketAddr, u8);
+
+/// The member a datagram (BTH first) is for: the high byte of its destination QPN when that
+/// is a member slot, else 0.
+#[inline(always)]
+fn member_of(datagram: &[u8]) -> u8 {
+    match datagram.get(5) {
+        Some(&h) if (host::FIRST_SLOT..=host::LAST_SLOT).contains(&h) => h,
+        _ => 0,
+    }
 }
 
 /// How a destination is reached.
@@ -440,7 +489,29 @@ impl Device {
         // Best effort: the kernel clamps to net.core.{r,w}mem_max.
         let _ = s.set_recv_buffer_size(cfg.socket_buffer);
         let _ = s.set_send_buffer_size(cfg.socket_buffer);
-        s.bind(&cfg.bind.into())?;
+        let member = if cfg.host_wide && cfg.bind.port() != 0 {
+            match host::Member::join(cfg.bind, &s) {
+                Ok(m) => Some(m),
+                // No shared memory to keep the host table in: the address alone.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::NotFound | io::ErrorKind::Unsupported
+                    ) && e.raw_os_error() != Some(libc::EADDRINUSE) =>
+                {
+                    s.bind(&cfg.bind.into())?;
+                    None
+                }
+                // Another user's device: the address is taken as far as this user goes.
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    return Err(io::Error::new(io::ErrorKind::AddrInUse, e.to_string()))
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            s.bind(&cfg.bind.into())?;
+            None
+        };
         let socket: UdpSocket = s.into();
         let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
         let tx_batch_most = if cfg.gso && state.max_gso_segments() > 1 {
@@ -462,10 +533,18 @@ impl Device {
             )?,
         }
         let local = socket.local_addr()?;
-        let inbox = match cfg.transport {
-            Transport::Udp => None,
-            Transport::Auto => shm::Inbox::create(local).ok(),
-            Transport::Shm => Some(shm::Inbox::create(local)?),
+        // A member always has an inbox: the others hand on to it what reached their sockets
+        // for it. Over UDP only, senders do not use it themselves.
+        let inbox = match (&member, cfg.transport) {
+            (Some(m), t) => Some(shm::Inbox::create_member(
+                local,
+                m.slot(),
+                m.bell_port(),
+                t != Transport::Udp,
+            )?),
+            (None, Transport::Udp) => None,
+            (None, Transport::Auto) => shm::Inbox::create(local).ok(),
+            (None, Transport::Shm) => Some(shm::Inbox::create(local)?),
         };
         let pcap = match &cfg.pcap {
             Some(p) => Some(PcapWriter::new(
@@ -474,7 +553,9 @@ impl Device {
             )?),
             None => None,
         };
-        let mut hca = Hca::new(cfg.hca_config());
+        let mut hca_config = cfg.hca_config();
+        hca_config.numbers = member.as_ref().map(host::Member::numbers);
+        let mut hca = Hca::new(hca_config);
         let clock = Clock::new(cfg.clock);
         hca.set_clock_lag(clock.lag());
         if let Some(i) = &inbox {
@@ -521,7 +602,30 @@ impl Device {
             udp_quiet: 0,
             udp_next_check: 0,
             udp_skipped: 0,
+            forward_to: Vec::new(),
+            forwarded_to: Vec::new(),
+            member,
         })
+    }
+
+    /// The device's slot in the host-wide device of its address ([`host`]): the high byte of
+    /// its QPNs and of its connection manager's Communication IDs. `None` for a device that
+    /// holds its address alone.
+    pub fn member_slot(&self) -> Option<u8> {
+        self.member.as_ref().map(host::Member::slot)
+    }
+
+    /// The host-wide device membership, for claims in its port table (rdma_cm's port spaces,
+    /// listened Service IDs).
+    pub fn member(&self) -> Option<&host::Member> {
+        self.member.as_ref()
+    }
+
+    /// The member's doorbell socket, for a caller that sleeps on the device's sockets in its
+    /// place (the C library's progress thread): a same-host sender rings it.
+    pub fn bell_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.member.as_ref().map(|m| m.bell().as_fd())
     }
 
     /// The inbox's sleeping flag, for a thread that sleeps on [`Device::socket_fd`] in the
@@ -609,6 +713,9 @@ impl Device {
     /// `poll_io` / [`Device::progress`] while they wait, as every verbs program polls.
     pub fn poll_io(&mut self) -> io::Result<bool> {
         let now = self.now();
+        if self.member.is_some() {
+            self.maintain_membership(now);
+        }
         let mut busy = self.flush(now)? > 0;
         busy |= self.receive(now)? > 0;
         self.rx_after_sleep = false;
@@ -643,8 +750,14 @@ impl Device {
         let sleeps = mode == PollMode::Blocking || self.idle_polls > self.busy_yields;
         let waker = self.waker.as_ref().filter(|_| sleeps);
         if waker.is_none_or(shm::Waker::sleep_begin) {
-            idle_step(
-                &self.socket,
+            use std::os::fd::AsFd;
+            let sock = self.socket.as_fd();
+            let fds = match &self.member {
+                Some(m) => vec![sock, m.bell().as_fd()],
+                None => vec![sock],
+            };
+            idle_step_on(
+                &fds,
                 mode,
                 self.idle_polls,
                 self.busy_yields,
@@ -653,6 +766,9 @@ impl Device {
             self.rx_after_sleep = sleeps;
             if let Some(w) = waker {
                 w.sleep_end();
+            }
+            if sleeps {
+                self.drain_bell();
             }
         }
         if mode == PollMode::Blocking {
@@ -681,6 +797,18 @@ impl Device {
     /// handled ([`RX_FLUSH_EVERY`]), as after [`Device::wait`].
     pub fn woke(&mut self) {
         self.rx_after_sleep = true;
+        self.drain_bell();
+    }
+
+    /// Empties the doorbell socket (its datagrams only wake a sleeper).
+    fn drain_bell(&mut self) {
+        let Some(m) = &self.member else {
+            return;
+        };
+        let mut b = [0u8; 16];
+        while m.bell().recv_from(&mut b).is_ok() {
+            self.stats.doorbells_received += 1;
+        }
     }
 
     /// Sleeps until the socket is readable, the HCA's next timer is due, or `max_wait` passes.
@@ -702,16 +830,52 @@ impl Device {
         if self.waker.as_ref().is_some_and(|w| !w.sleep_begin()) {
             return Ok(());
         }
-        let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
-        let r = rustix::event::poll(&mut fds, Some(&ts));
+        let r = match &self.member {
+            Some(m) => rustix::event::poll(
+                &mut [
+                    PollFd::new(&self.socket, PollFlags::IN),
+                    PollFd::new(m.bell(), PollFlags::IN),
+                ],
+                Some(&ts),
+            ),
+            None => rustix::event::poll(&mut [PollFd::new(&self.socket, PollFlags::IN)], Some(&ts)),
+        };
         self.rx_after_sleep = true;
         if let Some(w) = &self.waker {
             w.sleep_end();
         }
+        self.drain_bell();
         match r {
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Keeps the host-wide membership going ([`host::Member::maintain`]) and hands it the
+    /// counters `softib status` shows.
+    fn maintain_membership(&mut self, now: Instant) {
+        use std::os::fd::AsFd;
+        let Some(m) = &mut self.member else {
+            return;
+        };
+        let st = &self.stats;
+        for (i, v) in [
+            self.hca.qp_count() as u64,
+            st.rx_datagrams,
+            st.tx_datagrams,
+            st.rx_shm,
+            st.tx_shm,
+            st.forwarded,
+            st.forwarded_in,
+            st.unowned,
+            st.probes,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            m.set_count(i, v);
+        }
+        m.maintain(self.socket.as_fd(), now.as_nanos());
     }
 
     /// Flushes the pcap capture, if any.
@@ -733,14 +897,14 @@ impl Device {
         // look whether its owner sleeps.
         let mut pushed_to = std::mem::take(&mut self.shm_pushed_to);
         for peer in pushed_to.drain(..) {
-            let sleeping = self
-                .peers
-                .iter()
-                .any(|(a, p)| *a == peer && matches!(p, Peer::Shm(o) if o.peer_sleeping()));
-            if sleeping {
+            let bell = self.peers.iter().find_map(|(a, p)| match p {
+                Peer::Shm(o) if *a == peer && o.peer_sleeping() => Some(o.bell()),
+                _ => None,
+            });
+            if let Some(bell) = bell {
                 // An empty datagram: the peer's poll(2) returns and it looks at its inbox.
                 self.stats.doorbells_sent += 1;
-                let _ = self.socket.send_to(&[], peer);
+                let _ = self.socket.send_to(&[], bell);
             }
         }
         self.shm_pushed_to = pushed_to;
@@ -793,6 +957,7 @@ impl Device {
                     }
                 },
             };
+            let dest = (dest, member_of(payload));
             if self.transport != Transport::Udp {
                 let path = shm_send(
                     &mut self.peers,
@@ -823,10 +988,12 @@ impl Device {
     /// `dst`: through a same-host peer's inbox where there is one (then off the batch),
     /// else into the batch. Returns how many datagrams a full batch sent.
     fn queue_datagrams(&mut self, dst: [u8; 4], now: Instant) -> io::Result<usize> {
-        let dest = route4(&mut self.tx_route4, &self.routes, self.peer_port, dst);
+        let addr = route4(&mut self.tx_route4, &self.routes, self.peer_port, dst);
         let Some(&first) = self.tx_starts.first() else {
             return Ok(0);
         };
+        // One QP's datagrams: one member of the peer's device.
+        let dest = (addr, member_of(&self.tx_buf[first..]));
         let n = self.tx_starts.len();
         let end =
             |k: usize, starts: &[usize], len: usize| starts.get(k + 1).copied().unwrap_or(len);
@@ -914,7 +1081,7 @@ impl Device {
 
     /// The index of `dest` in [`Device::tx_dests`], added there if new.
     #[inline(always)]
-    fn dest_index(&mut self, dest: SocketAddr) -> u32 {
+    fn dest_index(&mut self, dest: PeerKey) -> u32 {
         match self.tx_dests.iter().rposition(|d| *d == dest) {
             Some(i) => i as u32,
             None => {
@@ -1027,7 +1194,7 @@ impl Device {
                     total += self.tx[j].len;
                     j += 1;
                 }
-                let destination = self.tx_dests[first.dest as usize];
+                let destination = self.tx_dests[first.dest as usize].0;
                 if destination.is_ipv4() && j - i > 1 {
                     self.retag_gso_run(i, j);
                 }
@@ -1085,7 +1252,7 @@ impl Device {
         let addrs: Vec<SocketAddrAny> = self
             .tx
             .iter()
-            .map(|e| SocketAddrAny::from(self.tx_dests[e.dest as usize]))
+            .map(|e| SocketAddrAny::from(self.tx_dests[e.dest as usize].0))
             .collect();
         let iovs: Vec<IoSlice<'_>> = self
             .tx
@@ -1235,6 +1402,8 @@ impl Device {
             // Not a GRO segment: its Identification is 0, as the sender sealed it.
             self.rx_idents.start();
             let placed = self.inbox.as_ref().is_some_and(|i| i.last_placed());
+            let handed_on = self.inbox.as_ref().is_some_and(|i| i.last_forwarded());
+            self.stats.forwarded_in += u64::from(handed_on);
             self.stats.rx_placed += u64::from(placed);
             self.hca.set_placed_by_sender(placed);
             let delivered = deliver(
@@ -1307,7 +1476,37 @@ impl Device {
                     data + ((k + 1) * stride).min(len),
                 );
                 count += 1;
+                if let Some(m) = &mut self.member {
+                    let d = &self.rx_buf[start..end];
+                    // A probe of the socket group is no RoCEv2 datagram (not counted as one).
+                    if d.len() == host::PROBE_LEN && m.answer_probe(d) {
+                        self.stats.probes += 1;
+                        continue;
+                    }
+                }
                 self.stats.rx_datagrams += 1;
+                if let Some(m) = &self.member {
+                    let d = &self.rx_buf[start..end];
+                    match route(m, d) {
+                        host::Route::Mine => {}
+                        host::Route::Member(slot) => {
+                            forward(
+                                &mut self.forward_to,
+                                &mut self.forwarded_to,
+                                &mut self.stats,
+                                self.local,
+                                slot,
+                                meta.addr,
+                                &self.rx_buf[start..end],
+                            );
+                            continue;
+                        }
+                        host::Route::Nobody => {
+                            self.stats.unowned += 1;
+                            continue;
+                        }
+                    }
+                }
                 if end - start != header_for {
                     header_for = end - start;
                     header =
@@ -1338,7 +1537,20 @@ impl Device {
                 self.flush(now)?;
             }
         }
+        self.ring_forwarded();
         Ok(count)
+    }
+
+    /// Rings the members that were handed datagrams in this round and sleep.
+    fn ring_forwarded(&mut self) {
+        for slot in self.forwarded_to.drain(..) {
+            if let Some((_, o)) = self.forward_to.iter().find(|(s, _)| *s == slot) {
+                if o.peer_sleeping() {
+                    self.stats.doorbells_sent += 1;
+                    let _ = self.socket.send_to(&[], o.bell());
+                }
+            }
+        }
     }
 }
 
@@ -1401,6 +1613,75 @@ fn deliver(
     Ok(())
 }
 
+/// Hands `datagram`, which came from `src` to this member's socket (bound to `local`), to the
+/// member in `slot` of the host-wide device (its inbox, attached once and kept in `to`);
+/// dropped and counted when there is no room or no such member. `rung` collects the members
+/// written to, whose doorbells are rung after the batch if they sleep.
+#[allow(clippy::too_many_arguments)]
+fn forward(
+    to: &mut Vec<(u8, shm::Outbox)>,
+    rung: &mut Vec<u8>,
+    stats: &mut DeviceStats,
+    local: SocketAddr,
+    slot: u8,
+    src: SocketAddr,
+    datagram: &[u8],
+) {
+    let at = match to.iter().position(|(s, _)| *s == slot) {
+        Some(at) => at,
+        None => match shm::Outbox::attach_member(local, slot) {
+            Some(o) => {
+                to.push((slot, o));
+                to.len() - 1
+            }
+            None => {
+                stats.unowned += 1;
+                return;
+            }
+        },
+    };
+    let out = &to[at].1;
+    match out.push_forwarded(src, datagram) {
+        shm::Pushed::Queued => {
+            stats.forwarded += 1;
+            if !rung.contains(&slot) {
+                rung.push(slot);
+            }
+        }
+        shm::Pushed::Full => {
+            stats.unowned += 1;
+            if !out.still_valid() {
+                to.swap_remove(at);
+            }
+        }
+    }
+}
+
+/// Where a datagram (BTH first) that reached a member's socket goes: by its destination
+/// number's high byte, or for a MAD to QP1 by whom it is for (a request to the member that
+/// listens on its Service ID, any other message to the member whose Communication ID it
+/// names). What names no live member's ID stays here (this member's CM answers or drops it).
+fn route(m: &host::Member, d: &[u8]) -> host::Route {
+    let Some(qpn) = d.get(5..8) else {
+        return host::Route::Mine;
+    };
+    if qpn != [0, 0, 1] {
+        return m.route_number(qpn[0]);
+    }
+    // BTH and DETH, then the MAD.
+    const MAD: usize = softib_wire::bth::LEN + softib_wire::deth::LEN;
+    let to = d.get(MAD..).and_then(softib_wire::cm::addressee);
+    let slot = match to {
+        Some(softib_wire::cm::Addressee::Service(sid)) => m.listener(sid),
+        Some(softib_wire::cm::Addressee::Id(id)) => Some((id >> 24) as u8),
+        None => None,
+    };
+    match slot.map(|s| m.route_number(s)) {
+        Some(host::Route::Member(s)) => host::Route::Member(s),
+        _ => host::Route::Mine,
+    }
+}
+
 /// The peer whose datagrams come from `from` (a relay's address stands for its peer).
 fn route_from(routes: &[(IpAddr, SocketAddr)], from: SocketAddr) -> IpAddr {
     let from_c = SocketAddr::new(frame::canonical_ip(from.ip()), from.port());
@@ -1428,15 +1709,15 @@ enum ShmSend {
 /// drops ([`Transport::Shm`]); a ring whose owner has gone is forgotten.
 #[allow(clippy::too_many_arguments)]
 fn shm_send(
-    peers: &mut Vec<(SocketAddr, Peer)>,
+    peers: &mut Vec<(PeerKey, Peer)>,
     transport: Transport,
     local: SocketAddr,
-    dest: SocketAddr,
+    dest: PeerKey,
     datagram: &[u8],
     placeable: bool,
     now: Instant,
     stats: &mut DeviceStats,
-    pushed_to: &mut Vec<SocketAddr>,
+    pushed_to: &mut Vec<PeerKey>,
 ) -> ShmSend {
     let i = shm_peer(peers, dest, now);
     let path = shm_push(peers, i, transport, local, datagram, placeable, now, stats);
@@ -1451,8 +1732,10 @@ fn look_again(now: Instant) -> Instant {
     now.saturating_add(std::time::Duration::from_nanos(SHM_LOOK_AGAIN_NS))
 }
 
-/// The index in `peers` of `dest`, added when new, its inbox looked for when due ([`shm_send`]).
-fn shm_peer(peers: &mut Vec<(SocketAddr, Peer)>, dest: SocketAddr, now: Instant) -> usize {
+/// The index in `peers` of `dest`, added when new, its inbox looked for when due ([`shm_send`]):
+/// the inbox of the member the datagrams are for where the destination is a host-wide device
+/// (and the member takes datagrams directly), else the address's own (a relay's).
+fn shm_peer(peers: &mut Vec<(PeerKey, Peer)>, dest: PeerKey, now: Instant) -> usize {
     let i = match peers.iter().position(|(a, _)| *a == dest) {
         Some(i) => i,
         None => {
@@ -1462,7 +1745,12 @@ fn shm_peer(peers: &mut Vec<(SocketAddr, Peer)>, dest: SocketAddr, now: Instant)
     };
     if let Peer::Udp(next) = peers[i].1 {
         if now >= next {
-            peers[i].1 = match shm::Outbox::attach(dest) {
+            let (addr, member) = dest;
+            let direct = (member != 0)
+                .then(|| shm::Outbox::attach_member(addr, member))
+                .flatten()
+                .filter(shm::Outbox::direct);
+            peers[i].1 = match direct.or_else(|| shm::Outbox::attach(addr)) {
                 Some(o) => Peer::Shm(o),
                 None => Peer::Udp(look_again(now)),
             };
@@ -1475,7 +1763,7 @@ fn shm_peer(peers: &mut Vec<(SocketAddr, Peer)>, dest: SocketAddr, now: Instant)
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn shm_push(
-    peers: &mut [(SocketAddr, Peer)],
+    peers: &mut [(PeerKey, Peer)],
     i: usize,
     transport: Transport,
     local: SocketAddr,
@@ -1744,7 +2032,7 @@ mod tests {
             dev.tx.clear();
             dev.tx_dests.clear();
             dev.tx_buf.clear();
-            let dest = dev.dest_index(dest);
+            let dest = dev.dest_index((dest, 0));
             for (n, &len) in run.iter().enumerate() {
                 // An RC SEND_ONLY body, ICRC sealed for Identification 0.
                 let mut body = vec![n as u8 + 1; len];

@@ -93,7 +93,9 @@ pub struct Relay {
     /// Shared memory: each side's inbox, and each peer's inbox once found (looked for again
     /// at most every second while it is missing).
     inboxes: Option<[crate::shm::Inbox; 2]>,
-    outboxes: [Option<crate::shm::Outbox>; 2],
+    /// The inbox a side's peer takes datagrams for a member in (the member's slot, 0 for the
+    /// address's own inbox).
+    outboxes: [Option<(u8, crate::shm::Outbox)>; 2],
     next_look: [Instant; 2],
     /// Each side's bound address (the source of what it forwards).
     sides: [SocketAddr; 2],
@@ -238,15 +240,30 @@ impl Relay {
     /// inboxes and the peer one (ringing its doorbell if it sleeps), else over UDP.
     fn send(&mut self, out: usize, data: &[u8]) -> bool {
         if self.inboxes.is_some() {
+            // The peer may be a member of a host-wide device: the inbox of the member the
+            // datagram is for.
+            let member = crate::member_of(data);
+            if self.outboxes[out]
+                .as_ref()
+                .is_some_and(|(m, _)| *m != member)
+            {
+                self.outboxes[out] = None;
+                self.next_look[out] = Instant::now();
+            }
             if self.outboxes[out].is_none() && Instant::now() >= self.next_look[out] {
-                self.outboxes[out] = crate::shm::Outbox::attach(self.peers[out]);
+                let peer = self.peers[out];
+                self.outboxes[out] = (member != 0)
+                    .then(|| crate::shm::Outbox::attach_member(peer, member))
+                    .flatten()
+                    .or_else(|| crate::shm::Outbox::attach(peer))
+                    .map(|o| (member, o));
                 self.next_look[out] = Instant::now() + Duration::from_secs(1);
             }
-            if let Some(o) = &self.outboxes[out] {
+            if let Some((_, o)) = &self.outboxes[out] {
                 match o.push(self.sides[out], data) {
                     crate::shm::Pushed::Queued => {
                         if o.peer_sleeping() {
-                            let _ = self.sockets[out].send_to(&[], self.peers[out]);
+                            let _ = self.sockets[out].send_to(&[], o.bell());
                         }
                         return true;
                     }

@@ -38,8 +38,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use rustix::fs::{Mode, OFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 
-/// "SOFTIBQ3": the inbox format.
-const MAGIC: u64 = u64::from_be_bytes(*b"SOFTIBQ3");
+/// "SOFTIBQ4": the inbox format.
+const MAGIC: u64 = u64::from_be_bytes(*b"SOFTIBQ4");
 /// Slots of a ring (a power of two): 4 MiB of data, what a UDP socket buffer holds, so that a
 /// requester's window of full-MTU packets fits as it fits in the kernel's buffers.
 pub const SLOTS: u64 = 32768;
@@ -78,6 +78,11 @@ const OFF_HEAD: usize = 128;
 const OFF_SLEEPING: usize = 192;
 /// Senders placing a WRITE into the owner's memory right now (see [`Outbox::place_write`]).
 const OFF_PLACING: usize = 256;
+/// The UDP port a sleeping owner is rung at ([`Outbox::bell`]); 0: the inbox's own address.
+const OFF_BELL: usize = 320;
+/// 1 when senders may put their datagrams here directly; 0 when the owner takes only what
+/// other members of its host-wide device hand on (its device sends and receives over UDP).
+const OFF_DIRECT: usize = 324;
 /// The owner's RC QPs that take placed WRITEs: [`QP_ENTRIES`] entries of `state: u32` (1:
 /// live), `qpn: u32`, `pd: u64`.
 const OFF_QPS: usize = 512;
@@ -91,6 +96,9 @@ const REGION_ENTRIES: usize = (HEADER - OFF_REGIONS) / REGION_ENTRY;
 const REGION_ENTRY: usize = 48;
 /// The high bit of an entry's address family: its sender placed the datagram's RDMA WRITE.
 const E_PLACED: u8 = 0x80;
+/// The next bit: another member of the owner's host-wide device handed the datagram on (it
+/// reached that member's socket, [`crate::host`]).
+const E_FORWARDED: u8 = 0x40;
 
 // Entry header offsets.
 const E_LEN: usize = 0;
@@ -119,6 +127,27 @@ pub fn inbox_path(addr: SocketAddr) -> PathBuf {
     PathBuf::from(INBOX_DIR).join(name)
 }
 
+/// The inbox file of the member in `slot` of the host-wide device bound to `addr`
+/// ([`crate::host`]).
+pub fn member_inbox_path(addr: SocketAddr, slot: u8) -> PathBuf {
+    let mut p = inbox_path(addr).into_os_string();
+    p.push(format!(".{slot}"));
+    PathBuf::from(p)
+}
+
+/// The address an inbox file name of this network namespace stands for
+/// (`softib-<netns>-<ip>-<port>`, as [`inbox_path`] makes it); `None` for another namespace's.
+pub fn address_of_inbox_name(name: &str) -> Option<SocketAddr> {
+    let rest = name.strip_prefix(INBOX_PREFIX)?;
+    let (ns, rest) = rest.split_once('-')?;
+    if ns.parse::<u64>().ok()? != net_namespace() {
+        return None;
+    }
+    let (ip, port) = rest.rsplit_once('-')?;
+    let ip: IpAddr = ip.replace('_', ":").parse().ok()?;
+    Some(SocketAddr::new(ip, port.parse().ok()?))
+}
+
 /// The inode number of this process's network namespace (`/proc/self/ns/net`), 0 if unknown.
 fn net_namespace() -> u64 {
     static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
@@ -128,7 +157,7 @@ fn net_namespace() -> u64 {
 /// The inode number of this process's PID namespace (`/proc/self/ns/pid`), 0 if unknown.
 /// Processes that share `/dev/shm` and a network namespace may still see different PIDs
 /// (containers started with the host's network and IPC but their own PIDs).
-fn pid_namespace() -> u64 {
+pub(crate) fn pid_namespace() -> u64 {
     static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *NS.get_or_init(|| namespace("pid"))
 }
@@ -351,6 +380,8 @@ pub struct Inbox {
     head: u64,
     /// The last datagram popped was marked placed by its sender.
     placed: bool,
+    /// The last datagram popped was handed on by another member ([`Outbox::push_forwarded`]).
+    forwarded: bool,
     /// The entry header of the last well-formed datagram popped (its placed mark cleared)
     /// and what it said: a stream's next datagram, alike, is not decoded again.
     last: ([u8; ENTRY_HDR], Option<(SocketAddr, usize)>),
@@ -372,10 +403,26 @@ fn decode_entry(hdr: &[u8; ENTRY_HDR]) -> (Option<SocketAddr>, usize) {
 }
 
 impl Inbox {
-    /// Creates the inbox of the device bound to `addr`, replacing a stale one.
+    /// Creates the inbox of the device bound to `addr` (a relay's, or a device that holds its
+    /// address alone), replacing a stale one. Senders ring `addr` itself.
     pub fn create(addr: SocketAddr) -> io::Result<Inbox> {
+        Inbox::create_at(inbox_path(addr), 0, true)
+    }
+
+    /// Creates the inbox of the member in `slot` of the host-wide device bound to `addr`:
+    /// senders ring its doorbell at `bell_port` of the same address; with `direct` false
+    /// only the other members put datagrams in it (what reached them for this member).
+    pub fn create_member(
+        addr: SocketAddr,
+        slot: u8,
+        bell_port: u16,
+        direct: bool,
+    ) -> io::Result<Inbox> {
+        Inbox::create_at(member_inbox_path(addr, slot), bell_port, direct)
+    }
+
+    fn create_at(path: PathBuf, bell_port: u16, direct: bool) -> io::Result<Inbox> {
         sweep_dead_inboxes();
-        let path = inbox_path(addr);
         // A file left by a process that died goes; a live owner's stays (the address is
         // bound, so a second device on it could not have come this far).
         let _ = rustix::fs::unlink(&path);
@@ -397,6 +444,10 @@ impl Inbox {
         map.u32_at(OFF_PID).store(this_pid(), Ordering::Relaxed);
         map.u64_at(OFF_PID_NS)
             .store(pid_namespace(), Ordering::Relaxed);
+        map.u32_at(OFF_BELL)
+            .store(u32::from(bell_port), Ordering::Relaxed);
+        map.u32_at(OFF_DIRECT)
+            .store(u32::from(direct), Ordering::Relaxed);
         map.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
         if let Ok(mut l) = LIVE.lock() {
             l.push((this_pid(), path.clone()));
@@ -406,6 +457,7 @@ impl Inbox {
             path,
             head: 0,
             placed: false,
+            forwarded: false,
             last: ([0; ENTRY_HDR], None),
         })
     }
@@ -422,7 +474,8 @@ impl Inbox {
         let mut hdr = [0u8; ENTRY_HDR];
         self.map.read(at, &mut hdr);
         self.placed = hdr[E_FAMILY] & E_PLACED != 0;
-        hdr[E_FAMILY] &= !E_PLACED;
+        self.forwarded = hdr[E_FAMILY] & E_FORWARDED != 0;
+        hdr[E_FAMILY] &= !(E_PLACED | E_FORWARDED);
         let (src, len) = match self.last {
             (last, Some((src, len))) if last == hdr => (Some(src), len),
             _ => {
@@ -482,6 +535,12 @@ impl Inbox {
         self.placed
     }
 
+    /// True when the datagram [`Inbox::pop`] took last was handed on by another member of the
+    /// host-wide device.
+    pub fn last_forwarded(&self) -> bool {
+        self.forwarded
+    }
+
     /// The HCA's placement sink that publishes in this inbox (see
     /// `softib_core::PlacementSink`).
     pub fn publisher(&self) -> Publisher {
@@ -505,13 +564,13 @@ fn ready(map: &Mapping) -> bool {
     map.seq(head).load(Ordering::Acquire) == head.wrapping_add(1)
 }
 
-/// The entry header of a datagram of `len` bytes from `src`, marked placed when `placed`.
+/// The entry header of a datagram of `len` bytes from `src`, its family byte carrying `mark`
+/// ([`E_PLACED`], [`E_FORWARDED`]).
 #[inline(always)]
-fn entry_header(src: SocketAddr, len: usize, placed: bool) -> [u8; ENTRY_HDR] {
+fn entry_header(src: SocketAddr, len: usize, mark: u8) -> [u8; ENTRY_HDR] {
     let mut hdr = [0u8; ENTRY_HDR];
     hdr[E_LEN..E_LEN + 4].copy_from_slice(&(len as u32).to_ne_bytes());
     hdr[E_PORT..E_PORT + 2].copy_from_slice(&src.port().to_ne_bytes());
-    let mark = if placed { E_PLACED } else { 0 };
     match crate::frame::canonical_ip(src.ip()) {
         IpAddr::V4(a) => {
             hdr[E_FAMILY] = 4 | mark;
@@ -679,6 +738,10 @@ pub enum Pushed {
 pub struct Outbox {
     map: Mapping,
     path: PathBuf,
+    /// Where the owner is rung when it sleeps.
+    bell: SocketAddr,
+    /// Senders may put their datagrams here ([`Inbox::create_member`]).
+    direct: bool,
     /// Placing into the peer is allowed: its inbox belongs to this user, its owner's PID is
     /// one of this PID namespace, and the kernel has not refused yet.
     may_place: std::sync::atomic::AtomicBool,
@@ -694,18 +757,46 @@ impl Outbox {
     /// Attaches to the inbox of the device bound to `peer`, if there is a well-formed one
     /// whose owner is alive.
     pub fn attach(peer: SocketAddr) -> Option<Outbox> {
-        let path = inbox_path(peer);
+        Outbox::attach_at(inbox_path(peer), peer)
+    }
+
+    /// Attaches to the inbox of the member in `slot` of the host-wide device bound to `peer`,
+    /// if there is a well-formed one whose owner is alive.
+    pub fn attach_member(peer: SocketAddr, slot: u8) -> Option<Outbox> {
+        Outbox::attach_at(member_inbox_path(peer, slot), peer)
+    }
+
+    fn attach_at(path: PathBuf, peer: SocketAddr) -> Option<Outbox> {
         let map = Mapping::open(&path).ok()?;
         // Placement writes into the process the header's PID names: only one of this user,
         // named in this PID namespace.
         let ours = map.uid == rustix::process::geteuid().as_raw() && map.same_pid_namespace();
+        let bell = match map.u32_at(OFF_BELL).load(Ordering::Relaxed) {
+            0 => peer,
+            port => SocketAddr::new(peer.ip(), port as u16),
+        };
+        let direct = map.u32_at(OFF_DIRECT).load(Ordering::Relaxed) != 0;
         (map.well_formed() && map.owner_alive()).then(|| Outbox {
+            bell,
+            direct,
             may_place: std::sync::atomic::AtomicBool::new(ours),
             refused: std::sync::atomic::AtomicBool::new(false),
             map,
             path,
             free_below: AtomicU64::new(0),
         })
+    }
+
+    /// Where the owner is rung when it sleeps ([`Outbox::peer_sleeping`]): an empty datagram
+    /// to this address wakes it.
+    pub fn bell(&self) -> SocketAddr {
+        self.bell
+    }
+
+    /// True when senders may put datagrams here themselves; false when the owner takes only
+    /// what other members of its device hand on.
+    pub fn direct(&self) -> bool {
+        self.direct
     }
 
     /// True while the path still names the mapped inbox, it is well formed and its owner
@@ -728,7 +819,25 @@ impl Outbox {
         let Some(pos) = self.claim(slots_for(datagram.len()) as u64) else {
             return Pushed::Full;
         };
-        self.fill(pos, &entry_header(src, datagram.len(), placed), datagram);
+        let mark = if placed { E_PLACED } else { 0 };
+        self.fill(pos, &entry_header(src, datagram.len(), mark), datagram);
+        Pushed::Queued
+    }
+
+    /// Queues `datagram`, which reached the socket of another member of the owner's host-wide
+    /// device from `src` ([`crate::host`]), marked as handed on.
+    pub fn push_forwarded(&self, src: SocketAddr, datagram: &[u8]) -> Pushed {
+        if datagram.len() > SLOT_PAYLOAD {
+            return Pushed::Full;
+        }
+        let Some(pos) = self.claim(slots_for(datagram.len()) as u64) else {
+            return Pushed::Full;
+        };
+        self.fill(
+            pos,
+            &entry_header(src, datagram.len(), E_FORWARDED),
+            datagram,
+        );
         Pushed::Queued
     }
 
@@ -758,7 +867,7 @@ impl Outbox {
         let Some(mut pos) = self.claim(k) else {
             return Pushed::Full;
         };
-        let mut hdr = entry_header(src, 0, false);
+        let mut hdr = entry_header(src, 0, 0);
         let mut hdr_len = None;
         for datagram in datagrams().flatten() {
             if hdr_len != Some(datagram.len()) {

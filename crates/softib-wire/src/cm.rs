@@ -947,5 +947,39 @@ impl CmMad {
     }
 }
 
+/// Whom a CM MAD is for, on a port several agents share (one per process): a request names
+/// the Service ID of its listener, every other message the receiving agent's own
+/// Communication ID (REP, RTU, REJ, MRA, DREQ, DREP, LAP, APR: their Remote Communication ID)
+/// or SIDR Request ID (SIDR_REP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addressee {
+    /// REQ or SIDR_REQ: the agent that listens on this Service ID.
+    Service(u64),
+    /// The agent that handed out this Communication or Request ID.
+    Id(u32),
+}
+
+/// [`Addressee`] of a MAD (the 256-byte UD payload to QP1), read without parsing the whole
+/// message; `None` for what is not a CM message of the current class version (ClassPortInfo,
+/// other classes, a short buffer).
+pub fn addressee(mad: &[u8]) -> Option<Addressee> {
+    let hdr = mad.get(..mad::LEN)?;
+    let data = mad.get(mad::LEN..mad::MAD_LEN)?;
+    if hdr[mad::field::MGMT_CLASS] != mad::CLASS_CM
+        || hdr[mad::field::CLASS_VERSION] != mad::CM_CLASS_VERSION
+    {
+        return None;
+    }
+    let at = mad::field::ATTRIBUTE_ID;
+    let u32_at = |o: usize| u32::from_be_bytes([data[o], data[o + 1], data[o + 2], data[o + 3]]);
+    let u64_at = |o: usize| (u64::from(u32_at(o)) << 32) | u64::from(u32_at(o + 4));
+    match AttrId::from_u16(u16::from_be_bytes([hdr[at], hdr[at + 1]]))? {
+        AttrId::Req | AttrId::SidrReq => Some(Addressee::Service(u64_at(8))),
+        AttrId::SidrRep => Some(Addressee::Id(u32_at(0))),
+        AttrId::ClassPortInfo => None,
+        _ => Some(Addressee::Id(u32_at(4))),
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -71,7 +71,7 @@ pub mod status {
     pub const INVALID_FIELD: u16 = 0x001C;
 }
 
-mod field {
+pub(crate) mod field {
     pub const BASE_VERSION: usize = 0;
     pub const MGMT_CLASS: usize = 1;
     pub const CLASS_VERSION: usize = 2;

@@ -293,6 +293,11 @@ impl Hca {
 
     // ----- device and ports -------------------------------------------------------------
 
+    /// How many QPs (and EE contexts) the HCA holds.
+    pub fn qp_count(&self) -> usize {
+        self.qps.len()
+    }
+
     /// Device attributes (`ibv_query_device`).
     pub fn query_device(&self) -> &DeviceAttr {
         &self.device

@@ -297,3 +297,64 @@ fn ip_cm_header_and_service_ids() {
     assert_eq!(ip_service_port(0x0200_0000_0106_1c06), None);
     assert_eq!(ip_service_port(0x0000_0000_0206_1c06), None);
 }
+
+#[test]
+fn addressee_names_the_listener_or_the_receivers_id() {
+    let mad = |msg: CmMessage| {
+        let mut out = [0u8; mad::MAD_LEN];
+        CmMad::new(msg, 9).emit(&mut out).unwrap();
+        out
+    };
+    let req = sample_req();
+    assert_eq!(
+        addressee(&mad(CmMessage::Req(req.clone()))),
+        Some(Addressee::Service(req.service_id))
+    );
+    let rep = Rep {
+        local_comm_id: 0x0700_0001,
+        remote_comm_id: 0x2a00_0005,
+        ..Default::default()
+    };
+    assert_eq!(
+        addressee(&mad(CmMessage::Rep(rep))),
+        Some(Addressee::Id(0x2a00_0005))
+    );
+    let dreq = Dreq {
+        local_comm_id: 1,
+        remote_comm_id: 0x0300_0009,
+        ..Default::default()
+    };
+    assert_eq!(
+        addressee(&mad(CmMessage::Dreq(dreq))),
+        Some(Addressee::Id(0x0300_0009))
+    );
+    let sreq = SidrReq {
+        request_id: 0x0500_0002,
+        service_id: 0x0106_0011_2233_4455,
+        ..Default::default()
+    };
+    assert_eq!(
+        addressee(&mad(CmMessage::SidrReq(sreq))),
+        Some(Addressee::Service(0x0106_0011_2233_4455))
+    );
+    let srep = SidrRep {
+        request_id: 0x0500_0002,
+        service_id: 7,
+        ..Default::default()
+    };
+    assert_eq!(
+        addressee(&mad(CmMessage::SidrRep(srep))),
+        Some(Addressee::Id(0x0500_0002))
+    );
+    // Not the CM class, an old class version, ClassPortInfo, too short: nobody in particular.
+    let mut other = mad(CmMessage::Req(sample_req()));
+    other[1] = 0x03;
+    assert_eq!(addressee(&other), None);
+    let mut old = mad(CmMessage::Req(sample_req()));
+    old[2] = 1;
+    assert_eq!(addressee(&old), None);
+    let mut cpi = mad(CmMessage::Req(sample_req()));
+    cpi[16..18].copy_from_slice(&1u16.to_be_bytes());
+    assert_eq!(addressee(&cpi), None);
+    assert_eq!(addressee(&other[..100]), None);
+}

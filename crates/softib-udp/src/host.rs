@@ -1,0 +1,1198 @@
+//! Host-wide devices: every process that opens a softib device bound to one address shares it,
+//! as every process of a host shares its RDMA NIC.
+//!
+//! A device bound to `IP:PORT` is one HCA for the whole host (its network namespace): one GID,
+//! one UDP port, QP numbers unique across every process that opens it. Each such process is a
+//! *member* of the device and gets a *slot* (1 ..= 254); the slot is the high byte of every
+//! QPN, SRQ number and EE context number the member hands out ([`Member::numbers`]) and of its
+//! connection manager's Communication IDs, so a packet names the process it is for.
+//!
+//! How a datagram reaches its process, with no daemon:
+//! - Every member binds its own UDP socket to `IP:PORT` with `SO_REUSEPORT`. The kernel hands
+//!   each datagram to one socket of the group, chosen by a classic BPF program that the
+//!   members attach to the group (`SO_ATTACH_REUSEPORT_CBPF`, no privilege needed): it reads
+//!   the destination QPN's high byte (BTH byte 5) from the UDP payload and returns the index
+//!   of that slot's socket in the group ([`steering_program`]).
+//! - The kernel numbers the sockets of a group in the order they joined and, when one leaves,
+//!   moves the last into its place; a socket cannot be asked its number. The members learn
+//!   them by probes: after every change of membership, the member that made it sends one
+//!   short datagram per socket of the group (the program steers a datagram shorter than a BTH
+//!   by its byte 1, the index), and each member writes the index its probe carried into its
+//!   slot of the host table. Once every member answered (or 50 ms passed), one of them
+//!   attaches the program built from the answers.
+//! - A datagram that still reaches the wrong member (a stale program after a member died,
+//!   a GRO buffer of several processes' packets, a QP1 MAD) is handed to the right member's
+//!   shared-memory inbox by the member that got it ([`Route`]): correctness never depends on
+//!   the program, which only saves that hop.
+//!
+//! The host table is a file in `/dev/shm` (`softib-<netns>-<ip>-<port>.host`, mode 0600, the
+//! owner's user only: a reuse-port group admits one user's sockets anyway). Membership changes
+//! happen under an open-file-description lock on the file (released by the kernel if its
+//! holder dies); every member holds a lock on its slot's byte for its life, which is how the
+//! others learn that it died, even after `kill -9` ([`Member::maintain`]: each member watches
+//! the live slot below its own once a second, so a death is noticed within about a second).
+//! A slot that was left is *quiet* for [`QUIET`] before another process may take it, and a new
+//! member starts numbering its QPs at a random point of its range: a peer's retransmissions to
+//! a dead process's QPs (RC retries last at most `retry_cnt + 1` transport timeouts, 8 × 4.3 s
+//! at rdma_cm's largest common timeout, 20) find no QP rather than a new one of the same
+//! number.
+
+// Shared memory, byte-range locks and a socket option need raw pointers and libc calls; they
+// are all in this file, each behind a bounds-checked or documented helper.
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use rustix::fs::{Mode, OFlags};
+use rustix::mm::{MapFlags, ProtFlags};
+use softib_core::NumberRange;
+
+/// First member slot.
+pub const FIRST_SLOT: u8 = 1;
+/// Last member slot (255 would make QPN 0xFFFFFF, the multicast QPN, one of its numbers).
+pub const LAST_SLOT: u8 = 254;
+/// How long a slot that was left stays unused before another process may take it.
+pub const QUIET: Duration = Duration::from_secs(10);
+/// How long the members have to answer a round of probes before the program is built from
+/// the answers that came.
+const PROBE_WAIT: Duration = Duration::from_millis(50);
+/// How often a member looks whether the member below it still lives.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// How often a member looks whether the answers of a round of probes are all in.
+const FINISH_EVERY: Duration = Duration::from_micros(100);
+/// How often a member writes its counters into the host table.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
+/// "SOFTIBH1": the host table's format.
+const MAGIC: u64 = u64::from_be_bytes(*b"SOFTIBH1");
+/// The first byte of a probe (a datagram of [`PROBE_LEN`] bytes; no BTH is that short).
+pub const PROBE_MARK: u8 = 0xFE;
+/// Length of a probe: mark, index, two zero bytes, the generation (u32, little-endian).
+pub const PROBE_LEN: usize = 8;
+/// Datagrams shorter than this (a BTH and an ICRC) are steered by their byte 1.
+const SHORT: u32 = 16;
+
+// Header offsets.
+const OFF_MAGIC: usize = 0;
+/// The generation of the program in force.
+const OFF_GEN: usize = 16;
+/// The generation being probed (0: none).
+const OFF_PENDING: usize = 24;
+/// When the probes' answers stop being waited for (CLOCK_BOOTTIME ns).
+const OFF_DEADLINE: usize = 32;
+/// The slot a new member looks at first (slots are taken in turn).
+const OFF_CURSOR: usize = 40;
+/// The slot the program sends what names no live member to (QP1, stray numbers).
+const OFF_FALLBACK: usize = 44;
+
+/// Slot entries: 256 of [`SLOT_ENTRY`] bytes (0 and 255 unused).
+const OFF_SLOTS: usize = 4096;
+const SLOT_ENTRY: usize = 256;
+// Slot entry offsets.
+const S_STATE: usize = 0;
+const S_PID: usize = 4;
+const S_PID_NS: usize = 8;
+/// Since when the slot is in its state (CLOCK_BOOTTIME ns).
+const S_SINCE: usize = 16;
+/// The member socket's index in the group ([`NO_INDEX`]: unknown).
+const S_INDEX: usize = 24;
+/// The generation the index answers.
+const S_INDEX_GEN: usize = 32;
+/// How many members took the slot.
+const S_EPOCH: usize = 40;
+/// The member's process name (16 bytes, as /proc/PID/comm).
+const S_COMM: usize = 48;
+/// The member's counters ([`COUNTERS`]), u64 each.
+const S_COUNTERS: usize = 64;
+
+/// Entries of the port and listener table: [`PORT_ENTRIES`] of 16 bytes: key (u64), slot
+/// (u32), kind (u32, [`PortKind`]; 0 free).
+const OFF_PORTS: usize = OFF_SLOTS + 256 * SLOT_ENTRY;
+const PORT_ENTRIES: usize = 1024;
+const PORT_ENTRY: usize = 16;
+const FILE_LEN: usize = OFF_PORTS + PORT_ENTRIES * PORT_ENTRY;
+
+/// Where the byte-range locks are (beyond the data: locks need no bytes behind them).
+const LOCK_MUTEX: i64 = 1 << 20;
+const LOCK_SLOTS: i64 = LOCK_MUTEX + 1;
+
+const FREE: u32 = 0;
+const LIVE: u32 = 1;
+const QUIET_STATE: u32 = 2;
+/// An index not known.
+const NO_INDEX: u32 = u32::MAX;
+
+/// The counters every member publishes in its slot (`softib status`), in this order.
+pub const COUNTERS: [&str; 10] = [
+    "qps",
+    "rx_datagrams",
+    "tx_datagrams",
+    "rx_shm",
+    "tx_shm",
+    "forwarded",
+    "forwarded_in",
+    "unowned",
+    "probes",
+    "reindexes",
+];
+
+/// What a port-table entry holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum PortKind {
+    /// A port an application bound (rdma_cm's port spaces): no other member may take it.
+    Bound = 1,
+    /// A Service ID a member listens on: connection requests for it go to that member.
+    Listening = 2,
+}
+
+/// Where a received datagram goes ([`Member::route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// To this member.
+    Mine,
+    /// To another live member, through its inbox.
+    Member(u8),
+    /// To nobody: its number names no live member (dropped and counted).
+    Nobody,
+}
+
+/// The host table file of the device bound to `addr`, in this network namespace.
+pub fn host_path(addr: SocketAddr) -> PathBuf {
+    let mut p = crate::shm::inbox_path(addr).into_os_string();
+    p.push(".host");
+    PathBuf::from(p)
+}
+
+/// CLOCK_BOOTTIME in nanoseconds: one clock for every process of the host, running through
+/// suspend.
+fn boot_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// The mapped host table.
+struct Table {
+    base: NonNull<u8>,
+}
+
+// SAFETY: plain shared memory, only touched through atomics.
+unsafe impl Send for Table {}
+// SAFETY: as above.
+unsafe impl Sync for Table {}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        // SAFETY: `base` is the start of a live mapping of FILE_LEN bytes made by `map`.
+        unsafe {
+            let _ = rustix::mm::munmap(self.base.as_ptr().cast::<c_void>(), FILE_LEN);
+        }
+    }
+}
+
+impl Table {
+    fn map(fd: &OwnedFd) -> io::Result<Table> {
+        // SAFETY: a new shared mapping of a file at least FILE_LEN long (the caller sized it).
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                FILE_LEN,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )?
+        };
+        let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap"))?;
+        Ok(Table { base })
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off % 8 == 0 && off + 8 <= FILE_LEN);
+        // SAFETY: in bounds and aligned (checked; the mapping is page-aligned); the table is
+        // only ever accessed atomically.
+        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU64>() }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(off % 4 == 0 && off + 4 <= FILE_LEN);
+        // SAFETY: as for `u64_at`.
+        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU32>() }
+    }
+
+    fn slot(&self, s: u8, field: usize) -> usize {
+        OFF_SLOTS + usize::from(s) * SLOT_ENTRY + field
+    }
+
+    fn state(&self, s: u8) -> u32 {
+        self.u32_at(self.slot(s, S_STATE)).load(Ordering::Acquire)
+    }
+
+    fn live_slots(&self) -> impl Iterator<Item = u8> + '_ {
+        (FIRST_SLOT..=LAST_SLOT).filter(|&s| self.state(s) == LIVE)
+    }
+
+    fn comm(&self, s: u8) -> String {
+        let mut b = [0u8; 16];
+        for (i, c) in b.chunks_mut(4).enumerate() {
+            let w = self
+                .u32_at(self.slot(s, S_COMM + 4 * i))
+                .load(Ordering::Relaxed);
+            c.copy_from_slice(&w.to_ne_bytes());
+        }
+        let end = b.iter().position(|&c| c == 0).unwrap_or(16);
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    }
+
+    fn set_comm(&self, s: u8, name: &[u8]) {
+        let mut b = [0u8; 16];
+        let n = name.len().min(15);
+        b[..n].copy_from_slice(&name[..n]);
+        for (i, c) in b.chunks(4).enumerate() {
+            self.u32_at(self.slot(s, S_COMM + 4 * i)).store(
+                u32::from_ne_bytes([c[0], c[1], c[2], c[3]]),
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    fn port_entry(i: usize) -> usize {
+        OFF_PORTS + i * PORT_ENTRY
+    }
+}
+
+/// An open-file-description lock on one byte at `at` of `fd`'s file: taken (waiting for it
+/// when `wait`), or released with `unlock`. Returns false when it is held by someone else and
+/// not waited for.
+fn ofd_lock(fd: BorrowedFd<'_>, at: i64, wait: bool, unlock: bool) -> io::Result<bool> {
+    // SAFETY: a zeroed `flock` is valid; the fields are set below.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = if unlock { libc::F_UNLCK } else { libc::F_WRLCK } as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = at;
+    fl.l_len = 1;
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    loop {
+        // SAFETY: fcntl on a valid descriptor with a pointer to a live `flock`.
+        let r = unsafe { libc::fcntl(fd.as_raw_fd(), cmd, &mut fl as *mut libc::flock) };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) | Some(libc::EACCES) if !wait => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// True when another open file description holds a lock on byte `at` (a live member's slot).
+fn ofd_held(fd: BorrowedFd<'_>, at: i64) -> bool {
+    // SAFETY: as in `ofd_lock`.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = at;
+    fl.l_len = 1;
+    // SAFETY: as in `ofd_lock`.
+    let r = unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_OFD_GETLK,
+            &mut fl as *mut libc::flock,
+        )
+    };
+    // An error says nothing: taken as held (never declares a live member dead).
+    r != 0 || fl.l_type != libc::F_UNLCK as libc::c_short
+}
+
+/// The mutex of a host table, held while alive. It names its file by descriptor number: the
+/// descriptor outlives it (the guard of a join is dropped after the member that owns the
+/// descriptor is made).
+struct Locked {
+    fd: std::os::fd::RawFd,
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is open for the guard's life (see above).
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
+        let _ = ofd_lock(fd, LOCK_MUTEX, false, true);
+    }
+}
+
+fn lock(fd: BorrowedFd<'_>) -> io::Result<Locked> {
+    ofd_lock(fd, LOCK_MUTEX, true, false)?;
+    Ok(Locked { fd: fd.as_raw_fd() })
+}
+
+fn try_lock(fd: BorrowedFd<'_>) -> Option<Locked> {
+    ofd_lock(fd, LOCK_MUTEX, false, false)
+        .ok()
+        .filter(|&got| got)
+        .map(|_| Locked { fd: fd.as_raw_fd() })
+}
+
+/// One process's membership of a host-wide device.
+pub struct Member {
+    fd: OwnedFd,
+    table: Table,
+    path: PathBuf,
+    addr: SocketAddr,
+    slot: u8,
+    /// Where probes leave from and doorbells arrive (this member's own port, not the group's).
+    bell: UdpSocket,
+    /// The first QPN the member hands out.
+    start: u32,
+    /// When the member last looked at the member below it, and wrote its counters (boot ns).
+    next_watch: u64,
+    next_publish: u64,
+    /// When this member next looks whether a round of probes can be finished (device ns).
+    next_finish: u64,
+    /// This member answered the probe of the round in force after it was finished without
+    /// it: the program is to be rebuilt with its index.
+    late: bool,
+    counters: [u64; COUNTERS.len()],
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("addr", &self.addr)
+            .field("slot", &self.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Member {
+    /// Joins the host-wide device bound to `addr`: takes a slot, binds `socket` (a UDP socket
+    /// of `addr`'s family, options set, not yet bound) to `addr` with `SO_REUSEPORT`, opens the
+    /// member's doorbell socket and probes the group for its indices. Fails with the error of
+    /// the bind when the address is held another way (another user's softib, a program that
+    /// holds the port without reuse), with `ENOSPC` when every slot is live.
+    pub fn join(addr: SocketAddr, socket: &socket2::Socket) -> io::Result<Member> {
+        let path = host_path(addr);
+        loop {
+            let fd = rustix::fs::open(
+                &path,
+                OFlags::CREATE | OFlags::RDWR | OFlags::CLOEXEC,
+                Mode::RUSR | Mode::WUSR,
+            )?;
+            let st = rustix::fs::fstat(&fd)?;
+            if st.st_uid != rustix::process::geteuid().as_raw() {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "the device at this address belongs to another user",
+                ));
+            }
+            let guard = lock(fd.as_fd())?;
+            // The last member may have removed the file between the open and the lock: then
+            // this one is an orphan, and the next open makes a new one.
+            let st = rustix::fs::fstat(&fd)?;
+            if rustix::fs::stat(&path).map(|p| p.st_ino) != Ok(st.st_ino) {
+                drop(guard);
+                continue;
+            }
+            if st.st_size as usize != FILE_LEN {
+                rustix::fs::ftruncate(&fd, 0)?;
+                rustix::fs::ftruncate(&fd, FILE_LEN as u64)?;
+            }
+            let table = Table::map(&fd)?;
+            if table.u64_at(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
+                table
+                    .u32_at(OFF_CURSOR)
+                    .store(u32::from(FIRST_SLOT), Ordering::Relaxed);
+                table.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
+            }
+            let now = boot_ns();
+            sweep(&table, fd.as_fd(), addr, None, now);
+            let slot = take_slot(&table, fd.as_fd(), now)?;
+            let joined = (|| {
+                rustix::net::sockopt::set_socket_reuseport(socket, true)?;
+                socket.bind(&addr.into())?;
+                UdpSocket::bind(SocketAddr::new(addr.ip(), 0))
+            })();
+            let bell = match joined {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = ofd_lock(fd.as_fd(), LOCK_SLOTS + i64::from(slot), false, true);
+                    return Err(e);
+                }
+            };
+            bell.set_nonblocking(true)?;
+            let t = &table;
+            t.u32_at(t.slot(slot, S_PID))
+                .store(std::process::id(), Ordering::Relaxed);
+            t.u64_at(t.slot(slot, S_PID_NS))
+                .store(crate::shm::pid_namespace(), Ordering::Relaxed);
+            t.u64_at(t.slot(slot, S_SINCE))
+                .store(now, Ordering::Relaxed);
+            t.u32_at(t.slot(slot, S_INDEX))
+                .store(NO_INDEX, Ordering::Relaxed);
+            t.u64_at(t.slot(slot, S_INDEX_GEN))
+                .store(0, Ordering::Relaxed);
+            t.u32_at(t.slot(slot, S_EPOCH))
+                .fetch_add(1, Ordering::Relaxed);
+            let comm = std::fs::read("/proc/self/comm").unwrap_or_default();
+            t.set_comm(slot, comm.strip_suffix(b"\n").unwrap_or(&comm));
+            for i in 0..COUNTERS.len() {
+                t.u64_at(t.slot(slot, S_COUNTERS + 8 * i))
+                    .store(0, Ordering::Relaxed);
+            }
+            t.u32_at(t.slot(slot, S_STATE))
+                .store(LIVE, Ordering::Release);
+            let mut m = Member {
+                fd,
+                table,
+                path: path.clone(),
+                addr,
+                slot,
+                bell,
+                start: random_start(slot),
+                next_watch: 0,
+                next_publish: 0,
+                next_finish: 0,
+                late: false,
+                counters: [0; COUNTERS.len()],
+            };
+            // The group's program steers the probes by their index: a group without one (this
+            // member is its first, or the first since all left) gets one now.
+            m.start_reindex(now, Some(socket.as_fd()));
+            drop(guard);
+            return Ok(m);
+        }
+    }
+
+    /// The member's slot.
+    pub fn slot(&self) -> u8 {
+        self.slot
+    }
+
+    /// The bound address of the device.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The numbers this member's HCA gives its QPs, SRQs and EE contexts: those whose high
+    /// byte is the slot, from a random point.
+    pub fn numbers(&self) -> NumberRange {
+        let first = u32::from(self.slot) << 16;
+        NumberRange {
+            first,
+            last: first | 0xFFFF,
+            start: self.start,
+        }
+    }
+
+    /// The member's doorbell socket (for a caller that sleeps on it: a doorbell wakes it).
+    pub fn bell(&self) -> &UdpSocket {
+        &self.bell
+    }
+
+    /// The member's doorbell port.
+    pub fn bell_port(&self) -> u16 {
+        self.bell.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    /// Where a datagram whose destination number (QPN, EECN) has high byte `high` goes.
+    #[inline]
+    pub fn route_number(&self, high: u8) -> Route {
+        if high == self.slot {
+            Route::Mine
+        } else if (FIRST_SLOT..=LAST_SLOT).contains(&high) && self.table.state(high) == LIVE {
+            Route::Member(high)
+        } else {
+            Route::Nobody
+        }
+    }
+
+    /// The member that listens on `service_id`, if any.
+    pub fn listener(&self, service_id: u64) -> Option<u8> {
+        self.find_port(service_id, PortKind::Listening)
+            .map(|(_, s)| s)
+    }
+
+    fn find_port(&self, key: u64, kind: PortKind) -> Option<(usize, u8)> {
+        let t = &self.table;
+        (0..PORT_ENTRIES).find_map(|i| {
+            let at = Table::port_entry(i);
+            let k = t.u32_at(at + 12).load(Ordering::Acquire);
+            if k != kind as u32 || t.u64_at(at).load(Ordering::Relaxed) != key {
+                return None;
+            }
+            let s = t.u32_at(at + 8).load(Ordering::Relaxed) as u8;
+            (t.state(s) == LIVE).then_some((i, s))
+        })
+    }
+
+    /// Takes `key` in the table as `kind` for this member: false if another live member holds
+    /// it (a bound port: `EADDRINUSE`; a listened Service ID: another process listens).
+    pub fn claim(&self, key: u64, kind: PortKind) -> io::Result<bool> {
+        let _g = lock(self.fd.as_fd())?;
+        if let Some((_, s)) = self.find_port(key, kind) {
+            return Ok(s == self.slot);
+        }
+        let t = &self.table;
+        let free = (0..PORT_ENTRIES).find(|&i| {
+            let at = Table::port_entry(i);
+            let k = t.u32_at(at + 12).load(Ordering::Relaxed);
+            let s = t.u32_at(at + 8).load(Ordering::Relaxed) as u8;
+            k == 0 || t.state(s) != LIVE
+        });
+        let Some(i) = free else {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        };
+        let at = Table::port_entry(i);
+        t.u64_at(at).store(key, Ordering::Relaxed);
+        t.u32_at(at + 8)
+            .store(u32::from(self.slot), Ordering::Relaxed);
+        t.u32_at(at + 12).store(kind as u32, Ordering::Release);
+        Ok(true)
+    }
+
+    /// Gives back what [`Member::claim`] took.
+    pub fn release(&self, key: u64, kind: PortKind) {
+        let Ok(_g) = lock(self.fd.as_fd()) else {
+            return;
+        };
+        if let Some((i, s)) = self.find_port(key, kind) {
+            if s == self.slot {
+                self.table
+                    .u32_at(Table::port_entry(i) + 12)
+                    .store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// Takes a probe (a datagram of [`PROBE_LEN`] bytes that starts with [`PROBE_MARK`]):
+    /// the index it carries is this member's socket's, for the generation being probed.
+    /// Returns false for any other datagram.
+    pub fn answer_probe(&mut self, datagram: &[u8]) -> bool {
+        if datagram.len() != PROBE_LEN || datagram[0] != PROBE_MARK {
+            return false;
+        }
+        self.counters[8] += 1;
+        let generation = u32::from_le_bytes([datagram[4], datagram[5], datagram[6], datagram[7]]);
+        let t = &self.table;
+        let pending = t.u64_at(OFF_PENDING).load(Ordering::Acquire);
+        let in_force = t.u64_at(OFF_GEN).load(Ordering::Acquire);
+        // The round under way; or the one in force, finished at its deadline without this
+        // member's answer: the program is rebuilt with it ([`Member::maintain`]).
+        let answers = [pending, in_force]
+            .into_iter()
+            .find(|&g| g != 0 && g as u32 == generation);
+        if let Some(g) = answers {
+            let gen_at = t.u64_at(t.slot(self.slot, S_INDEX_GEN));
+            if gen_at.load(Ordering::Relaxed) != g {
+                t.u32_at(t.slot(self.slot, S_INDEX))
+                    .store(u32::from(datagram[1]), Ordering::Relaxed);
+                gen_at.store(g, Ordering::Release);
+                self.late = g == in_force && g != pending;
+            }
+        }
+        true
+    }
+
+    /// Keeps the membership going; called by the device's rounds with its clock (`now_ns`,
+    /// any monotonic nanoseconds). Finishes a round of probes (builds and attaches the
+    /// program on `socket`, the member's group socket), looks whether the member below this
+    /// one still lives (once a second) and writes the counters. Cheap when there is nothing to
+    /// do: one read of the table.
+    pub fn maintain(&mut self, socket: BorrowedFd<'_>, now_ns: u64) {
+        let pending = self.table.u64_at(OFF_PENDING).load(Ordering::Acquire);
+        if pending != 0 && now_ns >= self.next_finish {
+            self.next_finish = now_ns + FINISH_EVERY.as_nanos() as u64;
+            self.finish_reindex(socket, pending, boot_ns());
+        } else if self.late {
+            self.late = !self.rebuild_late(socket);
+        }
+        if now_ns >= self.next_watch {
+            self.next_watch = now_ns + WATCH_EVERY.as_nanos() as u64;
+            self.watch(boot_ns());
+        }
+        if now_ns >= self.next_publish {
+            self.next_publish = now_ns + PUBLISH_EVERY.as_nanos() as u64;
+            self.publish();
+        }
+    }
+
+    /// Adds to one of this member's counters ([`COUNTERS`]).
+    pub fn count(&mut self, counter: usize, n: u64) {
+        if let Some(c) = self.counters.get_mut(counter) {
+            *c += n;
+        }
+    }
+
+    /// Sets one of this member's counters ([`COUNTERS`]).
+    pub fn set_count(&mut self, counter: usize, v: u64) {
+        if let Some(c) = self.counters.get_mut(counter) {
+            *c = v;
+        }
+    }
+
+    fn publish(&self) {
+        let t = &self.table;
+        for (i, v) in self.counters.iter().enumerate() {
+            t.u64_at(t.slot(self.slot, S_COUNTERS + 8 * i))
+                .store(*v, Ordering::Relaxed);
+        }
+    }
+
+    /// Looks at the live member below this one (the highest one, for the lowest member): if
+    /// its lock is gone, it died; the table is swept and the group probed again.
+    fn watch(&mut self, now: u64) {
+        let live: Vec<u8> = self.table.live_slots().collect();
+        let below = live
+            .iter()
+            .rev()
+            .find(|&&s| s < self.slot)
+            .or_else(|| live.iter().rev().find(|&&s| s != self.slot));
+        let Some(&s) = below else {
+            return;
+        };
+        if ofd_held(self.fd.as_fd(), LOCK_SLOTS + i64::from(s)) {
+            return;
+        }
+        let Ok(_g) = lock(self.fd.as_fd()) else {
+            return;
+        };
+        if sweep(
+            &self.table,
+            self.fd.as_fd(),
+            self.addr,
+            Some(self.slot),
+            now,
+        ) {
+            self.start_reindex(now, None);
+        }
+    }
+
+    /// Starts a round of probes (the mutex held): a new generation, one probe per socket of
+    /// the group. Each member answers in its rounds ([`Member::answer_probe`]); the program
+    /// is attached when all have, or at the deadline ([`Member::finish_reindex`]). With
+    /// `socket` (a socket of the group), the program of the indices known now is attached
+    /// first, so that the group has one that steers the probes.
+    fn start_reindex(&mut self, now: u64, socket: Option<BorrowedFd<'_>>) {
+        let t = &self.table;
+        if let Some(sock) = socket {
+            let known: Vec<(u8, u8)> = t
+                .live_slots()
+                .filter_map(|s| {
+                    let i = t.u32_at(t.slot(s, S_INDEX)).load(Ordering::Relaxed);
+                    (i != NO_INDEX).then_some((s, i as u8))
+                })
+                .collect();
+            let fallback = known.first().map_or(0, |&(_, i)| i);
+            let _ = attach(sock, &steering_program(&known, fallback));
+        }
+        let generation = t
+            .u64_at(OFF_GEN)
+            .load(Ordering::Relaxed)
+            .max(t.u64_at(OFF_PENDING).load(Ordering::Relaxed))
+            + 1;
+        t.u64_at(OFF_DEADLINE)
+            .store(now + PROBE_WAIT.as_nanos() as u64, Ordering::Relaxed);
+        t.u64_at(OFF_PENDING).store(generation, Ordering::Release);
+        self.counters[9] += 1;
+        let n = group_size(self.addr).clamp(1, 256);
+        for i in 0..n {
+            let mut p = [0u8; PROBE_LEN];
+            p[0] = PROBE_MARK;
+            p[1] = i as u8;
+            p[4..8].copy_from_slice(&(generation as u32).to_le_bytes());
+            let _ = self.bell.send_to(&p, self.addr);
+        }
+    }
+
+    /// Rebuilds the program in force with the answers that came after its round finished (a
+    /// late member's); true when done (or no longer needed).
+    fn rebuild_late(&mut self, socket: BorrowedFd<'_>) -> bool {
+        let Some(_g) = try_lock(self.fd.as_fd()) else {
+            return false;
+        };
+        let t = &self.table;
+        let in_force = t.u64_at(OFF_GEN).load(Ordering::Acquire);
+        if t.u64_at(OFF_PENDING).load(Ordering::Acquire) != 0 {
+            return true;
+        }
+        let pairs = self.answers(in_force);
+        let fallback = pairs.first().map_or(0, |&(_, i)| i);
+        let _ = attach(socket, &steering_program(&pairs, fallback));
+        true
+    }
+
+    /// The (slot, index) answers of live members for `generation`.
+    fn answers(&self, generation: u64) -> Vec<(u8, u8)> {
+        let t = &self.table;
+        t.live_slots()
+            .filter(|&s| t.u64_at(t.slot(s, S_INDEX_GEN)).load(Ordering::Acquire) == generation)
+            .map(|s| {
+                (
+                    s,
+                    t.u32_at(t.slot(s, S_INDEX)).load(Ordering::Relaxed) as u8,
+                )
+            })
+            .collect()
+    }
+
+    /// Builds and attaches the program of generation `pending` once every live member
+    /// answered or the deadline passed; whoever gets there first does it.
+    fn finish_reindex(&mut self, socket: BorrowedFd<'_>, pending: u64, now: u64) {
+        let t = &self.table;
+        let answered = |s: u8| t.u64_at(t.slot(s, S_INDEX_GEN)).load(Ordering::Acquire) == pending;
+        let all = t.live_slots().all(answered);
+        let late = now >= t.u64_at(OFF_DEADLINE).load(Ordering::Relaxed);
+        if !all && !late {
+            return;
+        }
+        let Some(_g) = try_lock(self.fd.as_fd()) else {
+            return;
+        };
+        if t.u64_at(OFF_PENDING).load(Ordering::Acquire) != pending {
+            return;
+        }
+        let mut pairs: Vec<(u8, u8)> = Vec::new();
+        for s in t.live_slots().collect::<Vec<_>>() {
+            let idx = t.u32_at(t.slot(s, S_INDEX));
+            if answered(s) {
+                pairs.push((s, idx.load(Ordering::Relaxed) as u8));
+            } else {
+                idx.store(NO_INDEX, Ordering::Relaxed);
+            }
+        }
+        // What names no live member goes to the lowest that answered (it hands QP1's MADs
+        // on by their contents, and drops the rest).
+        let fallback = pairs.first().copied();
+        let prog = steering_program(&pairs, fallback.map_or(0, |(_, i)| i));
+        if attach(socket, &prog).is_ok() {
+            t.u32_at(OFF_FALLBACK)
+                .store(fallback.map_or(0, |(s, _)| u32::from(s)), Ordering::Relaxed);
+            t.u64_at(OFF_GEN).store(pending, Ordering::Relaxed);
+            t.u64_at(OFF_PENDING).store(0, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Member {
+    /// Leaves: the slot goes quiet, what it claimed is released, and the group is probed
+    /// again (the device's socket, closed before this runs, has left the group); the last
+    /// member removes the table.
+    fn drop(&mut self) {
+        let Ok(g) = lock(self.fd.as_fd()) else {
+            return;
+        };
+        let t = &self.table;
+        let now = boot_ns();
+        t.u64_at(t.slot(self.slot, S_SINCE))
+            .store(now, Ordering::Relaxed);
+        t.u32_at(t.slot(self.slot, S_STATE))
+            .store(QUIET_STATE, Ordering::Release);
+        let _ = ofd_lock(
+            self.fd.as_fd(),
+            LOCK_SLOTS + i64::from(self.slot),
+            false,
+            true,
+        );
+        if t.live_slots().next().is_none() {
+            if rustix::fs::stat(&self.path)
+                .is_ok_and(|p| rustix::fs::fstat(&self.fd).is_ok_and(|s| s.st_ino == p.st_ino))
+            {
+                let _ = rustix::fs::unlink(&self.path);
+            }
+        } else {
+            self.start_reindex(now, None);
+        }
+        drop(g);
+    }
+}
+
+/// Sweeps the table (the mutex held): live slots whose lock is gone (their member died) go
+/// quiet, quiet slots older than [`QUIET`] free. Returns true when a member was found dead.
+fn sweep(t: &Table, fd: BorrowedFd<'_>, addr: SocketAddr, me: Option<u8>, now: u64) -> bool {
+    let mut died = false;
+    for s in FIRST_SLOT..=LAST_SLOT {
+        match t.state(s) {
+            LIVE if Some(s) != me && !ofd_held(fd, LOCK_SLOTS + i64::from(s)) => {
+                t.u64_at(t.slot(s, S_SINCE)).store(now, Ordering::Relaxed);
+                t.u32_at(t.slot(s, S_STATE))
+                    .store(QUIET_STATE, Ordering::Release);
+                // Its inbox is gone with it (it could not remove it itself).
+                let _ = std::fs::remove_file(crate::shm::member_inbox_path(addr, s));
+                died = true;
+            }
+            QUIET_STATE
+                if now.saturating_sub(t.u64_at(t.slot(s, S_SINCE)).load(Ordering::Relaxed))
+                    >= QUIET.as_nanos() as u64 =>
+            {
+                t.u32_at(t.slot(s, S_STATE)).store(FREE, Ordering::Release);
+            }
+            _ => {}
+        }
+    }
+    died
+}
+
+/// Takes a free slot (the mutex held), the one after the last taken first; when none is free,
+/// the one quiet the longest. Its lock is taken for the member's life.
+fn take_slot(t: &Table, fd: BorrowedFd<'_>, now: u64) -> io::Result<u8> {
+    let span = usize::from(LAST_SLOT - FIRST_SLOT) + 1;
+    let cursor = t.u32_at(OFF_CURSOR).load(Ordering::Relaxed) as usize;
+    let order = (0..span).map(|k| FIRST_SLOT + ((cursor.saturating_sub(1) + k) % span) as u8);
+    let free: Vec<u8> = order.clone().filter(|&s| t.state(s) == FREE).collect();
+    let mut quiet: Vec<u8> = order.filter(|&s| t.state(s) == QUIET_STATE).collect();
+    quiet.sort_by_key(|&s| t.u64_at(t.slot(s, S_SINCE)).load(Ordering::Relaxed));
+    for s in free.into_iter().chain(quiet) {
+        // A slot whose lock is still held (a forked child keeps a dead member's lock) is
+        // skipped.
+        if ofd_lock(fd, LOCK_SLOTS + i64::from(s), false, false)? {
+            let next = if s >= LAST_SLOT { FIRST_SLOT } else { s + 1 };
+            t.u32_at(OFF_CURSOR)
+                .store(u32::from(next), Ordering::Relaxed);
+            t.u64_at(t.slot(s, S_SINCE)).store(now, Ordering::Relaxed);
+            return Ok(s);
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::ENOSPC))
+}
+
+/// A random first QPN inside the slot's range (a new member's numbers do not repeat its
+/// predecessor's first ones).
+fn random_start(slot: u8) -> u32 {
+    let mut r = [0u8; 2];
+    let _ = rustix::rand::getrandom(&mut r, rustix::rand::GetRandomFlags::empty());
+    (u32::from(slot) << 16) | u32::from(u16::from_ne_bytes(r))
+}
+
+/// How many sockets are bound to `addr` (the reuse-port group), from `/proc/net/udp[6]`.
+pub fn group_size(addr: SocketAddr) -> usize {
+    let (file, want) = match crate::frame::canonical_ip(addr.ip()) {
+        IpAddr::V4(a) => (
+            "/proc/net/udp",
+            format!("{:08X}:{:04X}", u32::from_ne_bytes(a.octets()), addr.port()),
+        ),
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            let words: String = o
+                .chunks(4)
+                .map(|c| format!("{:08X}", u32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
+                .collect();
+            ("/proc/net/udp6", format!("{words}:{:04X}", addr.port()))
+        }
+    };
+    std::fs::read_to_string(file)
+        .map(|text| {
+            text.lines()
+                .skip(1)
+                .filter(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+// Classic BPF instruction classes and fields (linux/filter.h).
+const BPF_LD: u16 = 0x00;
+const BPF_JMP: u16 = 0x05;
+const BPF_RET: u16 = 0x06;
+const BPF_W: u16 = 0x00;
+const BPF_B: u16 = 0x10;
+const BPF_ABS: u16 = 0x20;
+const BPF_LEN: u16 = 0x80;
+const BPF_JA: u16 = 0x00;
+const BPF_JEQ: u16 = 0x10;
+const BPF_JGT: u16 = 0x20;
+const BPF_JGE: u16 = 0x30;
+const BPF_K: u16 = 0x00;
+const BPF_A: u16 = 0x10;
+
+/// One classic BPF instruction (`struct sock_filter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Insn {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
+    Insn { code, jt, jf, k }
+}
+
+/// The reuse-port program: a datagram shorter than [`SHORT`] (a probe) goes to the index in
+/// its byte 1; any other to the index of the slot named by its byte 5 (the destination
+/// number's high byte), found by a binary search over `pairs` (slot, index; sorted by slot);
+/// a slot not there to `fallback`. An index the group does not have makes the kernel choose
+/// by its hash, as does a datagram too short to read.
+pub fn steering_program(pairs: &[(u8, u8)], fallback: u8) -> Vec<Insn> {
+    let mut sorted = pairs.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup_by_key(|p| p.0);
+    let mut p = vec![
+        insn(BPF_LD | BPF_W | BPF_LEN, 0, 0, 0),
+        insn(BPF_JMP | BPF_JGE | BPF_K, 2, 0, SHORT),
+        insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, 1),
+        insn(BPF_RET | BPF_A, 0, 0, 0),
+        insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, 5),
+    ];
+    search(&sorted, fallback, &mut p);
+    p
+}
+
+/// Appends the binary search over `pairs` to `p`.
+fn search(pairs: &[(u8, u8)], fallback: u8, p: &mut Vec<Insn>) {
+    if pairs.is_empty() {
+        p.push(insn(BPF_RET | BPF_K, 0, 0, u32::from(fallback)));
+        return;
+    }
+    let mid = pairs.len() / 2;
+    let (slot, index) = pairs[mid];
+    let mut left = Vec::new();
+    search(&pairs[..mid], fallback, &mut left);
+    // A equal: the next instruction returns the index; else it is skipped.
+    p.push(insn(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, u32::from(slot)));
+    p.push(insn(BPF_RET | BPF_K, 0, 0, u32::from(index)));
+    // A greater: over the left half to the right one; else into the left half.
+    p.push(insn(BPF_JMP | BPF_JGT | BPF_K, 0, 1, u32::from(slot)));
+    p.push(insn(BPF_JMP | BPF_JA, 0, 0, left.len() as u32));
+    p.extend(left);
+    search(&pairs[mid + 1..], fallback, p);
+}
+
+/// Runs `prog` on `data` as the kernel runs a reuse-port program (the data being the UDP
+/// payload); `None` where the kernel would fall back to its hash (a load past the end).
+pub fn run_program(prog: &[Insn], data: &[u8]) -> Option<u32> {
+    let mut a: u32 = 0;
+    let mut pc = 0usize;
+    while let Some(i) = prog.get(pc) {
+        pc += 1;
+        match i.code {
+            c if c == BPF_LD | BPF_W | BPF_LEN => a = data.len() as u32,
+            c if c == BPF_LD | BPF_B | BPF_ABS => a = u32::from(*data.get(i.k as usize)?),
+            c if c == BPF_RET | BPF_A => return Some(a),
+            c if c == BPF_RET | BPF_K => return Some(i.k),
+            c if c == BPF_JMP | BPF_JA => pc += i.k as usize,
+            c if c & 0x07 == BPF_JMP => {
+                let hit = match c & 0xF0 {
+                    BPF_JEQ => a == i.k,
+                    BPF_JGT => a > i.k,
+                    BPF_JGE => a >= i.k,
+                    _ => return None,
+                };
+                pc += usize::from(if hit { i.jt } else { i.jf });
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Attaches `prog` to the reuse-port group of `socket`.
+fn attach(socket: BorrowedFd<'_>, prog: &[Insn]) -> io::Result<()> {
+    let filter: Vec<libc::sock_filter> = prog
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let fprog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: setsockopt reads the program through `fprog`, which points at `filter`, alive
+    // for the call.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One member as `softib status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberStatus {
+    pub slot: u8,
+    pub live: bool,
+    pub pid: u32,
+    pub comm: String,
+    /// The socket's index in the group, if known.
+    pub index: Option<u32>,
+    /// Seconds in its state.
+    pub secs: u64,
+    /// [`COUNTERS`], in order.
+    pub counters: Vec<u64>,
+}
+
+/// A host-wide device as `softib status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceStatus {
+    pub addr: SocketAddr,
+    /// Sockets bound to the address (the reuse-port group).
+    pub sockets: usize,
+    /// The generation of the steering program, and whether a round of probes is under way.
+    pub generation: u64,
+    pub probing: bool,
+    pub members: Vec<MemberStatus>,
+    /// Bound ports and listened Service IDs: (key, slot, kind).
+    pub ports: Vec<(u64, u8, PortKind)>,
+}
+
+/// The host-wide devices of this network namespace and user (their tables in `/dev/shm`),
+/// with their live and quiet members.
+pub fn devices() -> Vec<DeviceStatus> {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".host") else {
+            continue;
+        };
+        let Some(addr) = crate::shm::address_of_inbox_name(stem) else {
+            continue;
+        };
+        let Ok(fd) = rustix::fs::open(e.path(), OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+        else {
+            continue;
+        };
+        if rustix::fs::fstat(&fd).map(|s| s.st_size as usize) != Ok(FILE_LEN) {
+            continue;
+        }
+        let Ok(t) = Table::map(&fd) else {
+            continue;
+        };
+        if t.u64_at(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
+            continue;
+        }
+        let now = boot_ns();
+        let mut members = Vec::new();
+        for s in FIRST_SLOT..=LAST_SLOT {
+            let st = t.state(s);
+            if st == FREE {
+                continue;
+            }
+            let live = st == LIVE && ofd_held(fd.as_fd(), LOCK_SLOTS + i64::from(s));
+            let index = t.u32_at(t.slot(s, S_INDEX)).load(Ordering::Relaxed);
+            members.push(MemberStatus {
+                slot: s,
+                live,
+                pid: t.u32_at(t.slot(s, S_PID)).load(Ordering::Relaxed),
+                comm: t.comm(s),
+                index: (index != NO_INDEX && live).then_some(index),
+                secs: now.saturating_sub(t.u64_at(t.slot(s, S_SINCE)).load(Ordering::Relaxed))
+                    / 1_000_000_000,
+                counters: (0..COUNTERS.len())
+                    .map(|i| {
+                        t.u64_at(t.slot(s, S_COUNTERS + 8 * i))
+                            .load(Ordering::Relaxed)
+                    })
+                    .collect(),
+            });
+        }
+        let mut ports = Vec::new();
+        for i in 0..PORT_ENTRIES {
+            let at = Table::port_entry(i);
+            let kind = match t.u32_at(at + 12).load(Ordering::Acquire) {
+                1 => PortKind::Bound,
+                2 => PortKind::Listening,
+                _ => continue,
+            };
+            let s = t.u32_at(at + 8).load(Ordering::Relaxed) as u8;
+            if t.state(s) == LIVE {
+                ports.push((t.u64_at(at).load(Ordering::Relaxed), s, kind));
+            }
+        }
+        out.push(DeviceStatus {
+            addr,
+            sockets: group_size(addr),
+            generation: t.u64_at(OFF_GEN).load(Ordering::Relaxed),
+            probing: t.u64_at(OFF_PENDING).load(Ordering::Relaxed) != 0,
+            members,
+            ports,
+        });
+    }
+    out.sort_by_key(|d| d.addr);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bth_to(qpn: u32) -> Vec<u8> {
+        let mut d = vec![0u8; 28];
+        d[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+        d
+    }
+
+    #[test]
+    fn program_steers_by_slot_and_probes_by_index() {
+        let pairs: Vec<(u8, u8)> = (1..=254u8).map(|s| (s, s.wrapping_mul(7) % 200)).collect();
+        let prog = steering_program(&pairs, 3);
+        assert!(prog.len() < 4096, "{} instructions", prog.len());
+        for &(s, i) in &pairs {
+            assert_eq!(
+                run_program(&prog, &bth_to(u32::from(s) << 16 | 0x1234)),
+                Some(u32::from(i)),
+                "slot {s}"
+            );
+        }
+        // QP1 and the multicast QPN name no member.
+        assert_eq!(run_program(&prog, &bth_to(1)), Some(3));
+        assert_eq!(run_program(&prog, &bth_to(0xFF_FFFF)), Some(3));
+        // A probe for index 9.
+        let probe = [PROBE_MARK, 9, 0, 0, 1, 0, 0, 0];
+        assert_eq!(run_program(&prog, &probe), Some(9));
+        // Too short to read byte 1: the kernel's hash.
+        assert_eq!(run_program(&prog, &[PROBE_MARK]), None);
+        for n in 0..10u8 {
+            let some: Vec<(u8, u8)> = (0..n).map(|k| (k * 20 + 1, k)).collect();
+            let prog = steering_program(&some, 77);
+            for s in 0..=255u8 {
+                let want = some.iter().find(|p| p.0 == s).map_or(77, |p| p.1);
+                assert_eq!(
+                    run_program(&prog, &bth_to(u32::from(s) << 16)),
+                    Some(u32::from(want))
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn group_sockets_are_counted() {
+        let addr: SocketAddr = "127.0.0.77:0".parse().unwrap();
+        let a = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        rustix::net::sockopt::set_socket_reuseport(&a, true).unwrap();
+        a.bind(&addr.into()).unwrap();
+        let bound = a.local_addr().unwrap().as_socket().unwrap();
+        let b = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        rustix::net::sockopt::set_socket_reuseport(&b, true).unwrap();
+        b.bind(&bound.into()).unwrap();
+        assert_eq!(group_size(bound), 2);
+        drop(b);
+        assert_eq!(group_size(bound), 1);
+    }
+}

@@ -1,0 +1,171 @@
+//! Host-wide devices: devices opened on one address by one process (as several processes
+//! would) share it as one HCA: one GID, QPNs that name their member, datagrams steered to the
+//! member they are for by the socket group's program, or handed on between members.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::*;
+use softib_core::verbs::types::WcStatus;
+use softib_core::verbs::wr::{RemoteAddr, SendWr, Sge, WrOpcode};
+use softib_udp::endpoint::Endpoint;
+use softib_udp::Transport;
+
+/// Has A write `len` bytes of pattern `seed` into B's buffer; checks completion and bytes.
+fn write(a: &mut Endpoint, b: &mut Endpoint, seed: u64, len: usize) {
+    let (amr, bmr) = (a.mr, b.mr);
+    let data = pattern(seed, len);
+    a.dev.hca_mut().mr_write(amr.handle, 0, &data).unwrap();
+    let wr = SendWr::new(
+        seed,
+        WrOpcode::RdmaWrite {
+            remote: RemoteAddr::new(bmr.addr, bmr.rkey),
+        },
+    )
+    .with_sge(Sge::new(amr.addr, len as u32, amr.lkey))
+    .signaled();
+    let qpn = a.qpn;
+    a.dev.hca_mut().post_send(qpn, &[wr]).unwrap();
+    let mut ok = false;
+    drive(a, b, Duration::from_secs(10), |a, _| {
+        for wc in completions(a) {
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            ok = true;
+        }
+        ok
+    });
+    assert_eq!(&b.dev.hca().mr_bytes(bmr.handle).unwrap()[..len], &data[..]);
+}
+
+/// The device at `addr` as `softib status` sees it.
+fn status(addr: SocketAddr) -> softib_udp::host::DeviceStatus {
+    softib_udp::host::devices()
+        .into_iter()
+        .find(|d| d.addr == addr)
+        .expect("the host table of the address")
+}
+
+/// Drives both devices until the socket group's program is in force and every member
+/// answered its probe.
+fn until_steered(a: &mut Endpoint, b: &mut Endpoint, addr: SocketAddr) {
+    drive(a, b, Duration::from_secs(5), |_, _| {
+        let st = status(addr);
+        !st.probing && st.members.iter().all(|m| !m.live || m.index.is_some())
+    });
+}
+
+fn member_of(e: &Endpoint) -> u8 {
+    e.dev
+        .member_slot()
+        .expect("a member of the host-wide device")
+}
+
+#[test]
+fn two_members_of_one_address_are_one_hca_over_udp() {
+    let at = addr(4, 1);
+    let mut a = endpoint_on(at, 7, 1 << 16, None, Transport::Udp);
+    let mut b = endpoint_on(at, 9, 1 << 16, None, Transport::Udp);
+    let (sa, sb) = (member_of(&a), member_of(&b));
+    assert_ne!(sa, sb);
+    // One GID; QPNs name their member.
+    assert_eq!(a.dev.gid(), b.dev.gid());
+    assert_eq!(a.qpn.value() >> 16, u32::from(sa));
+    assert_eq!(b.qpn.value() >> 16, u32::from(sb));
+    let st = status(at);
+    assert_eq!(st.sockets, 2);
+    let live: Vec<u8> = st
+        .members
+        .iter()
+        .filter(|m| m.live)
+        .map(|m| m.slot)
+        .collect();
+    assert!(live.contains(&sa) && live.contains(&sb), "{st:?}");
+    connect(&mut a, &mut b);
+    until_steered(&mut a, &mut b, at);
+    let st = status(at);
+    for m in st.members.iter().filter(|m| m.live) {
+        assert!(m.index.is_some(), "every member answered its probe: {st:?}");
+    }
+    // With the program in force, every datagram reaches its member's own socket: none is
+    // handed on.
+    let before = (a.dev.stats().forwarded, b.dev.stats().forwarded);
+    for seed in 1..=20 {
+        write(&mut a, &mut b, seed, 3000);
+        write(&mut b, &mut a, seed + 100, 700);
+    }
+    assert_eq!(
+        (a.dev.stats().forwarded, b.dev.stats().forwarded),
+        before,
+        "A {:?} B {:?}",
+        a.dev.stats(),
+        b.dev.stats()
+    );
+    for e in [&a, &b] {
+        assert_eq!(e.dev.hca().counters().icrc_err, 0);
+        assert_eq!(e.dev.stats().tx_shm, 0, "UDP only");
+        assert_eq!(e.dev.stats().unowned, 0);
+    }
+}
+
+#[test]
+fn two_members_of_one_address_talk_through_shared_memory() {
+    let at = addr(4, 2);
+    let mut a = endpoint_on(at, 7, 1 << 16, None, Transport::Auto);
+    let mut b = endpoint_on(at, 9, 1 << 16, None, Transport::Auto);
+    connect(&mut a, &mut b);
+    for seed in 1..=5 {
+        write(&mut a, &mut b, seed, 5000);
+    }
+    assert!(a.dev.stats().tx_shm > 0, "{:?}", a.dev.stats());
+    assert!(b.dev.stats().rx_shm > 0, "{:?}", b.dev.stats());
+    assert_eq!(b.dev.hca().counters().icrc_err, 0);
+}
+
+/// A member whose socket gets datagrams for another (here: before any program is attached,
+/// the kernel's hash chooses) hands them to that member's inbox; they arrive all the same.
+#[test]
+fn datagrams_for_another_member_are_handed_on() {
+    let at = addr(4, 3);
+    let mut a = endpoint_on(at, 7, 1 << 16, None, Transport::Udp);
+    let mut b = endpoint_on(at, 9, 1 << 16, None, Transport::Udp);
+    connect(&mut a, &mut b);
+    until_steered(&mut a, &mut b, at);
+    // A third member joins and leaves: the group's indices move and the program is stale
+    // until the members answer the new probes; B's datagrams may reach A's socket meanwhile.
+    let c = endpoint_on(at, 11, 1 << 16, None, Transport::Udp);
+    drop(c);
+    for seed in 1..=30 {
+        write(&mut a, &mut b, seed, 2000);
+        write(&mut b, &mut a, seed, 2000);
+    }
+    let st = status(at);
+    assert_eq!(st.members.iter().filter(|m| m.live).count(), 2, "{st:?}");
+    // What was handed on was taken by its member.
+    let handed = a.dev.stats().forwarded + b.dev.stats().forwarded;
+    let took = a.dev.stats().forwarded_in + b.dev.stats().forwarded_in;
+    assert_eq!(handed, took);
+}
+
+/// Dropping a member leaves its slot quiet; the last member to leave removes the table.
+#[test]
+fn the_last_member_removes_the_table() {
+    let at = addr(4, 4);
+    let a = endpoint_on(at, 7, 1 << 16, None, Transport::Auto);
+    let b = endpoint_on(at, 9, 1 << 16, None, Transport::Auto);
+    let sb = member_of(&b);
+    drop(b);
+    let st = status(at);
+    let gone = st.members.iter().find(|m| m.slot == sb).unwrap();
+    assert!(!gone.live, "{st:?}");
+    assert_eq!(st.sockets, 1);
+    let path = softib_udp::host::host_path(at);
+    assert!(path.exists());
+    drop(a);
+    assert!(!path.exists(), "{}", path.display());
+    assert!(
+        !softib_udp::shm::member_inbox_path(at, sb).exists(),
+        "inboxes go with their members"
+    );
+}
