@@ -164,6 +164,24 @@ pub enum Route {
     Nobody,
 }
 
+/// The number a datagram (BTH first) is for, whose high byte names its member: the
+/// destination EE context of a reliable datagram (RDETH, after the BTH: the EE context holds
+/// the connection, in the process that made it), else the destination QPN. `None` when the
+/// datagram is too short to say.
+#[inline]
+pub fn destination(datagram: &[u8]) -> Option<u32> {
+    let at = if datagram.first()? & 0xE0 == RD_CLASS {
+        13
+    } else {
+        5
+    };
+    let n = datagram.get(at..at + 3)?;
+    Some(u32::from_be_bytes([0, n[0], n[1], n[2]]))
+}
+
+/// The opcode class of reliable datagrams (the top three bits of the BTH opcode).
+const RD_CLASS: u8 = 0x40;
+
 /// The host table file of the device bound to `addr`, in this network namespace.
 pub fn host_path(addr: SocketAddr) -> PathBuf {
     let mut p = crate::shm::inbox_path(addr).into_os_string();
@@ -653,13 +671,13 @@ impl Member {
     /// Looks at the live member below this one (the highest one, for the lowest member): if
     /// its lock is gone, it died; the table is swept and the group probed again.
     fn watch(&mut self, now: u64) {
-        let live: Vec<u8> = self.table.live_slots().collect();
-        let below = live
-            .iter()
+        // Allocates nothing: it runs in the data path's rounds.
+        let t = &self.table;
+        let below = (FIRST_SLOT..self.slot)
             .rev()
-            .find(|&&s| s < self.slot)
-            .or_else(|| live.iter().rev().find(|&&s| s != self.slot));
-        let Some(&s) = below else {
+            .chain((self.slot + 1..=LAST_SLOT).rev())
+            .find(|&s| t.state(s) == LIVE);
+        let Some(s) = below else {
             return;
         };
         if ofd_held(self.fd.as_fd(), LOCK_SLOTS + i64::from(s)) {
@@ -687,15 +705,15 @@ impl Member {
     fn start_reindex(&mut self, now: u64, socket: Option<BorrowedFd<'_>>) {
         let t = &self.table;
         if let Some(sock) = socket {
-            let known: Vec<(u8, u8)> = t
-                .live_slots()
-                .filter_map(|s| {
-                    let i = t.u32_at(t.slot(s, S_INDEX)).load(Ordering::Relaxed);
-                    (i != NO_INDEX).then_some((s, i as u8))
-                })
-                .collect();
-            let fallback = known.first().map_or(0, |&(_, i)| i);
-            let _ = attach(sock, &steering_program(&known, fallback));
+            let mut known = Pairs::default();
+            for s in t.live_slots() {
+                let i = t.u32_at(t.slot(s, S_INDEX)).load(Ordering::Relaxed);
+                if i != NO_INDEX {
+                    known.push((s, i as u8));
+                }
+            }
+            let fallback = known.first().map_or(0, |(_, i)| i);
+            let _ = attach_steering(sock, known, fallback);
         }
         let generation = t
             .u64_at(OFF_GEN)
@@ -728,23 +746,24 @@ impl Member {
             return true;
         }
         let pairs = self.answers(in_force);
-        let fallback = pairs.first().map_or(0, |&(_, i)| i);
-        let _ = attach(socket, &steering_program(&pairs, fallback));
+        let fallback = pairs.first().map_or(0, |(_, i)| i);
+        let _ = attach_steering(socket, pairs, fallback);
         true
     }
 
-    /// The (slot, index) answers of live members for `generation`.
-    fn answers(&self, generation: u64) -> Vec<(u8, u8)> {
+    /// The (slot, index) answers of live members for `generation`, by slot.
+    fn answers(&self, generation: u64) -> Pairs {
         let t = &self.table;
-        t.live_slots()
-            .filter(|&s| t.u64_at(t.slot(s, S_INDEX_GEN)).load(Ordering::Acquire) == generation)
-            .map(|s| {
-                (
+        let mut p = Pairs::default();
+        for s in t.live_slots() {
+            if t.u64_at(t.slot(s, S_INDEX_GEN)).load(Ordering::Acquire) == generation {
+                p.push((
                     s,
                     t.u32_at(t.slot(s, S_INDEX)).load(Ordering::Relaxed) as u8,
-                )
-            })
-            .collect()
+                ));
+            }
+        }
+        p
     }
 
     /// Builds and attaches the program of generation `pending` once every live member
@@ -763,20 +782,17 @@ impl Member {
         if t.u64_at(OFF_PENDING).load(Ordering::Acquire) != pending {
             return;
         }
-        let mut pairs: Vec<(u8, u8)> = Vec::new();
-        for s in t.live_slots().collect::<Vec<_>>() {
-            let idx = t.u32_at(t.slot(s, S_INDEX));
-            if answered(s) {
-                pairs.push((s, idx.load(Ordering::Relaxed) as u8));
-            } else {
-                idx.store(NO_INDEX, Ordering::Relaxed);
+        for s in t.live_slots() {
+            if !answered(s) {
+                t.u32_at(t.slot(s, S_INDEX))
+                    .store(NO_INDEX, Ordering::Relaxed);
             }
         }
+        let pairs = self.answers(pending);
         // What names no live member goes to the lowest that answered (it hands QP1's MADs
         // on by their contents, and drops the rest).
-        let fallback = pairs.first().copied();
-        let prog = steering_program(&pairs, fallback.map_or(0, |(_, i)| i));
-        if attach(socket, &prog).is_ok() {
+        let fallback = pairs.first();
+        if attach_steering(socket, pairs, fallback.map_or(0, |(_, i)| i)).is_ok() {
             t.u32_at(OFF_FALLBACK)
                 .store(fallback.map_or(0, |(s, _)| u32::from(s)), Ordering::Relaxed);
             t.u64_at(OFF_GEN).store(pending, Ordering::Relaxed);
@@ -905,6 +921,8 @@ pub fn group_size(addr: SocketAddr) -> usize {
 const BPF_LD: u16 = 0x00;
 const BPF_JMP: u16 = 0x05;
 const BPF_RET: u16 = 0x06;
+const BPF_ALU: u16 = 0x04;
+const BPF_AND: u16 = 0x50;
 const BPF_W: u16 = 0x00;
 const BPF_B: u16 = 0x10;
 const BPF_ABS: u16 = 0x20;
@@ -916,8 +934,9 @@ const BPF_JGE: u16 = 0x30;
 const BPF_K: u16 = 0x00;
 const BPF_A: u16 = 0x10;
 
-/// One classic BPF instruction (`struct sock_filter`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One classic BPF instruction (`struct sock_filter`, whose layout it has).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
 pub struct Insn {
     pub code: u16,
     pub jt: u8,
@@ -930,43 +949,113 @@ const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
 }
 
 /// The reuse-port program: a datagram shorter than [`SHORT`] (a probe) goes to the index in
-/// its byte 1; any other to the index of the slot named by its byte 5 (the destination
-/// number's high byte), found by a binary search over `pairs` (slot, index; sorted by slot);
-/// a slot not there to `fallback`. An index the group does not have makes the kernel choose
-/// by its hash, as does a datagram too short to read.
+/// its byte 1; any other to the index of the slot named by the high byte of its
+/// [`destination`] (byte 13, the RDETH's EE context, for reliable datagrams; byte 5, the
+/// BTH's destination QP, for the others), found by a binary search over `pairs` (slot, index;
+/// sorted by slot); a slot not there to `fallback`. An index the group does not have makes
+/// the kernel choose by its hash, as does a datagram too short to read.
 pub fn steering_program(pairs: &[(u8, u8)], fallback: u8) -> Vec<Insn> {
-    let mut sorted = pairs.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup_by_key(|p| p.0);
-    let mut p = vec![
+    let mut sorted = Pairs::default();
+    for &p in pairs {
+        sorted.push(p);
+    }
+    let mut out = [Insn::default(); PROGRAM_MAX];
+    let n = write_program(sorted.sorted(), fallback, &mut out);
+    out[..n].to_vec()
+}
+
+/// Most (slot, index) pairs: one per slot.
+const PAIRS_MAX: usize = LAST_SLOT as usize;
+/// The longest program: the head, then 5 instructions per pair and a leaf.
+const PROGRAM_MAX: usize = PROGRAM_HEAD + 5 * PAIRS_MAX + 1;
+const PROGRAM_HEAD: usize = 10;
+
+/// (slot, index) pairs in a fixed array: the program is rebuilt in the data path's rounds,
+/// which allocate nothing.
+#[derive(Clone, Copy)]
+struct Pairs {
+    pairs: [(u8, u8); PAIRS_MAX],
+    len: usize,
+}
+
+impl Default for Pairs {
+    fn default() -> Pairs {
+        Pairs {
+            pairs: [(0, 0); PAIRS_MAX],
+            len: 0,
+        }
+    }
+}
+
+impl Pairs {
+    fn push(&mut self, p: (u8, u8)) {
+        if self.len < PAIRS_MAX {
+            self.pairs[self.len] = p;
+            self.len += 1;
+        }
+    }
+
+    fn first(&self) -> Option<(u8, u8)> {
+        self.pairs[..self.len].first().copied()
+    }
+
+    /// The pairs sorted by slot, one per slot.
+    fn sorted(&mut self) -> &[(u8, u8)] {
+        let v = &mut self.pairs[..self.len];
+        v.sort_unstable();
+        let mut n = 0;
+        for i in 0..v.len() {
+            if n == 0 || v[i].0 != v[n - 1].0 {
+                v[n] = v[i];
+                n += 1;
+            }
+        }
+        &self.pairs[..n]
+    }
+}
+
+/// Writes the program of [`steering_program`] for `pairs` (sorted, one per slot) into `out`;
+/// returns its length.
+fn write_program(pairs: &[(u8, u8)], fallback: u8, out: &mut [Insn; PROGRAM_MAX]) -> usize {
+    let head = [
         insn(BPF_LD | BPF_W | BPF_LEN, 0, 0, 0),
         insn(BPF_JMP | BPF_JGE | BPF_K, 2, 0, SHORT),
         insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, 1),
         insn(BPF_RET | BPF_A, 0, 0, 0),
+        insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, 0),
+        insn(BPF_ALU | BPF_AND | BPF_K, 0, 0, 0xE0),
+        insn(BPF_JMP | BPF_JEQ | BPF_K, 0, 2, RD_CLASS as u32),
+        insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, 13),
+        insn(BPF_JMP | BPF_JA, 0, 0, 1),
         insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, 5),
     ];
-    search(&sorted, fallback, &mut p);
-    p
+    out[..PROGRAM_HEAD].copy_from_slice(&head);
+    let pairs = &pairs[..pairs.len().min(PAIRS_MAX)];
+    PROGRAM_HEAD + search(pairs, fallback, &mut out[PROGRAM_HEAD..])
 }
 
-/// Appends the binary search over `pairs` to `p`.
-fn search(pairs: &[(u8, u8)], fallback: u8, p: &mut Vec<Insn>) {
+/// Instructions of the search over `n` pairs: 4 per pair, and a leaf per gap.
+const fn search_len(n: usize) -> usize {
+    5 * n + 1
+}
+
+/// Writes the binary search over `pairs` at the start of `out`; returns its length.
+fn search(pairs: &[(u8, u8)], fallback: u8, out: &mut [Insn]) -> usize {
     if pairs.is_empty() {
-        p.push(insn(BPF_RET | BPF_K, 0, 0, u32::from(fallback)));
-        return;
+        out[0] = insn(BPF_RET | BPF_K, 0, 0, u32::from(fallback));
+        return 1;
     }
     let mid = pairs.len() / 2;
     let (slot, index) = pairs[mid];
-    let mut left = Vec::new();
-    search(&pairs[..mid], fallback, &mut left);
     // A equal: the next instruction returns the index; else it is skipped.
-    p.push(insn(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, u32::from(slot)));
-    p.push(insn(BPF_RET | BPF_K, 0, 0, u32::from(index)));
+    out[0] = insn(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, u32::from(slot));
+    out[1] = insn(BPF_RET | BPF_K, 0, 0, u32::from(index));
     // A greater: over the left half to the right one; else into the left half.
-    p.push(insn(BPF_JMP | BPF_JGT | BPF_K, 0, 1, u32::from(slot)));
-    p.push(insn(BPF_JMP | BPF_JA, 0, 0, left.len() as u32));
-    p.extend(left);
-    search(&pairs[mid + 1..], fallback, p);
+    out[2] = insn(BPF_JMP | BPF_JGT | BPF_K, 0, 1, u32::from(slot));
+    out[3] = insn(BPF_JMP | BPF_JA, 0, 0, search_len(mid) as u32);
+    let left = search(&pairs[..mid], fallback, &mut out[4..]);
+    debug_assert_eq!(left, search_len(mid));
+    4 + left + search(&pairs[mid + 1..], fallback, &mut out[4 + left..])
 }
 
 /// Runs `prog` on `data` as the kernel runs a reuse-port program (the data being the UDP
@@ -979,6 +1068,7 @@ pub fn run_program(prog: &[Insn], data: &[u8]) -> Option<u32> {
         match i.code {
             c if c == BPF_LD | BPF_W | BPF_LEN => a = data.len() as u32,
             c if c == BPF_LD | BPF_B | BPF_ABS => a = u32::from(*data.get(i.k as usize)?),
+            c if c == BPF_ALU | BPF_AND | BPF_K => a &= i.k,
             c if c == BPF_RET | BPF_A => return Some(a),
             c if c == BPF_RET | BPF_K => return Some(i.k),
             c if c == BPF_JMP | BPF_JA => pc += i.k as usize,
@@ -997,20 +1087,24 @@ pub fn run_program(prog: &[Insn], data: &[u8]) -> Option<u32> {
     None
 }
 
+/// Attaches the program of `pairs` (slot, index) and `fallback` to the reuse-port group of
+/// `socket` ([`steering_program`]). Allocates nothing.
+fn attach_steering(socket: BorrowedFd<'_>, mut pairs: Pairs, fallback: u8) -> io::Result<()> {
+    let mut prog = [Insn::default(); PROGRAM_MAX];
+    let n = write_program(pairs.sorted(), fallback, &mut prog);
+    attach(socket, &prog[..n])
+}
+
 /// Attaches `prog` to the reuse-port group of `socket`.
 fn attach(socket: BorrowedFd<'_>, prog: &[Insn]) -> io::Result<()> {
-    let filter: Vec<libc::sock_filter> = prog
-        .iter()
-        .map(|i| libc::sock_filter {
-            code: i.code,
-            jt: i.jt,
-            jf: i.jf,
-            k: i.k,
-        })
-        .collect();
+    const _: () = assert!(
+        std::mem::size_of::<Insn>() == std::mem::size_of::<libc::sock_filter>()
+            && std::mem::align_of::<Insn>() == std::mem::align_of::<libc::sock_filter>()
+    );
     let fprog = libc::sock_fprog {
-        len: filter.len() as u16,
-        filter: filter.as_ptr() as *mut libc::sock_filter,
+        len: prog.len() as u16,
+        // `Insn` is `struct sock_filter`'s layout (#[repr(C)], the same fields in order).
+        filter: prog.as_ptr() as *mut libc::sock_filter,
     };
     // SAFETY: setsockopt reads the program through `fprog`, which points at `filter`, alive
     // for the call.
@@ -1160,6 +1254,16 @@ mod tests {
                 "slot {s}"
             );
         }
+        // A reliable datagram goes by its EE context (RDETH), not its QP.
+        let mut rd = bth_to(0x05_0011);
+        rd[0] = 0x44;
+        rd[13..16].copy_from_slice(&[9, 0, 1]);
+        assert_eq!(
+            run_program(&prog, &rd),
+            Some(u32::from(9u8.wrapping_mul(7) % 200))
+        );
+        assert_eq!(destination(&rd), Some(0x09_0001));
+        assert_eq!(destination(&rd[..14]), None);
         // QP1 and the multicast QPN name no member.
         assert_eq!(run_program(&prog, &bth_to(1)), Some(3));
         assert_eq!(run_program(&prog, &bth_to(0xFF_FFFF)), Some(3));

@@ -408,6 +408,9 @@ pub struct Device {
     /// socket for them, and those written to in this round (rung if they sleep).
     forward_to: Vec<(u8, shm::Outbox)>,
     forwarded_to: Vec<u8>,
+    /// Connection requests for a Service ID no member listens on yet: (until when, in device
+    /// ns; the sender; the datagram).
+    unlistened: Vec<(u64, SocketAddr, Vec<u8>)>,
     /// This device's membership of the host-wide device of its address. Declared after the
     /// socket, so that the socket has left the group when the member leaves.
     member: Option<host::Member>,
@@ -417,12 +420,12 @@ pub struct Device {
 /// for (the high byte of its destination number), 0 for none in particular.
 type PeerKey = (SocketAddr, u8);
 
-/// The member a datagram (BTH first) is for: the high byte of its destination QPN when that
-/// is a member slot, else 0.
+/// The member a datagram (BTH first) is for: the high byte of its [`host::destination`] when
+/// that is a member slot, else 0.
 #[inline(always)]
 fn member_of(datagram: &[u8]) -> u8 {
-    match datagram.get(5) {
-        Some(&h) if (host::FIRST_SLOT..=host::LAST_SLOT).contains(&h) => h,
+    match host::destination(datagram).map(|n| (n >> 16) as u8) {
+        Some(h) if (host::FIRST_SLOT..=host::LAST_SLOT).contains(&h) => h,
         _ => 0,
     }
 }
@@ -604,6 +607,7 @@ impl Device {
             udp_skipped: 0,
             forward_to: Vec::new(),
             forwarded_to: Vec::new(),
+            unlistened: Vec::new(),
             member,
         })
     }
@@ -768,7 +772,7 @@ impl Device {
                 w.sleep_end();
             }
             if sleeps {
-                self.drain_bell();
+                self.drain_doorbells();
             }
         }
         if mode == PollMode::Blocking {
@@ -797,11 +801,11 @@ impl Device {
     /// handled ([`RX_FLUSH_EVERY`]), as after [`Device::wait`].
     pub fn woke(&mut self) {
         self.rx_after_sleep = true;
-        self.drain_bell();
+        self.drain_doorbells();
     }
 
     /// Empties the doorbell socket (its datagrams only wake a sleeper).
-    fn drain_bell(&mut self) {
+    pub fn drain_doorbells(&mut self) {
         let Some(m) = &self.member else {
             return;
         };
@@ -844,7 +848,7 @@ impl Device {
         if let Some(w) = &self.waker {
             w.sleep_end();
         }
-        self.drain_bell();
+        self.drain_doorbells();
         match r {
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
             Err(e) => Err(e.into()),
@@ -876,6 +880,40 @@ impl Device {
             m.set_count(i, v);
         }
         m.maintain(self.socket.as_fd(), now.as_nanos());
+        if !self.unlistened.is_empty() {
+            self.retry_unlistened(now);
+        }
+    }
+
+    /// Hands each kept connection request to the member that listens on its Service ID now,
+    /// or, when its wait is over, to this member; through the inboxes (this member's own too),
+    /// so that it is taken as any datagram handed on.
+    fn retry_unlistened(&mut self, now: Instant) {
+        let Some(m) = &self.member else {
+            return;
+        };
+        let mine = m.slot();
+        let mut kept = std::mem::take(&mut self.unlistened);
+        kept.retain(|(until, src, d)| {
+            let to = match route(m, d) {
+                Routed::To(host::Route::Member(s)) => s,
+                Routed::To(_) => mine,
+                Routed::Unlistened if now.as_nanos() >= *until => mine,
+                Routed::Unlistened => return true,
+            };
+            forward(
+                &mut self.forward_to,
+                &mut self.forwarded_to,
+                &mut self.stats,
+                self.local,
+                to,
+                *src,
+                d,
+            );
+            false
+        });
+        self.unlistened = kept;
+        self.ring_forwarded();
     }
 
     /// Flushes the pcap capture, if any.
@@ -1488,8 +1526,15 @@ impl Device {
                 if let Some(m) = &self.member {
                     let d = &self.rx_buf[start..end];
                     match route(m, d) {
-                        host::Route::Mine => {}
-                        host::Route::Member(slot) => {
+                        Routed::To(host::Route::Mine) => {}
+                        Routed::Unlistened => {
+                            if self.unlistened.len() < UNLISTENED_MAX {
+                                let until = now.as_nanos() + UNLISTENED_WAIT_NS;
+                                self.unlistened.push((until, meta.addr, d.to_vec()));
+                                continue;
+                            }
+                        }
+                        Routed::To(host::Route::Member(slot)) => {
                             forward(
                                 &mut self.forward_to,
                                 &mut self.forwarded_to,
@@ -1501,7 +1546,7 @@ impl Device {
                             );
                             continue;
                         }
-                        host::Route::Nobody => {
+                        Routed::To(host::Route::Nobody) => {
                             self.stats.unowned += 1;
                             continue;
                         }
@@ -1661,26 +1706,46 @@ fn forward(
 /// number's high byte, or for a MAD to QP1 by whom it is for (a request to the member that
 /// listens on its Service ID, any other message to the member whose Communication ID it
 /// names). What names no live member's ID stays here (this member's CM answers or drops it).
-fn route(m: &host::Member, d: &[u8]) -> host::Route {
-    let Some(qpn) = d.get(5..8) else {
-        return host::Route::Mine;
+fn route(m: &host::Member, d: &[u8]) -> Routed {
+    let Some(to) = host::destination(d) else {
+        return Routed::To(host::Route::Mine);
     };
-    if qpn != [0, 0, 1] {
-        return m.route_number(qpn[0]);
+    if to != softib_core::GSI_QPN || d[0] & 0xE0 == 0x40 {
+        return Routed::To(m.route_number((to >> 16) as u8));
     }
     // BTH and DETH, then the MAD.
     const MAD: usize = softib_wire::bth::LEN + softib_wire::deth::LEN;
     let to = d.get(MAD..).and_then(softib_wire::cm::addressee);
     let slot = match to {
-        Some(softib_wire::cm::Addressee::Service(sid)) => m.listener(sid),
-        Some(softib_wire::cm::Addressee::Id(id)) => Some((id >> 24) as u8),
-        None => None,
+        Some(softib_wire::cm::Addressee::Service(sid)) => match m.listener(sid) {
+            Some(s) => s,
+            // Nobody listens yet: kept a while for a listener to come (a connect that races
+            // the peer's rdma_listen), in whichever process it is.
+            None => return Routed::Unlistened,
+        },
+        Some(softib_wire::cm::Addressee::Id(id)) => (id >> 24) as u8,
+        None => return Routed::To(host::Route::Mine),
     };
-    match slot.map(|s| m.route_number(s)) {
-        Some(host::Route::Member(s)) => host::Route::Member(s),
-        _ => host::Route::Mine,
+    match m.route_number(slot) {
+        host::Route::Member(s) => Routed::To(host::Route::Member(s)),
+        _ => Routed::To(host::Route::Mine),
     }
 }
+
+/// Where [`route`] sends a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Routed {
+    To(host::Route),
+    /// A connection request for a Service ID no member listens on.
+    Unlistened,
+}
+
+/// How long a connection request for a Service ID nobody listens on waits for a listener in
+/// any member before this member's connection manager takes it (and, by its own grace,
+/// refuses it).
+const UNLISTENED_WAIT_NS: u64 = 250_000_000;
+/// Most such requests kept at once.
+const UNLISTENED_MAX: usize = 64;
 
 /// The peer whose datagrams come from `from` (a relay's address stands for its peer).
 fn route_from(routes: &[(IpAddr, SocketAddr)], from: SocketAddr) -> IpAddr {

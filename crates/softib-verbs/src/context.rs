@@ -1,5 +1,6 @@
-//! A device context: the engine (HCA + UDP socket) behind a mutex, the progress thread, and
-//! the completion-channel / async-event plumbing.
+//! A process's engine of a device: the HCA share and UDP socket behind a mutex, shared by
+//! every context the process opens on the device (as the contexts of a real HCA share the
+//! hardware), its progress thread, and the completion-channel / async-event plumbing.
 //!
 //! Who drives the engine:
 //! - the application's threads, inside `ibv_post_send` (the new packets leave at once) and
@@ -87,7 +88,7 @@ pub const DEFER_MAX: u32 = 32;
 // with the engine lock held, and removed from the maps before the objects are freed.
 unsafe impl Send for Engine {}
 
-/// What a context's threads share.
+/// What the contexts of one device in this process, and their threads, share.
 pub struct Shared {
     /// The engine.
     pub engine: Mutex<Engine>,
@@ -108,12 +109,16 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// Wakes the progress thread (close).
     pub wake_fd: RawFd,
-    /// `context->async_fd`: one count per queued async event.
-    pub async_fd: RawFd,
-    /// Queued async events.
-    pub async_q: Mutex<VecDeque<AsyncItem>>,
     /// The socket, for the progress thread's poll(2).
     pub sock_fd: RawFd,
+    /// The member's doorbell socket of a host-wide device (same-host senders ring it).
+    pub bell_fd: Option<RawFd>,
+    /// The device's bound address.
+    pub local: std::net::SocketAddr,
+    /// Contexts open on the engine: the last to close stops the progress thread.
+    pub contexts: std::sync::atomic::AtomicUsize,
+    /// The progress thread.
+    pub thread: Mutex<Option<JoinHandle<()>>>,
     /// The device's shared-memory inbox flag, set while this thread sleeps for it.
     pub shm_waker: Option<softib_udp::shm::Waker>,
     /// What the progress thread did (`SOFTIB_STATS`).
@@ -188,7 +193,40 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         util::close(self.wake_fd);
-        util::close(self.async_fd);
+    }
+}
+
+/// A context's own event queue: `context->async_fd` (one count per queued async event) and
+/// the events, for the objects made through the context.
+pub struct AsyncEvents {
+    /// `context->async_fd`.
+    pub fd: RawFd,
+    /// Queued async events.
+    pub queue: Mutex<VecDeque<AsyncItem>>,
+}
+
+impl AsyncEvents {
+    /// A new, empty queue.
+    pub fn new() -> std::io::Result<AsyncEvents> {
+        Ok(AsyncEvents {
+            fd: util::semaphore_eventfd()?,
+            queue: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Queues `item` and counts it on the descriptor.
+    pub fn push(&self, item: AsyncItem) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(item);
+        util::signal(self.fd);
+    }
+}
+
+impl Drop for AsyncEvents {
+    fn drop(&mut self) {
+        util::close(self.fd);
     }
 }
 
@@ -257,8 +295,9 @@ impl Engine {
         self.dispatch_events(shared);
     }
 
-    /// Hands completion events to their channels and async events to the context's queue.
-    pub fn dispatch_events(&mut self, shared: &Shared) {
+    /// Hands completion events to their channels and async events to the queue of the
+    /// context each object was made through.
+    pub fn dispatch_events(&mut self, _shared: &Shared) {
         while let Some(h) = self.dev.hca_mut().poll_completion_event() {
             let Some(&cq) = self.cqs.get(&h) else {
                 continue;
@@ -276,14 +315,17 @@ impl Engine {
                 Some(qpn) => self.qps.get(&qpn).map_or(&[], |v| v.as_slice()),
                 None => &[std::ptr::null_mut()],
             };
-            let mut q = shared.async_q.lock().unwrap_or_else(|e| e.into_inner());
             for &h in holders {
                 let mut one = item;
                 if !h.is_null() {
                     one.element.qp = h.cast::<ibv_qp>();
                 }
-                q.push_back(AsyncItem(one));
-                util::signal(shared.async_fd);
+                // SAFETY: the element is a live object of this library (the maps hold only
+                // those); its first field is its context.
+                let ctx = unsafe { event_context(&one) };
+                if let Some(sc) = crate::device::SoftContext::from_ctx(ctx) {
+                    sc.events.push(AsyncItem(one));
+                }
             }
         }
     }
@@ -364,7 +406,29 @@ impl Engine {
     }
 }
 
-/// Starts the progress thread of a context.
+/// The context an async event's object was made through (every verbs object begins with
+/// its `ibv_context` pointer).
+///
+/// # Safety
+/// The element the event names must be a live object of this library.
+unsafe fn event_context(e: &ibv_async_event) -> *mut ibv_context {
+    // SAFETY: per the contract; the union member read is the one the event type names, and
+    // each is a pointer to a struct whose first field is `struct ibv_context *context`.
+    unsafe {
+        let obj: *const *mut ibv_context = match e.event_type {
+            IBV_EVENT_CQ_ERR => e.element.cq.cast(),
+            IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => e.element.srq.cast(),
+            _ => e.element.qp.cast(),
+        };
+        if obj.is_null() {
+            std::ptr::null_mut()
+        } else {
+            *obj
+        }
+    }
+}
+
+/// Starts the progress thread of an engine.
 pub fn spawn_progress(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("softib-progress".into())
@@ -523,7 +587,7 @@ fn progress_loop(shared: &Shared) {
             let waker = shared.shm_waker.as_ref();
             if waker.is_none_or(softib_udp::shm::Waker::sleep_begin) {
                 ProgressStats::bump(&shared.progress.sleeps);
-                if sleep_on(&[shared.sock_fd, shared.wake_fd], wait) == 0 {
+                if sleep_on(&sleep_fds(shared), wait) == 0 {
                     ProgressStats::bump(&shared.progress.timeouts);
                 }
                 slept = true;
@@ -587,6 +651,9 @@ fn progress_loop(shared: &Shared) {
         sched.serving();
         if std::mem::take(&mut slept) {
             eng.dev.woke();
+        } else if lingering {
+            // A doorbell a linger saw (it only woke the thread).
+            eng.dev.drain_doorbells();
         }
         ProgressStats::bump(&shared.progress.turns);
         wait = {
@@ -627,8 +694,14 @@ fn linger(shared: &Shared, d: Duration) -> bool {
             .as_ref()
             .is_some_and(softib_udp::shm::Waker::ready)
             || shared.app_polls.load(Ordering::Relaxed) != polls
-            || readable(&[shared.sock_fd, shared.wake_fd])
+            || readable(&sleep_fds(shared))
     })
+}
+
+/// What the progress thread sleeps on: the socket, the doorbell of a host-wide device's
+/// member, the wake-up eventfd (-1 where there is no doorbell: poll(2) skips it).
+fn sleep_fds(shared: &Shared) -> [RawFd; 3] {
+    [shared.sock_fd, shared.bell_fd.unwrap_or(-1), shared.wake_fd]
 }
 
 /// True if the application's call counter moves within [`APP_POLL_WINDOW`] ([`watch`]: the
@@ -669,14 +742,14 @@ fn readable(fds: &[RawFd]) -> bool {
 /// Sleeps until one of `fds` is readable or `d` passes (microsecond resolution); returns how
 /// many are readable (0 on timeout or error).
 fn sleep_on(fds: &[RawFd], d: Duration) -> i32 {
-    // At most two descriptors: on the stack (this thread allocates nothing per turn).
-    debug_assert!(fds.len() <= 2);
+    // At most three descriptors: on the stack (this thread allocates nothing per turn).
+    debug_assert!(fds.len() <= 3);
     let none = libc::pollfd {
         fd: -1,
         events: 0,
         revents: 0,
     };
-    let mut p = [none; 2];
+    let mut p = [none; 3];
     for (slot, &fd) in p.iter_mut().zip(fds) {
         *slot = libc::pollfd {
             fd,
@@ -684,7 +757,7 @@ fn sleep_on(fds: &[RawFd], d: Duration) -> i32 {
             revents: 0,
         };
     }
-    let p = &mut p[..fds.len().min(2)];
+    let p = &mut p[..fds.len().min(3)];
     let ts = libc::timespec {
         tv_sec: d.as_secs() as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -701,18 +774,13 @@ fn sleep_on(fds: &[RawFd], d: Duration) -> i32 {
     }
 }
 
-/// Builds the shared state of a new context around an opened device.
+/// Builds the shared state of a new engine around an opened device.
 pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
     let sock_fd = dev.socket_fd().as_raw_fd();
+    let bell_fd = dev.bell_fd().map(|f| f.as_raw_fd());
+    let local = dev.local_addr();
     let shm_waker = dev.shm_waker();
     let wake_fd = util::wake_eventfd()?;
-    let async_fd = match util::semaphore_eventfd() {
-        Ok(fd) => fd,
-        Err(e) => {
-            util::close(wake_fd);
-            return Err(e);
-        }
-    };
     Ok(Arc::new(Shared {
         engine: Mutex::new(Engine {
             dev,
@@ -731,9 +799,11 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
         tx_pending: AtomicBool::new(false),
         stop: AtomicBool::new(false),
         wake_fd,
-        async_fd,
-        async_q: Mutex::new(VecDeque::new()),
         sock_fd,
+        bell_fd,
+        local,
+        contexts: std::sync::atomic::AtomicUsize::new(0),
+        thread: Mutex::new(None),
         shm_waker,
         progress: ProgressStats::default(),
     }))

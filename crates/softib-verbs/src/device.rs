@@ -2,8 +2,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use softib_core::verbs::types::{GidType, LinkLayer, Mtu};
 use softib_core::HcaConfig;
@@ -96,10 +95,10 @@ pub fn soft_device(d: *mut ibv_device) -> Option<&'static SoftDevice> {
 pub struct SoftContext {
     /// Must be first.
     pub vctx: verbs_context,
-    /// Engine and events.
+    /// The process's engine of the device, shared with its other contexts on it.
     pub shared: Arc<Shared>,
-    /// The progress thread.
-    pub thread: Mutex<Option<JoinHandle<()>>>,
+    /// The async events of the objects made through this context.
+    pub events: context::AsyncEvents,
     /// The device.
     pub device: &'static SoftDevice,
 }
@@ -258,8 +257,40 @@ fn netdev_mtu(ip: IpAddr) -> Option<u32> {
 
 static PCAP_SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
-    let candidates: Vec<SocketAddr> = match spec.bind {
+/// The engines this process has open, by bound address: every context of a device shares
+/// its engine, as the contexts of a hardware device share the HCA.
+/// Each entry carries the process id that opened it: a child after fork(2) sees its
+/// parent's entries and must not use them.
+static ENGINES: Mutex<Vec<(u32, SocketAddr, Weak<Shared>)>> = Mutex::new(Vec::new());
+
+/// The process's engine of the device `spec` describes: the one open already, or a new one
+/// (its device opened as a member of the host-wide device of its address, its progress
+/// thread started).
+fn engine_for(spec: &DeviceSpec) -> std::io::Result<Arc<Shared>> {
+    let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+    let me = std::process::id();
+    engines.retain(|(pid, _, w)| *pid == me && w.strong_count() > 0);
+    let candidates = candidates(spec);
+    for addr in &candidates {
+        if let Some(sh) = engines
+            .iter()
+            .find(|(_, a, _)| a == addr)
+            .and_then(|(_, _, w)| w.upgrade())
+        {
+            return Ok(sh);
+        }
+    }
+    let dev = open_engine(spec, candidates)?;
+    let shared = context::new_shared(dev)?;
+    let thread = context::spawn_progress(shared.clone())?;
+    *shared.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
+    engines.push((me, shared.local, Arc::downgrade(&shared)));
+    Ok(shared)
+}
+
+/// Where a device binds, in order of preference.
+fn candidates(spec: &DeviceSpec) -> Vec<SocketAddr> {
+    match spec.bind {
         Some(b) => vec![b],
         // Every loopback address on the RoCEv2 port, then, when that port is taken on all of
         // them (a kernel rxe holds it on the wildcard address), on the fallback port, where
@@ -271,7 +302,10 @@ fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
                     .map(move |n| SocketAddr::new(config::loopback(n).ip(), port))
             })
             .collect(),
-    };
+    }
+}
+
+fn open_engine(spec: &DeviceSpec, candidates: Vec<SocketAddr>) -> std::io::Result<Device> {
     let mut last = std::io::Error::from(std::io::ErrorKind::AddrInUse);
     for addr in candidates {
         let mut cfg = DeviceConfig::new(addr);
@@ -308,6 +342,9 @@ fn open_engine(spec: &DeviceSpec) -> std::io::Result<Device> {
 /// touching the parent's engine; the child opens its own devices.
 extern "C" fn forget_parent_objects() {
     registry::clear();
+    // The parent's engines (their sockets, memberships and progress threads) are not the
+    // child's either (`engine_for` skips entries of another process id): a device the child
+    // opens is a new member of its host-wide device.
     crate::cma::addr::forget_after_fork();
     crate::cma::rsocket::forget_after_fork();
 }
@@ -346,9 +383,11 @@ pub(crate) unsafe fn open_context(
         },
         None => sd.spec.clone(),
     };
-    let dev = open_engine(&spec).map_err(|e| e.raw_os_error().unwrap_or(libc::ENODEV))?;
-    let ip = dev.local_addr().ip();
-    let shared = context::new_shared(dev).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
+    let shared = engine_for(&spec).map_err(|e| e.raw_os_error().unwrap_or(libc::ENODEV))?;
+    let events =
+        context::AsyncEvents::new().map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
+    let ip = shared.local.ip();
+    shared.contexts.fetch_add(1, Ordering::AcqRel);
     let device = std::ptr::addr_of!(sd.dev) as *mut ibv_device;
     let mut vctx: verbs_context = util::zeroed();
     vctx.sz = std::mem::size_of::<verbs_context>();
@@ -358,23 +397,16 @@ pub(crate) unsafe fn open_context(
     crate::cq::fill_ops(&mut c.ops);
     crate::qp::fill_ops(&mut c.ops);
     c.cmd_fd = shared.wake_fd;
-    c.async_fd = shared.async_fd;
+    c.async_fd = events.fd;
     c.num_comp_vectors = 1;
     // __VERBS_ABI_IS_EXTENDED: the extended ops of verbs_context are valid.
     c.abi_compat = usize::MAX as *mut libc::c_void;
     let sc = Box::into_raw(Box::new(SoftContext {
         vctx,
-        shared: shared.clone(),
-        thread: Mutex::new(None),
+        shared,
+        events,
         device: sd,
     }));
-    match context::spawn_progress(shared) {
-        Ok(h) => *(*sc).thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
-        Err(e) => {
-            drop(Box::from_raw(sc));
-            return Err(e.raw_os_error().unwrap_or(libc::EAGAIN));
-        }
-    }
     let ctx = (*sc).ctx_ptr();
     registry::add(ctx, Kind::Context);
     crate::cma::addr::context_opened(ctx, ip);
@@ -384,9 +416,14 @@ pub(crate) unsafe fn open_context(
 /// At exit, contexts still open (the connection manager's, which librdmacm never closes, and
 /// any the program left open) write their captures and counters as a closed context does.
 extern "C" fn wind_up_at_exit() {
+    let mut done: Vec<*const Shared> = Vec::new();
     for c in crate::cma::addr::live_contexts() {
         if let Some(sc) = SoftContext::from_ctx(c as *mut ibv_context) {
-            wind_up(&sc.shared);
+            // Once per engine (its contexts share it).
+            if !done.contains(&Arc::as_ptr(&sc.shared)) {
+                done.push(Arc::as_ptr(&sc.shared));
+                wind_up(&sc.shared);
+            }
         }
     }
     // A program that exits with its contexts open leaves no shared-memory inbox behind.
@@ -428,23 +465,66 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> i32 {
         return minus_one(libc::EINVAL);
     }
     crate::cma::addr::context_closed(ctx);
+    // What the context made goes with it, as the kernel destroys a closed uverbs file's
+    // objects: the engine lives on for the process's other contexts.
+    destroy_objects_of(ctx);
     let sc = SoftContext::from_ctx_unchecked(ctx);
-    {
-        let s = &(*sc).shared;
-        wind_up(s);
+    let s = (*sc).shared.clone();
+    drop(Box::from_raw(sc));
+    if s.contexts.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // The last context of the engine: it stops.
+        wind_up(&s);
         s.stop.store(true, Ordering::Release);
         util::signal(s.wake_fd);
+        let handle = s.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
     }
-    let handle = (*sc)
-        .thread
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    if let Some(h) = handle {
-        let _ = h.join();
-    }
-    drop(Box::from_raw(sc));
     0
+}
+
+/// Destroys every object made through `ctx` (a context being closed), dependants first.
+unsafe fn destroy_objects_of(ctx: *mut ibv_context) {
+    let objects = registry::snapshot();
+    // Every verbs object (and softib's RD objects) begins with its context pointer.
+    let of_ctx = |kind: Kind| {
+        objects
+            .iter()
+            .filter(move |(p, k)| *k == kind && *(*p as *const *mut ibv_context) == ctx)
+            .map(|&(p, _)| p)
+            .collect::<Vec<usize>>()
+    };
+    for p in of_ctx(Kind::Qp) {
+        crate::qp::ibv_destroy_qp(p as *mut ibv_qp);
+    }
+    for p in of_ctx(Kind::Eec) {
+        crate::rd::softib_destroy_eec(p as *mut crate::rd::SoftEec);
+    }
+    for p in of_ctx(Kind::Srq) {
+        crate::qp::ibv_destroy_srq(p as *mut ibv_srq);
+    }
+    for p in of_ctx(Kind::Cq) {
+        crate::cq::ibv_destroy_cq(p as *mut ibv_cq);
+    }
+    for p in of_ctx(Kind::Ah) {
+        crate::mr::ibv_destroy_ah(p as *mut ibv_ah);
+    }
+    for p in of_ctx(Kind::Mr) {
+        crate::mr::ibv_dereg_mr(p as *mut ibv_mr);
+    }
+    for p in of_ctx(Kind::Pd) {
+        crate::mr::ibv_dealloc_pd(p as *mut ibv_pd);
+    }
+    for p in of_ctx(Kind::Xrcd) {
+        crate::xrc::close_xrcd(p as *mut ibv_xrcd);
+    }
+    for p in of_ctx(Kind::Rdd) {
+        crate::rd::softib_dealloc_rdd(p as *mut crate::rd::SoftRdd);
+    }
+    for p in of_ctx(Kind::Channel) {
+        crate::cq::ibv_destroy_comp_channel(p as *mut ibv_comp_channel);
+    }
 }
 
 // ----- queries -------------------------------------------------------------------------------
@@ -805,12 +885,12 @@ pub unsafe extern "C" fn ibv_get_async_event(
     if event.is_null() {
         return minus_one(libc::EINVAL);
     }
-    let shared = sc.shared.clone();
-    if util::wait_one(shared.async_fd) != 0 {
+    if util::wait_one(sc.events.fd) != 0 {
         return -1;
     }
-    let item = shared
-        .async_q
+    let item = sc
+        .events
+        .queue
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .pop_front();

@@ -69,6 +69,14 @@ pub fn is_live<T>(p: *const T, kind: Kind) -> bool {
         .is_some_and(|m| m.get(&(p as usize)) == Some(&kind))
 }
 
+/// Every live object, with its kind.
+pub fn snapshot() -> Vec<(usize, Kind)> {
+    let g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()
+        .map(|m| m.iter().map(|(&p, &k)| (p, k)).collect())
+        .unwrap_or_default()
+}
+
 /// Forgets every object (the child after `fork()` owns none of its parent's).
 pub fn clear() {
     let mut g = LIVE.lock().unwrap_or_else(|e| e.into_inner());

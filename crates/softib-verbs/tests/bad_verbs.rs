@@ -135,13 +135,22 @@ fn bad_create_limits_ah_and_multicast() {
     run_case("bad_create_limits");
 }
 
-/// Requester and target on two contexts (two engines on two addresses, packets over UDP):
-/// WRITE/READ/atomics outside the region, with a wrong rkey, or without the access right give
-/// IBV_WC_REM_ACCESS_ERR, a misaligned atomic IBV_WC_REM_INV_REQ_ERR; the guard bytes around
-/// the region, the region and the local buffer are unchanged.
+/// Requester and target on contexts of two devices (two engines on two addresses, packets
+/// over UDP): WRITE/READ/atomics outside the region, with a wrong rkey, or without the access
+/// right give IBV_WC_REM_ACCESS_ERR, a misaligned atomic IBV_WC_REM_INV_REQ_ERR; the guard
+/// bytes around the region, the region and the local buffer are unchanged. Two contexts of one
+/// device share its GID.
 #[test]
 fn bad_remote_access_across_two_contexts() {
-    run_case("two_contexts_remote_errors");
+    common::run_c_case(
+        program(),
+        "two_contexts_remote_errors",
+        &[
+            ("SOFTIB_BIND", "127.0.41.1,127.0.41.2"),
+            ("SOFTIB_TRANSPORT", "udp"),
+        ],
+        Duration::from_secs(120),
+    );
 }
 
 /// ibv_close_device while a PD, MR, CQs, channel, SRQ and a connected pair with a SEND in

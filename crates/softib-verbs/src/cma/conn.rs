@@ -698,17 +698,9 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: libc::c_int)
             err = e;
             continue;
         }
-        match kern::with(c as *mut ibv_context, |k, _| {
-            let l = k
-                .port
-                .agent()
-                .listen(service)
-                .map_err(|_| libc::EADDRINUSE)?;
-            k.listeners.insert(l, me);
-            Ok::<_, i32>(l)
-        }) {
-            Ok(Ok(l)) => listens.push((c, l)),
-            Ok(Err(e)) | Err(e) => err = e,
+        match kern::listen(c as *mut ibv_context, service, me) {
+            Ok(l) => listens.push((c, l)),
+            Err(e) => err = e,
         }
     }
     if listens.is_empty() {

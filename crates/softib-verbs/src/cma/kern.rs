@@ -90,11 +90,15 @@ pub fn ensure(ctx: *mut ibv_context) -> Result<(), i32> {
     }
     let gid = eng.dev.gid();
     let local = eng.dev.local_addr().ip();
+    let slot = eng.dev.member_slot();
     let guid = sc.device.guid;
     let hca = eng.dev.hca_mut();
     let mtu = hca.query_port(1).map(|p| p.active_mtu.raw()).unwrap_or(3);
     let pd = hca.alloc_pd().map_err(|_| libc::ENOMEM)?;
     let mut cfg = CmConfig::new(gid, guid, random_u32() | 1);
+    // One agent per process on a host-wide device: its IDs name its slot, so that the MADs
+    // for them reach this process.
+    cfg.comm_id_prefix = slot;
     // A connect that races the peer's rdma_listen (perftest -R listens a second time right
     // after its control connection) waits for it rather than being refused.
     cfg.unlistened_grace = UNLISTENED_GRACE;
@@ -134,6 +138,45 @@ pub fn poll(eng: &mut Engine) {
     }
     let _ = eng.dev.flush(now);
     eng.cm = Some(k);
+}
+
+/// Listens on `service` for the id at address `me` on `ctx`'s device: in the context's CM,
+/// and in the port table of the host-wide device, so that requests for it reach this process
+/// whichever process's socket they come to. `EADDRINUSE` if another process listens on it.
+pub fn listen(ctx: *mut ibv_context, service: u64, me: usize) -> Result<ListenId, i32> {
+    let sc = SoftContext::from_ctx(ctx).ok_or(libc::ENODEV)?;
+    let shared = sc.shared.clone();
+    let mut eng = shared.lock();
+    if let Some(m) = eng.dev.member() {
+        let claim = m.claim(service, softib_udp::host::PortKind::Listening);
+        if !claim.map_err(|e| e.raw_os_error().unwrap_or(libc::ENOSPC))? {
+            return Err(libc::EADDRINUSE);
+        }
+    }
+    let k = eng.cm.as_mut().ok_or(libc::ENODEV)?;
+    let l = match k.port.agent().listen(service) {
+        Ok(l) => l,
+        Err(_) => return Err(libc::EADDRINUSE),
+    };
+    k.listeners.insert(l, me);
+    eng.io(&shared);
+    Ok(l)
+}
+
+/// Stops a listen of [`listen`].
+pub fn unlisten(ctx: *mut ibv_context, lid: ListenId, service: u64) {
+    let Some(sc) = SoftContext::from_ctx(ctx) else {
+        return;
+    };
+    let shared = sc.shared.clone();
+    let mut eng = shared.lock();
+    if let Some(k) = eng.cm.as_mut() {
+        k.listeners.remove(&lid);
+        let _ = k.port.agent().unlisten(lid);
+    }
+    if let Some(m) = eng.dev.member() {
+        m.release(service, softib_udp::host::PortKind::Listening);
+    }
 }
 
 /// Runs `f` on the context's CM with the engine locked, then lets what it queued leave.
@@ -496,11 +539,9 @@ pub fn release(sid: &mut SoftCmId) {
             st.port_held.take(),
         )
     };
+    let service = sid.state().src.map(|s| service_id(sid.id.ps, s.port()));
     for (ctx, lid) in listens {
-        let _ = with(ctx as *mut ibv_context, |k, _| {
-            k.listeners.remove(&lid);
-            let _ = k.port.agent().unlisten(lid);
-        });
+        unlisten(ctx as *mut ibv_context, lid, service.unwrap_or(0));
     }
     if let Some(aid) = agent {
         let _ = with(sid.id.verbs, |k, now| {

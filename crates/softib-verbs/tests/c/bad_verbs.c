@@ -521,15 +521,22 @@ static void one_sided_cases_on(int two_contexts, int access, const struct one_si
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	if (!pd)
 		DIE("ibv_alloc_pd");
-	struct ibv_context *tctx = two_contexts ? open_ctx() : ctx;
+	/* The target on the second device (its own address: packets over UDP). */
+	struct ibv_context *tctx = two_contexts ? open_ctx_of(1) : ctx;
 	struct ibv_pd *tpd = two_contexts ? ibv_alloc_pd(tctx) : pd;
 	if (!tpd)
 		DIE("ibv_alloc_pd");
 	if (two_contexts) {
-		union ibv_gid g1, g2;
+		union ibv_gid g1, g2, g3;
 		if (ibv_query_gid(ctx, 1, 0, &g1) || ibv_query_gid(tctx, 1, 0, &g2))
 			DIE("gid");
-		CHECK(memcmp(&g1, &g2, sizeof(g1)) != 0, "two contexts share one GID");
+		CHECK(memcmp(&g1, &g2, sizeof(g1)) != 0, "two devices share one GID");
+		/* Two contexts of one device share its GID, as on any HCA. */
+		struct ibv_context *again = open_ctx_of(1);
+		if (ibv_query_gid(again, 1, 0, &g3))
+			DIE("gid");
+		CHECK(memcmp(&g2, &g3, sizeof(g2)) == 0, "two contexts of one device differ");
+		CHECK(ibv_close_device(again) == 0, "close");
 	}
 	static unsigned char local[REGION + 64];
 	struct ibv_mr *lmr = ibv_reg_mr(pd, local, sizeof(local),
@@ -610,8 +617,8 @@ static void one_sided_cases(int access, const struct one_sided *cs, int n, int w
 	one_sided_cases_on(0, access, cs, n, want);
 }
 
-/* The requester and the target on two contexts (two engines, two addresses, UDP between
- * them): a good operation, then one the target's region refuses, on a new pair each. */
+/* The requester and the target on contexts of two devices (two engines, two addresses, UDP
+ * between them): a good operation, then one the target's region refuses, on a new pair each. */
 static void two_contexts_remote_errors(void)
 {
 	const struct one_sided acc[] = {

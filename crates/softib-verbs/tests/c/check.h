@@ -49,18 +49,24 @@ static int checks;
 		      #expr, p_, e_, strerror(e_), #want);                                   \
 	} while (0)
 
-/* The first device, opened. */
-static inline struct ibv_context *open_ctx(void)
+/* Device `idx` of the list, opened. */
+static inline struct ibv_context *open_ctx_of(int idx)
 {
 	int n = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		DIE("no device");
-	struct ibv_context *ctx = ibv_open_device(list[0]);
+	if (!list || n <= idx)
+		DIE("no device %d (of %d)", idx, n);
+	struct ibv_context *ctx = ibv_open_device(list[idx]);
 	if (!ctx)
 		DIE("ibv_open_device");
 	ibv_free_device_list(list);
 	return ctx;
+}
+
+/* The first device, opened. */
+static inline struct ibv_context *open_ctx(void)
+{
+	return open_ctx_of(0);
 }
 
 static inline double now(void)
