@@ -32,7 +32,8 @@
 //! others learn that it died, even after `kill -9` ([`Member::maintain`]: each member watches
 //! the live slot below its own once a second, so a death is noticed within about a second).
 //! A slot that was left is *quiet* for [`QUIET`] before another process may take it, and a new
-//! member starts numbering its QPs at a random point of its range: a peer's retransmissions to
+//! member starts numbering its QPs 0x1000 further into the slot's range than the one before it
+//! (the first at 0x11, as rxe numbers its QPs): a peer's retransmissions to
 //! a dead process's QPs (RC retries last at most `retry_cnt + 1` transport timeouts, 8 × 4.3 s
 //! at rdma_cm's largest common timeout, 20) find no QP rather than a new one of the same
 //! number.
@@ -461,8 +462,10 @@ impl Member {
                 .store(NO_INDEX, Ordering::Relaxed);
             t.u64_at(t.slot(slot, S_INDEX_GEN))
                 .store(0, Ordering::Relaxed);
-            t.u32_at(t.slot(slot, S_EPOCH))
-                .fetch_add(1, Ordering::Relaxed);
+            let epoch = t
+                .u32_at(t.slot(slot, S_EPOCH))
+                .fetch_add(1, Ordering::Relaxed)
+                + 1;
             let comm = std::fs::read("/proc/self/comm").unwrap_or_default();
             t.set_comm(slot, comm.strip_suffix(b"\n").unwrap_or(&comm));
             for i in 0..COUNTERS.len() {
@@ -478,7 +481,7 @@ impl Member {
                 addr,
                 slot,
                 bell,
-                start: random_start(slot),
+                start: first_number(slot, epoch),
                 next_watch: 0,
                 next_publish: 0,
                 next_finish: 0,
@@ -504,7 +507,7 @@ impl Member {
     }
 
     /// The numbers this member's HCA gives its QPs, SRQs and EE contexts: those whose high
-    /// byte is the slot, from a random point.
+    /// byte is the slot, from [`first_number`].
     pub fn numbers(&self) -> NumberRange {
         let first = u32::from(self.slot) << 16;
         NumberRange {
@@ -883,12 +886,12 @@ fn take_slot(t: &Table, fd: BorrowedFd<'_>, now: u64) -> io::Result<u8> {
     Err(io::Error::from_raw_os_error(libc::ENOSPC))
 }
 
-/// A random first QPN inside the slot's range (a new member's numbers do not repeat its
-/// predecessor's first ones).
-fn random_start(slot: u8) -> u32 {
-    let mut r = [0u8; 2];
-    let _ = rustix::rand::getrandom(&mut r, rustix::rand::GetRandomFlags::empty());
-    (u32::from(slot) << 16) | u32::from(u16::from_ne_bytes(r))
+/// The first number the `epoch`-th member of a slot hands out: 0x11 into the slot's range
+/// (rxe's first QPN) for the first, 0x1000 further for each later one, so that a member's
+/// numbers do not repeat its predecessors' first ones.
+fn first_number(slot: u8, epoch: u32) -> u32 {
+    let offset = 0x11 + epoch.saturating_sub(1).wrapping_mul(0x1000);
+    (u32::from(slot) << 16) | (offset & 0xFFFF)
 }
 
 /// How many sockets are bound to `addr` (the reuse-port group), from `/proc/net/udp[6]`.
