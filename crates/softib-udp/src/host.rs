@@ -402,6 +402,7 @@ impl Member {
     /// the bind when the address is held another way (another user's softib, a program that
     /// holds the port without reuse), with `ENOSPC` when every slot is live.
     pub fn join(addr: SocketAddr, socket: &socket2::Socket) -> io::Result<Member> {
+        sweep_dead_tables();
         let path = host_path(addr);
         loop {
             let fd = rustix::fs::open(
@@ -447,6 +448,10 @@ impl Member {
                 Ok(b) => b,
                 Err(e) => {
                     let _ = ofd_lock(fd.as_fd(), LOCK_SLOTS + i64::from(slot), false, true);
+                    // A table no member uses goes (the address is held another way).
+                    if table.live_slots().next().is_none() {
+                        unlink_if_same(&path, &fd);
+                    }
                     return Err(e);
                 }
             };
@@ -825,15 +830,54 @@ impl Drop for Member {
             true,
         );
         if t.live_slots().next().is_none() {
-            if rustix::fs::stat(&self.path)
-                .is_ok_and(|p| rustix::fs::fstat(&self.fd).is_ok_and(|s| s.st_ino == p.st_ino))
-            {
-                let _ = rustix::fs::unlink(&self.path);
-            }
+            unlink_if_same(&self.path, &self.fd);
         } else {
             self.start_reindex(now, None);
         }
         drop(g);
+    }
+}
+
+/// Removes the table file at `path` if it is still the file open at `fd` (the mutex held).
+fn unlink_if_same(path: &std::path::Path, fd: &OwnedFd) {
+    if rustix::fs::stat(path)
+        .is_ok_and(|p| rustix::fs::fstat(fd).is_ok_and(|s| s.st_ino == p.st_ino))
+    {
+        let _ = rustix::fs::unlink(path);
+    }
+}
+
+/// Removes the host tables of this user and network namespace whose members all died (their
+/// last member was killed, so nobody left removed the table): a table is taken only while its
+/// mutex is free, and removed only if no slot's lock is held.
+fn sweep_dead_tables() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    let me = rustix::process::geteuid().as_raw();
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".host")) else {
+            continue;
+        };
+        if crate::shm::address_of_inbox_name(stem).is_none() {
+            continue;
+        }
+        let path = e.path();
+        let Ok(fd) = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) else {
+            continue;
+        };
+        if !rustix::fs::fstat(&fd).is_ok_and(|s| s.st_uid == me) {
+            continue;
+        }
+        let Some(_g) = try_lock(fd.as_fd()) else {
+            continue;
+        };
+        let held =
+            (FIRST_SLOT..=LAST_SLOT).any(|s| ofd_held(fd.as_fd(), LOCK_SLOTS + i64::from(s)));
+        if !held {
+            unlink_if_same(&path, &fd);
+        }
     }
 }
 
@@ -927,6 +971,7 @@ const BPF_RET: u16 = 0x06;
 const BPF_ALU: u16 = 0x04;
 const BPF_AND: u16 = 0x50;
 const BPF_W: u16 = 0x00;
+const BPF_H: u16 = 0x08;
 const BPF_B: u16 = 0x10;
 const BPF_ABS: u16 = 0x20;
 const BPF_LEN: u16 = 0x80;
@@ -971,7 +1016,7 @@ pub fn steering_program(pairs: &[(u8, u8)], fallback: u8) -> Vec<Insn> {
 const PAIRS_MAX: usize = LAST_SLOT as usize;
 /// The longest program: the head, then 5 instructions per pair and a leaf.
 const PROGRAM_MAX: usize = PROGRAM_HEAD + 5 * PAIRS_MAX + 1;
-const PROGRAM_HEAD: usize = 10;
+const PROGRAM_HEAD: usize = 22;
 
 /// (slot, index) pairs in a fixed array: the program is rebuilt in the data path's rounds,
 /// which allocate nothing.
@@ -1020,17 +1065,41 @@ impl Pairs {
 /// Writes the program of [`steering_program`] for `pairs` (sorted, one per slot) into `out`;
 /// returns its length.
 fn write_program(pairs: &[(u8, u8)], fallback: u8, out: &mut [Insn; PROGRAM_MAX]) -> usize {
+    // Offsets in a MAD to QP1: the MAD after the BTH and DETH, its attribute, the Remote
+    // Communication ID (REP, RTU, REJ, MRA, DREQ, DREP, LAP, APR) and the Request ID (SIDR_REP)
+    // after the MAD header ([`softib_wire::cm::addressee`]).
+    const MAD: u32 = 12 + 8;
+    const ATTR: u32 = MAD + 16;
+    const REMOTE_ID: u32 = MAD + 24 + 4;
+    const REQUEST_ID: u32 = MAD + 24;
     let head = [
+        // 0: a probe, by its byte 1.
         insn(BPF_LD | BPF_W | BPF_LEN, 0, 0, 0),
         insn(BPF_JMP | BPF_JGE | BPF_K, 2, 0, SHORT),
         insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, 1),
         insn(BPF_RET | BPF_A, 0, 0, 0),
+        // 4: a MAD to QP1: a request to the fallback member (which hands it to the one that
+        // listens), any other CM message by the high byte of the ID it names.
+        insn(BPF_LD | BPF_W | BPF_ABS, 0, 0, 4),
+        insn(BPF_ALU | BPF_AND | BPF_K, 0, 0, 0x00FF_FFFF),
+        insn(BPF_JMP | BPF_JEQ | BPF_K, 0, 9, 1),
+        insn(BPF_LD | BPF_H | BPF_ABS, 0, 0, ATTR),
+        insn(BPF_JMP | BPF_JEQ | BPF_K, 6, 0, 0x0010),
+        insn(BPF_JMP | BPF_JEQ | BPF_K, 5, 0, 0x0017),
+        insn(BPF_JMP | BPF_JEQ | BPF_K, 2, 0, 0x0018),
+        insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, REMOTE_ID),
+        insn(BPF_JMP | BPF_JA, 0, 0, 9),
+        insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, REQUEST_ID),
+        insn(BPF_JMP | BPF_JA, 0, 0, 7),
+        insn(BPF_RET | BPF_K, 0, 0, u32::from(fallback)),
+        // 16: a reliable datagram by its EE context, anything else by its QP.
         insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, 0),
         insn(BPF_ALU | BPF_AND | BPF_K, 0, 0, 0xE0),
         insn(BPF_JMP | BPF_JEQ | BPF_K, 0, 2, RD_CLASS as u32),
         insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, 13),
         insn(BPF_JMP | BPF_JA, 0, 0, 1),
         insn(BPF_LD | BPF_B | BPF_ABS, 0, 0, 5),
+        // 22: the search.
     ];
     out[..PROGRAM_HEAD].copy_from_slice(&head);
     let pairs = &pairs[..pairs.len().min(PAIRS_MAX)];
@@ -1071,6 +1140,14 @@ pub fn run_program(prog: &[Insn], data: &[u8]) -> Option<u32> {
         match i.code {
             c if c == BPF_LD | BPF_W | BPF_LEN => a = data.len() as u32,
             c if c == BPF_LD | BPF_B | BPF_ABS => a = u32::from(*data.get(i.k as usize)?),
+            c if c == BPF_LD | BPF_H | BPF_ABS => {
+                let b = data.get(i.k as usize..i.k as usize + 2)?;
+                a = u32::from(u16::from_be_bytes([b[0], b[1]]));
+            }
+            c if c == BPF_LD | BPF_W | BPF_ABS => {
+                let b = data.get(i.k as usize..i.k as usize + 4)?;
+                a = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+            }
             c if c == BPF_ALU | BPF_AND | BPF_K => a &= i.k,
             c if c == BPF_RET | BPF_A => return Some(a),
             c if c == BPF_RET | BPF_K => return Some(i.k),
@@ -1267,8 +1344,22 @@ mod tests {
         );
         assert_eq!(destination(&rd), Some(0x09_0001));
         assert_eq!(destination(&rd[..14]), None);
-        // QP1 and the multicast QPN name no member.
-        assert_eq!(run_program(&prog, &bth_to(1)), Some(3));
+        // A CM MAD to QP1: a request to the fallback, a reply by the ID it names.
+        let mad = |attr: u16, id_at: usize, id: u32| {
+            let mut d = bth_to(1);
+            d.resize(12 + 8 + 256 + 4, 0);
+            d[20 + 16..20 + 18].copy_from_slice(&attr.to_be_bytes());
+            d[id_at..id_at + 4].copy_from_slice(&id.to_be_bytes());
+            d
+        };
+        let slot5 = Some(u32::from(5u8.wrapping_mul(7) % 200));
+        assert_eq!(run_program(&prog, &mad(0x0015, 48, 0x0500_0001)), slot5);
+        assert_eq!(run_program(&prog, &mad(0x0013, 48, 0x0500_0001)), slot5);
+        assert_eq!(run_program(&prog, &mad(0x0018, 44, 0x0500_0001)), slot5);
+        assert_eq!(run_program(&prog, &mad(0x0010, 48, 0x0500_0001)), Some(3));
+        assert_eq!(run_program(&prog, &mad(0x0017, 48, 0x0500_0001)), Some(3));
+        // What names no member's ID, and the multicast QPN.
+        assert_eq!(run_program(&prog, &mad(0x0015, 48, 0xFF00_0001)), Some(3));
         assert_eq!(run_program(&prog, &bth_to(0xFF_FFFF)), Some(3));
         // A probe for index 9.
         let probe = [PROBE_MARK, 9, 0, 0, 1, 0, 0, 0];
