@@ -17,6 +17,7 @@ mod pingpong_cmd;
 mod relay_cmd;
 mod run_cmd;
 mod sim_cmd;
+mod status_cmd;
 mod synth;
 
 #[derive(Parser)]
@@ -55,6 +56,9 @@ enum Command {
         #[command(subcommand)]
         command: cm_cmd::CmCommand,
     },
+    /// The host-wide devices in use on this host (network namespace): the processes that
+    /// share each one, their QPs and counters, the ports and listens they hold.
+    Status(status_cmd::StatusArgs),
     /// Run an unmodified RDMA program (built against rdma-core's libibverbs) on softib:
     /// `softib run [--bind IP] -- PROGRAM ARGS...`.
     Run(run_cmd::RunArgs),
@@ -71,6 +75,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::run(*args),
         Command::Relay(args) => relay_cmd::run(args),
         Command::Run(args) => run_cmd::run(args),
+        Command::Status(args) => status_cmd::run(args),
         Command::Cm { command } => cm_cmd::run(command),
     }
 }
