@@ -53,7 +53,17 @@ fn table(d: &DeviceStatus, all: bool) -> String {
     let _ = writeln!(
         s,
         "  {:>4} {:>8} {:<16} {:>6} {:>6} {:>5} {:>12} {:>12} {:>10} {:>10} {:>9}",
-        "slot", "pid", "process", "state", "index", "qps", "rx", "tx", "rx shm", "tx shm", "handed on"
+        "slot",
+        "pid",
+        "process",
+        "state",
+        "index",
+        "qps",
+        "rx",
+        "tx",
+        "rx shm",
+        "tx shm",
+        "handed on"
     );
     for m in d.members.iter().filter(|m| all || m.live) {
         let c = |name: &str| {

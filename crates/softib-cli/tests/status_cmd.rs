@@ -8,7 +8,10 @@ use procs::softib;
 use softib_udp::{Device, DeviceConfig};
 
 fn status_json() -> Vec<serde_json::Value> {
-    let out = softib().args(["status", "--json", "--all"]).output().unwrap();
+    let out = softib()
+        .args(["status", "--json", "--all"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -34,11 +37,8 @@ fn status_lists_the_members_of_a_host_wide_device() {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let init = softib_core::verbs::qp::QpInitAttr::new(
-        softib_core::verbs::types::QpType::Rc,
-        cq,
-        cap,
-    );
+    let init =
+        softib_core::verbs::qp::QpInitAttr::new(softib_core::verbs::types::QpType::Rc, cq, cap);
     for _ in 0..3 {
         b.hca_mut().create_qp(pd, &init).unwrap();
     }
@@ -78,7 +78,10 @@ fn status_lists_the_members_of_a_host_wide_device() {
     // The table's text form names the address and the live member.
     let out = softib().arg("status").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("device 127.0.31.1:4791: 1 process,"), "{text}");
+    assert!(
+        text.contains("device 127.0.31.1:4791: 1 process,"),
+        "{text}"
+    );
     drop(a);
     assert!(device(at).is_none(), "the last member removes the device");
 }

@@ -53,6 +53,8 @@ const RT_RUN_MAX: Duration = Duration::from_millis(1);
 const PASSIVE_AFTER: Duration = Duration::from_millis(1);
 /// Longest sleep of an idle progress thread (it also wakes on packets, deadlines and close).
 const IDLE_SLEEP: Duration = Duration::from_millis(100);
+/// Empty polls in a row after which each empty poll yields the CPU ([`Shared::polled`]).
+pub const YIELD_AFTER: u32 = 32;
 /// I/O rounds one progress turn runs at most before it lets the application in.
 const ROUNDS_PER_TURN: usize = 64;
 
@@ -96,6 +98,8 @@ pub struct Shared {
     /// while it moves quickly the application drives the engine itself and the progress
     /// thread stays off the socket.
     pub app_polls: AtomicU64,
+    /// Polls of the application in a row that found no completion ([`Shared::polled`]).
+    pub empty_polls: AtomicU32,
     /// Threads blocked in `ibv_get_cq_event` on a channel of this context: while one waits,
     /// the progress thread drives the engine even if `app_polls` moved.
     pub cq_waiters: AtomicU32,
@@ -177,6 +181,29 @@ impl Shared {
             eng.flush(self);
         }
         eng
+    }
+
+    /// An application's poll ended with `got` completions, the engine unlocked: after
+    /// [`YIELD_AFTER`] empty polls in a row, each empty poll yields the CPU. A process that
+    /// spins in `ibv_poll_cq` then lets a peer that shares its CPU run (more processes than
+    /// CPUs, as MPI jobs on small machines have): without it, every hop of a ping-pong waited
+    /// for the spinner's time slice to end (milliseconds). A peer on another CPU costs the
+    /// spinner one system call per poll while it waits anyway.
+    pub fn polled(&self, got: usize) {
+        if got > 0 {
+            if self.empty_polls.load(Ordering::Relaxed) != 0 {
+                self.empty_polls.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        let n = self.empty_polls.load(Ordering::Relaxed).saturating_add(1);
+        self.empty_polls.store(n, Ordering::Relaxed);
+        if n >= YIELD_AFTER {
+            // SAFETY: no arguments.
+            unsafe {
+                libc::sched_yield();
+            }
+        }
     }
 
     /// The blocked thread woke up.
@@ -794,6 +821,7 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
             xrcd_files: HashMap::new(),
         }),
         app_polls: AtomicU64::new(0),
+        empty_polls: AtomicU32::new(0),
         cq_waiters: AtomicU32::new(0),
         parked: AtomicBool::new(false),
         tx_pending: AtomicBool::new(false),

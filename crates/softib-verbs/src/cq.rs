@@ -215,6 +215,8 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: i32, wc: *mut ibv
             }
         }
     }
+    drop(eng);
+    shared.polled(done);
     done as i32
 }
 

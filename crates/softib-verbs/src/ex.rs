@@ -137,6 +137,7 @@ unsafe fn advance(cq: *mut ibv_cq_ex) -> i32 {
     let got = shared
         .app_poll()
         .take_completions(shared, (*p).handle, &mut w);
+    shared.polled(*got.as_ref().unwrap_or(&0));
     match got {
         Ok(1) => {
             (*p).cur = w[0];
