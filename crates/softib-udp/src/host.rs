@@ -49,6 +49,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustix::fs::{Mode, OFlags};
@@ -366,13 +367,7 @@ fn try_lock(fd: BorrowedFd<'_>) -> Option<Locked> {
 
 /// One process's membership of a host-wide device.
 pub struct Member {
-    fd: OwnedFd,
-    table: Table,
-    path: PathBuf,
-    addr: SocketAddr,
-    slot: u8,
-    /// Where probes leave from and doorbells arrive (this member's own port, not the group's).
-    bell: UdpSocket,
+    seat: Arc<Seat>,
     /// The first QPN the member hands out.
     start: u32,
     /// When the member last looked at the member below it, and wrote its counters (boot ns).
@@ -386,11 +381,46 @@ pub struct Member {
     counters: [u64; COUNTERS.len()],
 }
 
+/// What a member holds in the table: its slot (and the lock on it), the table, its doorbell
+/// socket. Kept apart from the member so that a process that exits without dropping its
+/// devices (a C program rarely closes its contexts) can leave at exit ([`leave_all`]).
+struct Seat {
+    fd: OwnedFd,
+    table: Table,
+    path: PathBuf,
+    addr: SocketAddr,
+    slot: u8,
+    /// Where probes leave from and doorbells arrive (this member's own port, not the group's).
+    bell: UdpSocket,
+    /// The process that joined (a forked child inherits the seat but is not its member).
+    pid: u32,
+    /// The member left ([`Seat::leave`]).
+    left: std::sync::atomic::AtomicBool,
+}
+
+/// Every seat this process holds, for [`leave_all`].
+static SEATS: std::sync::Mutex<Vec<std::sync::Weak<Seat>>> = std::sync::Mutex::new(Vec::new());
+
+/// Leaves every host-wide device this process is a member of: for a process that exits without
+/// dropping its devices (from an `atexit` handler), so that its slots go quiet at once and the
+/// last member removes the table. The devices go on working until the process ends, as
+/// members no longer counted.
+pub fn leave_all() {
+    let me = std::process::id();
+    let seats: Vec<Arc<Seat>> = match SEATS.lock() {
+        Ok(s) => s.iter().filter_map(std::sync::Weak::upgrade).collect(),
+        Err(p) => p.into_inner().iter().filter_map(std::sync::Weak::upgrade).collect(),
+    };
+    for seat in seats.iter().filter(|s| s.pid == me) {
+        seat.leave();
+    }
+}
+
 impl std::fmt::Debug for Member {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Member")
-            .field("addr", &self.addr)
-            .field("slot", &self.slot)
+            .field("addr", &self.seat.addr)
+            .field("slot", &self.seat.slot)
             .finish_non_exhaustive()
     }
 }
@@ -479,13 +509,22 @@ impl Member {
             }
             t.u32_at(t.slot(slot, S_STATE))
                 .store(LIVE, Ordering::Release);
-            let mut m = Member {
+            let seat = Arc::new(Seat {
                 fd,
                 table,
                 path: path.clone(),
                 addr,
                 slot,
                 bell,
+                pid: std::process::id(),
+                left: std::sync::atomic::AtomicBool::new(false),
+            });
+            if let Ok(mut seats) = SEATS.lock() {
+                seats.retain(|w| w.strong_count() > 0);
+                seats.push(Arc::downgrade(&seat));
+            }
+            let mut m = Member {
+                seat,
                 start: first_number(slot, epoch),
                 next_watch: 0,
                 next_publish: 0,
@@ -495,7 +534,8 @@ impl Member {
             };
             // The group's program steers the probes by their index: a group without one (this
             // member is its first, or the first since all left) gets one now.
-            m.start_reindex(now, Some(socket.as_fd()));
+            m.seat.start_reindex(now, Some(socket.as_fd()));
+            m.counters[9] += 1;
             drop(guard);
             return Ok(m);
         }
@@ -503,18 +543,18 @@ impl Member {
 
     /// The member's slot.
     pub fn slot(&self) -> u8 {
-        self.slot
+        self.seat.slot
     }
 
     /// The bound address of the device.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.seat.addr
     }
 
     /// The numbers this member's HCA gives its QPs, SRQs and EE contexts: those whose high
     /// byte is the slot, from [`first_number`].
     pub fn numbers(&self) -> NumberRange {
-        let first = u32::from(self.slot) << 16;
+        let first = u32::from(self.seat.slot) << 16;
         NumberRange {
             first,
             last: first | 0xFFFF,
@@ -524,20 +564,20 @@ impl Member {
 
     /// The member's doorbell socket (for a caller that sleeps on it: a doorbell wakes it).
     pub fn bell(&self) -> &UdpSocket {
-        &self.bell
+        &self.seat.bell
     }
 
     /// The member's doorbell port.
     pub fn bell_port(&self) -> u16 {
-        self.bell.local_addr().map(|a| a.port()).unwrap_or(0)
+        self.seat.bell.local_addr().map(|a| a.port()).unwrap_or(0)
     }
 
     /// Where a datagram whose destination number (QPN, EECN) has high byte `high` goes.
     #[inline]
     pub fn route_number(&self, high: u8) -> Route {
-        if high == self.slot {
+        if high == self.seat.slot {
             Route::Mine
-        } else if (FIRST_SLOT..=LAST_SLOT).contains(&high) && self.table.state(high) == LIVE {
+        } else if (FIRST_SLOT..=LAST_SLOT).contains(&high) && self.seat.table.state(high) == LIVE {
             Route::Member(high)
         } else {
             Route::Nobody
@@ -551,7 +591,7 @@ impl Member {
     }
 
     fn find_port(&self, key: u64, kind: PortKind) -> Option<(usize, u8)> {
-        let t = &self.table;
+        let t = &self.seat.table;
         (0..PORT_ENTRIES).find_map(|i| {
             let at = Table::port_entry(i);
             let k = t.u32_at(at + 12).load(Ordering::Acquire);
@@ -566,11 +606,11 @@ impl Member {
     /// Takes `key` in the table as `kind` for this member: false if another live member holds
     /// it (a bound port: `EADDRINUSE`; a listened Service ID: another process listens).
     pub fn claim(&self, key: u64, kind: PortKind) -> io::Result<bool> {
-        let _g = lock(self.fd.as_fd())?;
+        let _g = lock(self.seat.fd.as_fd())?;
         if let Some((_, s)) = self.find_port(key, kind) {
-            return Ok(s == self.slot);
+            return Ok(s == self.seat.slot);
         }
-        let t = &self.table;
+        let t = &self.seat.table;
         let free = (0..PORT_ENTRIES).find(|&i| {
             let at = Table::port_entry(i);
             let k = t.u32_at(at + 12).load(Ordering::Relaxed);
@@ -583,19 +623,19 @@ impl Member {
         let at = Table::port_entry(i);
         t.u64_at(at).store(key, Ordering::Relaxed);
         t.u32_at(at + 8)
-            .store(u32::from(self.slot), Ordering::Relaxed);
+            .store(u32::from(self.seat.slot), Ordering::Relaxed);
         t.u32_at(at + 12).store(kind as u32, Ordering::Release);
         Ok(true)
     }
 
     /// Gives back what [`Member::claim`] took.
     pub fn release(&self, key: u64, kind: PortKind) {
-        let Ok(_g) = lock(self.fd.as_fd()) else {
+        let Ok(_g) = lock(self.seat.fd.as_fd()) else {
             return;
         };
         if let Some((i, s)) = self.find_port(key, kind) {
-            if s == self.slot {
-                self.table
+            if s == self.seat.slot {
+                self.seat.table
                     .u32_at(Table::port_entry(i) + 12)
                     .store(0, Ordering::Release);
             }
@@ -611,7 +651,7 @@ impl Member {
         }
         self.counters[8] += 1;
         let generation = u32::from_le_bytes([datagram[4], datagram[5], datagram[6], datagram[7]]);
-        let t = &self.table;
+        let t = &self.seat.table;
         let pending = t.u64_at(OFF_PENDING).load(Ordering::Acquire);
         let in_force = t.u64_at(OFF_GEN).load(Ordering::Acquire);
         // The round under way; or the one in force, finished at its deadline without this
@@ -620,9 +660,9 @@ impl Member {
             .into_iter()
             .find(|&g| g != 0 && g as u32 == generation);
         if let Some(g) = answers {
-            let gen_at = t.u64_at(t.slot(self.slot, S_INDEX_GEN));
+            let gen_at = t.u64_at(t.slot(self.seat.slot, S_INDEX_GEN));
             if gen_at.load(Ordering::Relaxed) != g {
-                t.u32_at(t.slot(self.slot, S_INDEX))
+                t.u32_at(t.slot(self.seat.slot, S_INDEX))
                     .store(u32::from(datagram[1]), Ordering::Relaxed);
                 gen_at.store(g, Ordering::Release);
                 self.late = g == in_force && g != pending;
@@ -637,7 +677,10 @@ impl Member {
     /// one still lives (once a second) and writes the counters. Cheap when there is nothing to
     /// do: one read of the table.
     pub fn maintain(&mut self, socket: BorrowedFd<'_>, now_ns: u64) {
-        let pending = self.table.u64_at(OFF_PENDING).load(Ordering::Acquire);
+        if self.seat.left.load(Ordering::Relaxed) {
+            return;
+        }
+        let pending = self.seat.table.u64_at(OFF_PENDING).load(Ordering::Acquire);
         if pending != 0 && now_ns >= self.next_finish {
             self.next_finish = now_ns + FINISH_EVERY.as_nanos() as u64;
             self.finish_reindex(socket, pending, boot_ns());
@@ -669,9 +712,9 @@ impl Member {
     }
 
     fn publish(&self) {
-        let t = &self.table;
+        let t = &self.seat.table;
         for (i, v) in self.counters.iter().enumerate() {
-            t.u64_at(t.slot(self.slot, S_COUNTERS + 8 * i))
+            t.u64_at(t.slot(self.seat.slot, S_COUNTERS + 8 * i))
                 .store(*v, Ordering::Relaxed);
         }
     }
@@ -680,75 +723,33 @@ impl Member {
     /// its lock is gone, it died; the table is swept and the group probed again.
     fn watch(&mut self, now: u64) {
         // Allocates nothing: it runs in the data path's rounds.
-        let t = &self.table;
-        let below = (FIRST_SLOT..self.slot)
+        let t = &self.seat.table;
+        let below = (FIRST_SLOT..self.seat.slot)
             .rev()
-            .chain((self.slot + 1..=LAST_SLOT).rev())
+            .chain((self.seat.slot + 1..=LAST_SLOT).rev())
             .find(|&s| t.state(s) == LIVE);
         let Some(s) = below else {
             return;
         };
-        if ofd_held(self.fd.as_fd(), LOCK_SLOTS + i64::from(s)) {
+        if ofd_held(self.seat.fd.as_fd(), LOCK_SLOTS + i64::from(s)) {
             return;
         }
-        let Ok(_g) = lock(self.fd.as_fd()) else {
+        let Ok(_g) = lock(self.seat.fd.as_fd()) else {
             return;
         };
-        if sweep(
-            &self.table,
-            self.fd.as_fd(),
-            self.addr,
-            Some(self.slot),
-            now,
-        ) {
-            self.start_reindex(now, None);
-        }
-    }
-
-    /// Starts a round of probes (the mutex held): a new generation, one probe per socket of
-    /// the group. Each member answers in its rounds ([`Member::answer_probe`]); the program
-    /// is attached when all have, or at the deadline ([`Member::finish_reindex`]). With
-    /// `socket` (a socket of the group), the program of the indices known now is attached
-    /// first, so that the group has one that steers the probes.
-    fn start_reindex(&mut self, now: u64, socket: Option<BorrowedFd<'_>>) {
-        let t = &self.table;
-        if let Some(sock) = socket {
-            let mut known = Pairs::default();
-            for s in t.live_slots() {
-                let i = t.u32_at(t.slot(s, S_INDEX)).load(Ordering::Relaxed);
-                if i != NO_INDEX {
-                    known.push((s, i as u8));
-                }
-            }
-            let fallback = known.first().map_or(0, |(_, i)| i);
-            let _ = attach_steering(sock, known, fallback);
-        }
-        let generation = t
-            .u64_at(OFF_GEN)
-            .load(Ordering::Relaxed)
-            .max(t.u64_at(OFF_PENDING).load(Ordering::Relaxed))
-            + 1;
-        t.u64_at(OFF_DEADLINE)
-            .store(now + PROBE_WAIT.as_nanos() as u64, Ordering::Relaxed);
-        t.u64_at(OFF_PENDING).store(generation, Ordering::Release);
-        self.counters[9] += 1;
-        let n = group_size(self.addr).clamp(1, 256);
-        for i in 0..n {
-            let mut p = [0u8; PROBE_LEN];
-            p[0] = PROBE_MARK;
-            p[1] = i as u8;
-            p[4..8].copy_from_slice(&(generation as u32).to_le_bytes());
-            let _ = self.bell.send_to(&p, self.addr);
+        if sweep(&self.seat.table, self.seat.fd.as_fd(), self.seat.addr, Some(self.seat.slot), now) {
+            self.seat.start_reindex(now, None);
+            self.counters[9] += 1;
         }
     }
 
     /// Rebuilds the program in force with the answers that came after its round finished (a
     /// late member's); true when done (or no longer needed).
     fn rebuild_late(&mut self, socket: BorrowedFd<'_>) -> bool {
-        let Some(_g) = try_lock(self.fd.as_fd()) else {
+        let Some(_g) = try_lock(self.seat.fd.as_fd()) else {
             return false;
         };
-        let t = &self.table;
+        let t = &self.seat.table;
         let in_force = t.u64_at(OFF_GEN).load(Ordering::Acquire);
         if t.u64_at(OFF_PENDING).load(Ordering::Acquire) != 0 {
             return true;
@@ -761,7 +762,7 @@ impl Member {
 
     /// The (slot, index) answers of live members for `generation`, by slot.
     fn answers(&self, generation: u64) -> Pairs {
-        let t = &self.table;
+        let t = &self.seat.table;
         let mut p = Pairs::default();
         for s in t.live_slots() {
             if t.u64_at(t.slot(s, S_INDEX_GEN)).load(Ordering::Acquire) == generation {
@@ -777,14 +778,14 @@ impl Member {
     /// Builds and attaches the program of generation `pending` once every live member
     /// answered or the deadline passed; whoever gets there first does it.
     fn finish_reindex(&mut self, socket: BorrowedFd<'_>, pending: u64, now: u64) {
-        let t = &self.table;
+        let t = &self.seat.table;
         let answered = |s: u8| t.u64_at(t.slot(s, S_INDEX_GEN)).load(Ordering::Acquire) == pending;
         let all = t.live_slots().all(answered);
         let late = now >= t.u64_at(OFF_DEADLINE).load(Ordering::Relaxed);
         if !all && !late {
             return;
         }
-        let Some(_g) = try_lock(self.fd.as_fd()) else {
+        let Some(_g) = try_lock(self.seat.fd.as_fd()) else {
             return;
         };
         if t.u64_at(OFF_PENDING).load(Ordering::Acquire) != pending {
@@ -810,10 +811,19 @@ impl Member {
 }
 
 impl Drop for Member {
-    /// Leaves: the slot goes quiet, what it claimed is released, and the group is probed
-    /// again (the device's socket, closed before this runs, has left the group); the last
-    /// member removes the table.
     fn drop(&mut self) {
+        self.seat.leave();
+    }
+}
+
+impl Seat {
+    /// Leaves (once): the slot goes quiet, and the group is probed again (the device's
+    /// socket, closed before this runs when the device is dropped, has left the group); the
+    /// last member removes the table.
+    fn leave(&self) {
+        if self.left.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let Ok(g) = lock(self.fd.as_fd()) else {
             return;
         };
@@ -823,12 +833,7 @@ impl Drop for Member {
             .store(now, Ordering::Relaxed);
         t.u32_at(t.slot(self.slot, S_STATE))
             .store(QUIET_STATE, Ordering::Release);
-        let _ = ofd_lock(
-            self.fd.as_fd(),
-            LOCK_SLOTS + i64::from(self.slot),
-            false,
-            true,
-        );
+        let _ = ofd_lock(self.fd.as_fd(), LOCK_SLOTS + i64::from(self.slot), false, true);
         if t.live_slots().next().is_none() {
             unlink_if_same(&self.path, &self.fd);
         } else {
@@ -836,6 +841,43 @@ impl Drop for Member {
         }
         drop(g);
     }
+
+    /// Starts a round of probes (the mutex held): a new generation, one probe per socket of
+    /// the group. Each member answers in its rounds ([`Member::answer_probe`]); the program
+    /// is attached when all have, or at the deadline ([`Member::finish_reindex`]). With
+    /// `socket` (a socket of the group), the program of the indices known now is attached
+    /// first, so that the group has one that steers the probes.
+    fn start_reindex(&self, now: u64, socket: Option<BorrowedFd<'_>>) {
+        let t = &self.table;
+        if let Some(sock) = socket {
+            let mut known = Pairs::default();
+            for s in t.live_slots() {
+                let i = t.u32_at(t.slot(s, S_INDEX)).load(Ordering::Relaxed);
+                if i != NO_INDEX {
+                    known.push((s, i as u8));
+                }
+            }
+            let fallback = known.first().map_or(0, |(_, i)| i);
+            let _ = attach_steering(sock, known, fallback);
+        }
+        let generation = t
+            .u64_at(OFF_GEN)
+            .load(Ordering::Relaxed)
+            .max(t.u64_at(OFF_PENDING).load(Ordering::Relaxed))
+            + 1;
+        t.u64_at(OFF_DEADLINE)
+            .store(now + PROBE_WAIT.as_nanos() as u64, Ordering::Relaxed);
+        t.u64_at(OFF_PENDING).store(generation, Ordering::Release);
+        let n = group_size(self.addr).clamp(1, 256);
+        for i in 0..n {
+            let mut p = [0u8; PROBE_LEN];
+            p[0] = PROBE_MARK;
+            p[1] = i as u8;
+            p[4..8].copy_from_slice(&(generation as u32).to_le_bytes());
+            let _ = self.bell.send_to(&p, self.addr);
+        }
+    }
+
 }
 
 /// Removes the table file at `path` if it is still the file open at `fd` (the mutex held).

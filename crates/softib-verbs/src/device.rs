@@ -426,8 +426,10 @@ extern "C" fn wind_up_at_exit() {
             }
         }
     }
-    // A program that exits with its contexts open leaves no shared-memory inbox behind.
+    // A program that exits with its contexts open leaves no shared-memory inbox behind, and
+    // leaves its host-wide devices (the last member removes the table).
     softib_udp::shm::remove_inboxes();
+    softib_udp::host::leave_all();
 }
 
 /// What a context does when it closes, or at exit if the connection manager still holds it:
