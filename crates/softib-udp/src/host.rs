@@ -409,7 +409,11 @@ pub fn leave_all() {
     let me = std::process::id();
     let seats: Vec<Arc<Seat>> = match SEATS.lock() {
         Ok(s) => s.iter().filter_map(std::sync::Weak::upgrade).collect(),
-        Err(p) => p.into_inner().iter().filter_map(std::sync::Weak::upgrade).collect(),
+        Err(p) => p
+            .into_inner()
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect(),
     };
     for seat in seats.iter().filter(|s| s.pid == me) {
         seat.leave();
@@ -635,7 +639,8 @@ impl Member {
         };
         if let Some((i, s)) = self.find_port(key, kind) {
             if s == self.seat.slot {
-                self.seat.table
+                self.seat
+                    .table
                     .u32_at(Table::port_entry(i) + 12)
                     .store(0, Ordering::Release);
             }
@@ -737,7 +742,13 @@ impl Member {
         let Ok(_g) = lock(self.seat.fd.as_fd()) else {
             return;
         };
-        if sweep(&self.seat.table, self.seat.fd.as_fd(), self.seat.addr, Some(self.seat.slot), now) {
+        if sweep(
+            &self.seat.table,
+            self.seat.fd.as_fd(),
+            self.seat.addr,
+            Some(self.seat.slot),
+            now,
+        ) {
             self.seat.start_reindex(now, None);
             self.counters[9] += 1;
         }
@@ -833,7 +844,12 @@ impl Seat {
             .store(now, Ordering::Relaxed);
         t.u32_at(t.slot(self.slot, S_STATE))
             .store(QUIET_STATE, Ordering::Release);
-        let _ = ofd_lock(self.fd.as_fd(), LOCK_SLOTS + i64::from(self.slot), false, true);
+        let _ = ofd_lock(
+            self.fd.as_fd(),
+            LOCK_SLOTS + i64::from(self.slot),
+            false,
+            true,
+        );
         if t.live_slots().next().is_none() {
             unlink_if_same(&self.path, &self.fd);
         } else {
@@ -877,7 +893,6 @@ impl Seat {
             let _ = self.bell.send_to(&p, self.addr);
         }
     }
-
 }
 
 /// Removes the table file at `path` if it is still the file open at `fd` (the mutex held).

@@ -411,9 +411,24 @@ pub struct Device {
     /// Connection requests for a Service ID no member listens on yet: (until when, in device
     /// ns; the sender; the datagram).
     unlistened: Vec<(u64, SocketAddr, Vec<u8>)>,
+    /// The multicast groups the device receives (a UD QP of its HCA is attached to each):
+    /// a socket bound to the group's address, joined on the bound address's interface.
+    mcast: Vec<McastRx>,
+    /// An epoll descriptor readable when a doorbell or a multicast datagram is waiting
+    /// ([`Device::aux_fd`]).
+    aux: std::os::fd::OwnedFd,
     /// This device's membership of the host-wide device of its address. Declared after the
     /// socket, so that the socket has left the group when the member leaves.
     member: Option<host::Member>,
+}
+
+/// The receiving side of a multicast group: every process that attached a QP to the group has
+/// its own socket in it, and the kernel hands each a copy of every datagram (IP multicast does
+/// the fan-out that a switch does on InfiniBand).
+struct McastRx {
+    group: IpAddr,
+    socket: UdpSocket,
+    state: UdpSocketState,
 }
 
 /// A destination: the address, and the member of a host-wide device there the datagram is
@@ -556,6 +571,24 @@ impl Device {
             )?),
             None => None,
         };
+        // Multicast leaves from the bound address's interface (a group's datagrams reach the
+        // processes of this host that joined it by the kernel's multicast loop).
+        if let IpAddr::V4(a) = local.ip() {
+            if !a.is_unspecified() {
+                let s = socket2::SockRef::from(&socket);
+                let _ = s.set_multicast_if_v4(&a);
+                let _ = s.set_multicast_loop_v4(true);
+            }
+        }
+        let aux = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC)?;
+        if let Some(m) = &member {
+            rustix::event::epoll::add(
+                &aux,
+                m.bell(),
+                rustix::event::epoll::EventData::new_u64(0),
+                rustix::event::epoll::EventFlags::IN,
+            )?;
+        }
         let mut hca_config = cfg.hca_config();
         hca_config.numbers = member.as_ref().map(host::Member::numbers);
         let mut hca = Hca::new(hca_config);
@@ -608,7 +641,85 @@ impl Device {
             forward_to: Vec::new(),
             forwarded_to: Vec::new(),
             unlistened: Vec::new(),
+            mcast: Vec::new(),
+            aux,
             member,
+        })
+    }
+
+    /// A descriptor that polls readable when a same-host peer rang this device's doorbell or
+    /// a multicast datagram waits: a caller that sleeps on [`Device::socket_fd`] in the
+    /// device's place (the C library's progress thread) sleeps on it too.
+    pub fn aux_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.aux.as_fd()
+    }
+
+    /// Joins the multicast groups a QP of the HCA is attached to and leaves those none is
+    /// attached to any more: a socket per group, bound to the group's address on the device's
+    /// port and joined on the bound address's interface. Call after `attach_mcast`,
+    /// `detach_mcast` and `destroy_qp`.
+    pub fn sync_multicast(&mut self) -> io::Result<()> {
+        // Groups of the bound address's family: the device neither sends to nor receives from
+        // the other (an IPv6 MGID on an IPv4 device stays an attachment of the HCA only).
+        let v4 = frame::canonical_ip(self.local.ip()).is_ipv4();
+        let wanted: Vec<IpAddr> = self
+            .hca
+            .mcast_groups()
+            .map(|g| frame::canonical_ip(IpAddr::V6(std::net::Ipv6Addr::from(g.0))))
+            .filter(|ip| ip.is_ipv4() == v4)
+            .collect();
+        let mut result = Ok(());
+        self.mcast.retain(|m| {
+            let keep = wanted.contains(&m.group);
+            if !keep {
+                let _ = rustix::event::epoll::delete(&self.aux, &m.socket);
+            }
+            keep
+        });
+        for group in wanted {
+            if self.mcast.iter().any(|m| m.group == group) {
+                continue;
+            }
+            match self.join_group(group) {
+                Ok(m) => self.mcast.push(m),
+                Err(e) => result = Err(e),
+            }
+        }
+        result
+    }
+
+    fn join_group(&self, group: IpAddr) -> io::Result<McastRx> {
+        let domain = match group {
+            IpAddr::V4(_) => socket2::Domain::IPV4,
+            IpAddr::V6(_) => socket2::Domain::IPV6,
+        };
+        let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+        // Every process of the host that attached a QP to the group binds it.
+        s.set_reuse_address(true)?;
+        s.bind(&SocketAddr::new(group, self.local.port()).into())?;
+        match (group, self.local.ip()) {
+            (IpAddr::V4(g), IpAddr::V4(local)) => s.join_multicast_v4(&g, &local)?,
+            (IpAddr::V6(g), IpAddr::V6(local)) => {
+                s.set_only_v6(true)?;
+                sockopt::set_udp_no_check6_rx(&s, true)?;
+                s.join_multicast_v6(&g, interface_index(local).unwrap_or(0))?;
+            }
+            _ => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        }
+        let _ = s.set_recv_buffer_size(1 << 20);
+        let socket: UdpSocket = s.into();
+        let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
+        rustix::event::epoll::add(
+            &self.aux,
+            &socket,
+            rustix::event::epoll::EventData::new_u64(1),
+            rustix::event::epoll::EventFlags::IN,
+        )?;
+        Ok(McastRx {
+            group,
+            socket,
+            state,
         })
     }
 
@@ -623,13 +734,6 @@ impl Device {
     /// listened Service IDs).
     pub fn member(&self) -> Option<&host::Member> {
         self.member.as_ref()
-    }
-
-    /// The member's doorbell socket, for a caller that sleeps on the device's sockets in its
-    /// place (the C library's progress thread): a same-host sender rings it.
-    pub fn bell_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        use std::os::fd::AsFd;
-        self.member.as_ref().map(|m| m.bell().as_fd())
     }
 
     /// The inbox's sleeping flag, for a thread that sleeps on [`Device::socket_fd`] in the
@@ -755,13 +859,8 @@ impl Device {
         let waker = self.waker.as_ref().filter(|_| sleeps);
         if waker.is_none_or(shm::Waker::sleep_begin) {
             use std::os::fd::AsFd;
-            let sock = self.socket.as_fd();
-            let fds = match &self.member {
-                Some(m) => vec![sock, m.bell().as_fd()],
-                None => vec![sock],
-            };
             idle_step_on(
-                &fds,
+                &[self.socket.as_fd(), self.aux.as_fd()],
                 mode,
                 self.idle_polls,
                 self.busy_yields,
@@ -834,16 +933,13 @@ impl Device {
         if self.waker.as_ref().is_some_and(|w| !w.sleep_begin()) {
             return Ok(());
         }
-        let r = match &self.member {
-            Some(m) => rustix::event::poll(
-                &mut [
-                    PollFd::new(&self.socket, PollFlags::IN),
-                    PollFd::new(m.bell(), PollFlags::IN),
-                ],
-                Some(&ts),
-            ),
-            None => rustix::event::poll(&mut [PollFd::new(&self.socket, PollFlags::IN)], Some(&ts)),
-        };
+        let r = rustix::event::poll(
+            &mut [
+                PollFd::new(&self.socket, PollFlags::IN),
+                PollFd::new(&self.aux, PollFlags::IN),
+            ],
+            Some(&ts),
+        );
         self.rx_after_sleep = true;
         if let Some(w) = &self.waker {
             w.sleep_end();
@@ -1354,7 +1450,7 @@ impl Device {
             0
         } else {
             self.udp_skipped = 0;
-            let n = self.receive_udp(now)?;
+            let n = self.receive_udp(now, 0)?;
             if n == 0 {
                 self.udp_quiet = self.udp_quiet.saturating_add(1);
                 self.udp_next_check = now.as_nanos() + UDP_QUIET_CHECK_NS;
@@ -1363,7 +1459,11 @@ impl Device {
             }
             n
         };
-        Ok(udp + self.receive_shm(now)?)
+        let mut mcast = 0;
+        for source in 1..=self.mcast.len() {
+            mcast += self.receive_udp(now, source)?;
+        }
+        Ok(udp + mcast + self.receive_shm(now)?)
     }
 
     /// Busy polling between same-host peers: waits up to [`SHM_SPIN_NS`] for a datagram in
@@ -1463,20 +1563,22 @@ impl Device {
         Ok(count)
     }
 
-    /// Receives one batch from the socket and hands every datagram to the HCA; returns the
-    /// datagram count.
-    fn receive_udp(&mut self, now: Instant) -> io::Result<usize> {
+    /// Receives one batch from the device's socket (`source` 0) or the socket of its
+    /// multicast group `source` - 1, and hands every datagram to the HCA; returns the
+    /// datagram count. What reaches the device's socket for another member of its host-wide
+    /// device is handed on; a multicast group's socket has its own copy of each datagram.
+    fn receive_udp(&mut self, now: Instant, source: usize) -> io::Result<usize> {
         const STRIDE: usize = RX_HEADROOM + RX_SLOT;
         let n = {
+            let (socket, state) = match source.checked_sub(1) {
+                None => (&self.socket, &self.state),
+                Some(g) => (&self.mcast[g].socket, &self.mcast[g].state),
+            };
             let mut chunks = self.rx_buf.chunks_exact_mut(STRIDE);
             let mut slices: [IoSliceMut<'_>; BATCH_SIZE] = std::array::from_fn(|_| {
                 IoSliceMut::new(chunks.next().map_or(&mut [][..], |c| &mut c[RX_HEADROOM..]))
             });
-            match self.state.recv(
-                UdpSockRef::from(&self.socket),
-                &mut slices,
-                &mut self.rx_meta,
-            ) {
+            match state.recv(UdpSockRef::from(socket), &mut slices, &mut self.rx_meta) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
@@ -1514,7 +1616,7 @@ impl Device {
                     data + ((k + 1) * stride).min(len),
                 );
                 count += 1;
-                if let Some(m) = &mut self.member {
+                if let Some(m) = self.member.as_mut().filter(|_| source == 0) {
                     let d = &self.rx_buf[start..end];
                     // A probe of the socket group is no RoCEv2 datagram (not counted as one).
                     if d.len() == host::PROBE_LEN && m.answer_probe(d) {
@@ -1523,7 +1625,7 @@ impl Device {
                     }
                 }
                 self.stats.rx_datagrams += 1;
-                if let Some(m) = &self.member {
+                if let Some(m) = self.member.as_ref().filter(|_| source == 0) {
                     let d = &self.rx_buf[start..end];
                     match route(m, d) {
                         Routed::To(host::Route::Mine) => {}
@@ -1656,6 +1758,18 @@ fn deliver(
         }
     }
     Ok(())
+}
+
+/// The index of the interface that holds `ip` (for an IPv6 multicast join), if any.
+fn interface_index(ip: std::net::Ipv6Addr) -> Option<u32> {
+    let text = std::fs::read_to_string("/proc/net/if_inet6").ok()?;
+    let want: String = ip.octets().iter().map(|b| format!("{b:02x}")).collect();
+    text.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let addr = f.next()?;
+        let index = f.next()?;
+        (addr == want).then(|| u32::from_str_radix(index, 16).ok())?
+    })
 }
 
 /// Hands `datagram`, which came from `src` to this member's socket (bound to `local`), to the

@@ -169,3 +169,104 @@ fn the_last_member_removes_the_table() {
         "inboxes go with their members"
     );
 }
+
+/// A UD endpoint on `at` whose receive queue is posted (slots of 2 KiB).
+fn ud_endpoint(at: SocketAddr) -> Endpoint {
+    let mut cfg = softib_udp::DeviceConfig::new(at);
+    cfg.active_mtu = softib_core::verbs::types::Mtu::Mtu1024;
+    let dev = softib_udp::Device::open(&cfg).unwrap();
+    let ecfg = softib_udp::endpoint::EndpointConfig {
+        qp_type: softib_core::verbs::types::QpType::Ud,
+        buf_len: 2048 * 16,
+        send_depth: 16,
+        recv_depth: 16,
+        max_inline: 0,
+    };
+    let mut e = Endpoint::new(dev, &ecfg, softib_wire::Psn::new(1)).unwrap();
+    let me = e.info();
+    e.connect(&me, &options()).unwrap();
+    for slot in 0..16u64 {
+        let wr = softib_core::verbs::wr::RecvWr::new(
+            slot,
+            vec![Sge::new(e.mr.addr + slot * 2048, 2048, e.mr.lkey)],
+        );
+        let qpn = e.qpn;
+        e.dev.hca_mut().post_recv(qpn, &[wr]).unwrap();
+    }
+    e
+}
+
+/// UD multicast over IP multicast: two members of one address and a device on another attach
+/// QPs to one group; a datagram sent to the group by a fourth reaches each of the three once
+/// (the kernel hands every member's group socket a copy), and a member that detaches gets no
+/// more.
+#[test]
+fn multicast_reaches_every_member_that_attached() {
+    use softib_core::verbs::ah::AhAttr;
+    use softib_core::verbs::types::Gid;
+    let mgid = Gid(std::net::Ipv4Addr::new(239, 77, 4, 1)
+        .to_ipv6_mapped()
+        .octets());
+    let (x, y) = (addr(4, 5), addr(4, 6));
+    let mut members = [ud_endpoint(x), ud_endpoint(x), ud_endpoint(y)];
+    let mut sender = ud_endpoint(y);
+    for m in members.iter_mut() {
+        let qpn = m.qpn;
+        m.dev.hca_mut().attach_mcast(qpn, mgid, 0).unwrap();
+        m.dev.sync_multicast().unwrap();
+    }
+    let pd = sender.pd;
+    let ah = sender
+        .dev
+        .hca_mut()
+        .create_ah(pd, &AhAttr::global(1, mgid, 0))
+        .unwrap();
+    let send = |s: &mut Endpoint, seed: u64| {
+        let data = pattern(seed, 600);
+        let mr = s.mr;
+        s.dev.hca_mut().mr_write(mr.handle, 0, &data).unwrap();
+        let wr = SendWr::new(seed, WrOpcode::Send)
+            .with_sge(Sge::new(mr.addr, 600, mr.lkey))
+            .with_ud(
+                ah,
+                softib_wire::Qpn::new(0xFF_FFFF),
+                softib_udp::endpoint::UD_QKEY,
+            )
+            .signaled();
+        let qpn = s.qpn;
+        s.dev.hca_mut().post_send(qpn, &[wr]).unwrap();
+    };
+    send(&mut sender, 1);
+    let mut got = [0usize; 3];
+    let start = std::time::Instant::now();
+    while got.contains(&0) {
+        sender.dev.poll_io().unwrap();
+        for (i, m) in members.iter_mut().enumerate() {
+            m.dev.poll_io().unwrap();
+            for wc in completions(m) {
+                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+                assert_eq!(wc.byte_len, 600 + 40);
+                let slot = wc.wr_id as usize;
+                let bytes = &m.dev.hca().mr_bytes(m.mr.handle).unwrap()[slot * 2048..];
+                assert_eq!(&bytes[40..640], &pattern(1, 600)[..]);
+                got[i] += 1;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "received {got:?}");
+    }
+    assert_eq!(got, [1, 1, 1]);
+    // The second member of x leaves the group: the next datagram reaches the other two.
+    let qpn = members[1].qpn;
+    members[1].dev.hca_mut().detach_mcast(qpn, mgid, 0).unwrap();
+    members[1].dev.sync_multicast().unwrap();
+    send(&mut sender, 1);
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(300) {
+        sender.dev.poll_io().unwrap();
+        for (i, m) in members.iter_mut().enumerate() {
+            m.dev.poll_io().unwrap();
+            got[i] += completions(m).len();
+        }
+    }
+    assert_eq!(got, [2, 1, 2]);
+}

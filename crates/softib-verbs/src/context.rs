@@ -115,8 +115,9 @@ pub struct Shared {
     pub wake_fd: RawFd,
     /// The socket, for the progress thread's poll(2).
     pub sock_fd: RawFd,
-    /// The member's doorbell socket of a host-wide device (same-host senders ring it).
-    pub bell_fd: Option<RawFd>,
+    /// Readable when a doorbell (a same-host sender rang) or a multicast datagram waits
+    /// (`Device::aux_fd`).
+    pub aux_fd: RawFd,
     /// The device's bound address.
     pub local: std::net::SocketAddr,
     /// Contexts open on the engine: the last to close stops the progress thread.
@@ -725,10 +726,10 @@ fn linger(shared: &Shared, d: Duration) -> bool {
     })
 }
 
-/// What the progress thread sleeps on: the socket, the doorbell of a host-wide device's
-/// member, the wake-up eventfd (-1 where there is no doorbell: poll(2) skips it).
+/// What the progress thread sleeps on: the socket, the device's doorbell and multicast
+/// sockets (behind one epoll descriptor), the wake-up eventfd.
 fn sleep_fds(shared: &Shared) -> [RawFd; 3] {
-    [shared.sock_fd, shared.bell_fd.unwrap_or(-1), shared.wake_fd]
+    [shared.sock_fd, shared.aux_fd, shared.wake_fd]
 }
 
 /// True if the application's call counter moves within [`APP_POLL_WINDOW`] ([`watch`]: the
@@ -804,7 +805,7 @@ fn sleep_on(fds: &[RawFd], d: Duration) -> i32 {
 /// Builds the shared state of a new engine around an opened device.
 pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
     let sock_fd = dev.socket_fd().as_raw_fd();
-    let bell_fd = dev.bell_fd().map(|f| f.as_raw_fd());
+    let aux_fd = dev.aux_fd().as_raw_fd();
     let local = dev.local_addr();
     let shm_waker = dev.shm_waker();
     let wake_fd = util::wake_eventfd()?;
@@ -828,7 +829,7 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
         stop: AtomicBool::new(false),
         wake_fd,
         sock_fd,
-        bell_fd,
+        aux_fd,
         local,
         contexts: std::sync::atomic::AtomicUsize::new(0),
         thread: Mutex::new(None),

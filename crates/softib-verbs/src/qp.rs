@@ -454,6 +454,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
         if eng.dev.hca_mut().destroy_qp(q.qpn).is_err() {
             return ret_errno(libc::EINVAL);
         }
+        // Its multicast groups, if it was the last of this process in them.
+        let _ = eng.dev.sync_multicast();
         let me = qp.cast::<SoftQp>();
         if let Some(v) = eng.qps.get_mut(&q.qpn.value()) {
             v.retain(|&h| h != me);
@@ -889,9 +891,18 @@ pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, 
         return ret_errno(libc::EINVAL);
     }
     let g = Gid((*gid).raw);
-    match q.shared.lock().dev.hca_mut().attach_mcast(q.qpn, g, lid) {
+    let mut eng = q.shared.lock();
+    if eng.dev.hca_mut().attach_mcast(q.qpn, g, lid).is_err() {
+        return ret_errno(libc::EINVAL);
+    }
+    // The group's datagrams reach this process once it joined the group on the network.
+    match eng.dev.sync_multicast() {
         Ok(()) => 0,
-        Err(_) => ret_errno(libc::EINVAL),
+        Err(e) => {
+            let _ = eng.dev.hca_mut().detach_mcast(q.qpn, g, lid);
+            let _ = eng.dev.sync_multicast();
+            ret_errno(e.raw_os_error().unwrap_or(libc::EINVAL))
+        }
     }
 }
 
@@ -905,8 +916,12 @@ pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, 
         return ret_errno(libc::EINVAL);
     }
     let g = Gid((*gid).raw);
-    match q.shared.lock().dev.hca_mut().detach_mcast(q.qpn, g, lid) {
-        Ok(()) => 0,
+    let mut eng = q.shared.lock();
+    match eng.dev.hca_mut().detach_mcast(q.qpn, g, lid) {
+        Ok(()) => {
+            let _ = eng.dev.sync_multicast();
+            0
+        }
         Err(_) => ret_errno(libc::EINVAL),
     }
 }

@@ -630,6 +630,12 @@ impl Hca {
         Ok(())
     }
 
+    /// The multicast groups a QP of this HCA is attached to (a driver joins them on its
+    /// network: RoCEv2 over UDP receives a group's datagrams only where it joined it).
+    pub fn mcast_groups(&self) -> impl Iterator<Item = Gid> + '_ {
+        self.mcast.keys().copied()
+    }
+
     /// The QPs attached to multicast group `gid`, in attach order.
     pub fn mcast_members(&self, gid: Gid) -> Vec<Qpn> {
         self.mcast

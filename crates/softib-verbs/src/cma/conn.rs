@@ -393,6 +393,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
         return;
     };
     if !sid.id.qp.is_null() {
+        super::mcast::leave_all(sid);
         // SAFETY: the id's QP.
         unsafe { crate::qp::ibv_destroy_qp(sid.id.qp) };
         sid.id.qp = std::ptr::null_mut();

@@ -531,6 +531,7 @@ pub fn service_id(ps: rdma_port_space, port: u16) -> u64 {
 /// for a destroyed id: DREQ when established, DREP when the peer asked, REJ while the
 /// handshake is ours to answer), its port.
 pub fn release(sid: &mut SoftCmId) {
+    super::mcast::leave_all(sid);
     let (listens, agent, port) = {
         let mut st = sid.state();
         (

@@ -14,6 +14,7 @@ pub mod addr;
 pub mod conn;
 pub mod ep;
 pub mod kern;
+pub mod mcast;
 pub mod rsocket;
 
 use std::collections::VecDeque;
@@ -215,6 +216,8 @@ pub struct IdState {
     pub ack_timeout: Option<u8>,
     /// Private data `rdma_create_ep` was given for the connect (`ai_connect`).
     pub connect_data: Vec<u8>,
+    /// Multicast groups joined.
+    pub joins: Vec<mcast::Join>,
 }
 
 /// An id: rdma_cm's structure first, then the path record `route.path_rec` points to, then
