@@ -555,6 +555,33 @@ if [ "$HAVE_LIB" = 1 ] && [ -e "$LIB_LD/librdmacm.so.1" ]; then
     cm_server "rping -c on rxe (kernel CM) -> rping -s on softib's librdmacm" "$OUT/rdmacm-rping-server" \
         "rping -c -a $HOST_IP -C $CM_COUNT -V -v" "$RP_PAT" \
         rping -s -a "$HOST_IP" -C "$CM_COUNT" -V
+    # Two softib processes on the host address at once (one host-wide device, one UDP port):
+    # the guest's two rping clients reach each server by its own rdma_cm port.
+    base=$OUT/rdmacm-rping-two-servers
+    before=$(rxe_retries)
+    start_capture "$base.wire.pcap"
+    t=$SECONDS
+    libx rping -s -a "$HOST_IP" -p 7174 -C "$CM_COUNT" -V >"$base.a.log" 2>&1 &
+    spa=$!
+    libx rping -s -a "$HOST_IP" -p 7175 -C "$CM_COUNT" -V >"$base.b.log" 2>&1 &
+    spb=$!
+    BG_PIDS+=("$spa" "$spb")
+    sleep 1
+    gssh "timeout 60 rping -c -a $HOST_IP -p 7174 -C $CM_COUNT -V -v & timeout 60 rping -c -a $HOST_IP -p 7175 -C $CM_COUNT -V -v; wait" \
+        >"$base.guest.log" 2>&1
+    grc=$?
+    wait "$spa"
+    sra=$?
+    wait "$spb"
+    srb=$?
+    stop_capture
+    after=$(rxe_retries)
+    cat "$base.a.log" "$base.b.log" >"$base.log"
+    sr=$(softib_retries "$base.log")
+    src=$((sra | srb))
+    name="two rping clients on rxe -> two rping -s on softib's librdmacm, one host address"
+    [ "$(grep -c "$RP_PAT" "$base.guest.log")" -ge 2 ] || src=1
+    lib_case "$name" "$base" "$RP_PAT"
     for tool in udaddy ucmatose; do
         cm_client "$tool on softib's librdmacm (client) -> $tool on rxe" "$OUT/rdmacm-$tool-client" \
             "$tool" "$tool -b $GUEST_IP -C 20" 'return status 0' \
