@@ -1232,8 +1232,18 @@ fn attach_steering(socket: BorrowedFd<'_>, mut pairs: Pairs, fallback: u8) -> io
     attach(socket, &prog[..n])
 }
 
+/// `SOFTIB_STEER=0` attaches no program: the kernel's hash chooses, and datagrams that reach
+/// the wrong member are all handed on (`bench/host-wide.sh` measures that step so).
+fn steering() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SOFTIB_STEER").map_or(true, |v| v != "0"))
+}
+
 /// Attaches `prog` to the reuse-port group of `socket`.
 fn attach(socket: BorrowedFd<'_>, prog: &[Insn]) -> io::Result<()> {
+    if !steering() {
+        return Ok(());
+    }
     const _: () = assert!(
         std::mem::size_of::<Insn>() == std::mem::size_of::<libc::sock_filter>()
             && std::mem::align_of::<Insn>() == std::mem::align_of::<libc::sock_filter>()
