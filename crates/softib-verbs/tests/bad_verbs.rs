@@ -226,3 +226,12 @@ fn ud_reply_from_wc() {
 fn bad_read_sysfs_file_bounds() {
     run_case("read_sysfs_file");
 }
+
+/// ibv_create_cq / ibv_create_cq_ex with a comp_vector at or past num_comp_vectors (or
+/// negative) or more than max_cqe entries: NULL and EINVAL, as the kernel returns; the last
+/// vector and max_cqe work.
+#[test]
+fn bad_cq_comp_vector_and_size() {
+    run_case("bad_cq_comp_vector");
+}
+

@@ -2386,6 +2386,49 @@ static void ud_reply_from_wc(void)
 	ibv_close_device(c);
 }
 
+/* ibv_create_cq(3) / ibv_create_cq_ex(3): a comp_vector not below the context's
+ * num_comp_vectors, or more CQEs than max_cqe: NULL and exactly EINVAL, as the kernel returns
+ * (rdma-core's tests/test_cq.py, test_cqex.py); the last vector and max_cqe itself work. */
+static void bad_cq_comp_vector(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_device_attr da;
+	if (ibv_query_device(ctx, &da))
+		DIE("ibv_query_device");
+	int nv = ctx->num_comp_vectors;
+	CHECK(nv >= 1, "num_comp_vectors %d", nv);
+
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, 8, NULL, NULL, nv), EINVAL);
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, 8, NULL, NULL, nv + 1), EINVAL);
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, 8, NULL, NULL, -1), EINVAL);
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, da.max_cqe + 1, NULL, NULL, 0), EINVAL);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, nv - 1);
+	CHECK(cq != NULL, "ibv_create_cq on the last vector: errno %d", errno);
+	if (cq)
+		ibv_destroy_cq(cq);
+	cq = ibv_create_cq(ctx, da.max_cqe, NULL, NULL, 0);
+	CHECK(cq != NULL, "ibv_create_cq of max_cqe entries: errno %d", errno);
+	if (cq)
+		ibv_destroy_cq(cq);
+
+	struct ibv_cq_init_attr_ex cx = {0};
+	cx.cqe = 8;
+	cx.comp_vector = nv;
+	CHECK_NULL_ERRNO(ibv_create_cq_ex(ctx, &cx), EINVAL);
+	cx.comp_vector = nv + 1;
+	CHECK_NULL_ERRNO(ibv_create_cq_ex(ctx, &cx), EINVAL);
+	cx.comp_vector = 0;
+	cx.cqe = da.max_cqe + 1;
+	CHECK_NULL_ERRNO(ibv_create_cq_ex(ctx, &cx), EINVAL);
+	cx.cqe = 8;
+	cx.comp_vector = nv - 1;
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &cx);
+	CHECK(cqx != NULL, "ibv_create_cq_ex on the last vector: errno %d", errno);
+	if (cqx)
+		ibv_destroy_cq(ibv_cq_ex_to_cq(cqx));
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2418,6 +2461,7 @@ static const struct {
 	{"huge_num_sge", huge_num_sge},
 	{"ud_reply_from_wc", ud_reply_from_wc},
 	{"read_sysfs_file", read_sysfs_file},
+	{"bad_cq_comp_vector", bad_cq_comp_vector},
 };
 
 int main(int argc, char **argv)
