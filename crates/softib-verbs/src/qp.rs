@@ -108,9 +108,27 @@ pub unsafe fn create_in(
         return Err(libc::EINVAL);
     }
     let a = &mut *attr;
-    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let known = IBV_QP_INIT_ATTR_PD
+        | IBV_QP_INIT_ATTR_XRCD
+        | IBV_QP_INIT_ATTR_CREATE_FLAGS
+        | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if a.comp_mask & !known != 0 {
         return Err(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+        // rdma-core refuses the bits it does not know (EINVAL); the ones it knows ask for
+        // features of raw Ethernet or vendor HCAs, which rxe refuses as softib does
+        // (EOPNOTSUPP). No flags at all is an ordinary QP.
+        let defined = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
+            | IBV_QP_CREATE_SCATTER_FCS
+            | IBV_QP_CREATE_CVLAN_STRIPPING
+            | IBV_QP_CREATE_SOURCE_QPN
+            | IBV_QP_CREATE_PCI_WRITE_END_PADDING;
+        return Err(if a.create_flags & !defined != 0 {
+            libc::EINVAL
+        } else {
+            libc::EOPNOTSUPP
+        });
     }
     if a.qp_type == IBV_QPT_XRC_RECV {
         return create_xrc_tgt(sc, ctx, a);

@@ -235,3 +235,10 @@ fn bad_cq_comp_vector_and_size() {
     run_case("bad_cq_comp_vector");
 }
 
+/// ibv_create_qp_ex with IBV_QP_INIT_ATTR_CREATE_FLAGS: flags 0 creates the QP; a known flag
+/// softib does not implement is EOPNOTSUPP, an unknown one EINVAL.
+#[test]
+fn create_qp_ex_create_flags() {
+    run_case("create_qp_flags");
+}
+

@@ -2429,6 +2429,45 @@ static void bad_cq_comp_vector(void)
 	ibv_close_device(ctx);
 }
 
+/* ibv_create_qp_ex with IBV_QP_INIT_ATTR_CREATE_FLAGS: no flag at all is an ordinary QP
+ * (rdma-core's tests/test_qp.py sets the mask with flags 0); a flag rdma-core knows that
+ * softib does not implement is EOPNOTSUPP (as rxe), one it does not know EINVAL. */
+static void create_qp_flags(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	if (!pd || !cq)
+		DIE("setup");
+	enum ibv_qp_type types[] = {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD};
+	for (unsigned t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+		struct ibv_qp_init_attr_ex ia = {0};
+		ia.qp_type = types[t];
+		ia.send_cq = cq;
+		ia.recv_cq = cq;
+		ia.cap.max_send_wr = 4;
+		ia.cap.max_recv_wr = 4;
+		ia.cap.max_send_sge = 1;
+		ia.cap.max_recv_sge = 1;
+		ia.pd = pd;
+		ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+		ia.create_flags = 0;
+		struct ibv_qp *qp = ibv_create_qp_ex(ctx, &ia);
+		CHECK(qp != NULL, "type %d with CREATE_FLAGS 0: errno %d", types[t], errno);
+		if (qp)
+			CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+		ia.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+		CHECK_NULL_ERRNO(ibv_create_qp_ex(ctx, &ia), EOPNOTSUPP);
+		ia.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+		CHECK_NULL_ERRNO(ibv_create_qp_ex(ctx, &ia), EOPNOTSUPP);
+		ia.create_flags = 1u << 30;
+		CHECK_NULL_ERRNO(ibv_create_qp_ex(ctx, &ia), EINVAL);
+	}
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2462,6 +2501,7 @@ static const struct {
 	{"ud_reply_from_wc", ud_reply_from_wc},
 	{"read_sysfs_file", read_sysfs_file},
 	{"bad_cq_comp_vector", bad_cq_comp_vector},
+	{"create_qp_flags", create_qp_flags},
 };
 
 int main(int argc, char **argv)
