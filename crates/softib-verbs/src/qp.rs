@@ -382,6 +382,11 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
     if let Ok(now) = eng.dev.hca().query_qp(q.qpn) {
         q.ex.qp_base.state = now.qp_state.raw();
     }
+    // A QP moved to RESET leaves no completion behind in its CQs (mlx4 and mlx5 clean them:
+    // a QP recycled through RESET does not find its old flushed WRs there).
+    if m.contains(QpAttrMask::STATE) && a.qp_state == QpState::Reset {
+        let _ = eng.dev.hca_mut().purge_qp_completions(q.qpn);
+    }
     // A move to ERR flushes: completions and events may be waiting.
     eng.flush(&shared);
     if m.contains(QpAttrMask::STATE) && a.qp_state == QpState::Err {
@@ -468,6 +473,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
                 .dev
                 .hca_mut()
                 .modify_qp(q.qpn, &reset, QpAttrMask::STATE);
+            // Nor do the completions it had before stay (as after ibv_modify_qp to RESET).
+            let _ = eng.dev.hca_mut().purge_qp_completions(q.qpn);
         }
         if eng.dev.hca_mut().destroy_qp(q.qpn).is_err() {
             return ret_errno(libc::EINVAL);

@@ -2468,6 +2468,123 @@ static void create_qp_flags(void)
 	ibv_close_device(ctx);
 }
 
+/* How many completions `cq` holds now (polled and dropped); the wr_ids into `ids`. */
+static int drain_cq(struct ibv_cq *cq, uint64_t *ids, int max)
+{
+	int n = 0;
+	struct ibv_wc wc;
+	while (ibv_poll_cq(cq, 1, &wc) == 1) {
+		if (n < max)
+			ids[n] = wc.wr_id;
+		n++;
+	}
+	return n;
+}
+
+/* A QP moved to RESET (or destroyed) takes its unpolled completions out of its CQs, as
+ * rdma-core's mlx4 and mlx5 providers do: a QP recycled through RESET (rdma-core's
+ * tests/test_mr.py) does not poll the WRs flushed before. Another QP's completions on the
+ * same CQs stay, and so do receive completions that came from an SRQ. */
+static void reset_cleans_cqs(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[256];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!pd || !mr)
+		DIE("setup");
+	struct pair p;
+	pair_up(&p, ctx, pd);
+	/* A third QP on the target's CQ. */
+	struct ibv_qp *c = rc_qp(pd, p.tcq, p.tcq, 1);
+	struct ibv_sge sge = {(uintptr_t)buf, 16, mr->lkey};
+	struct ibv_recv_wr rwr = {.sg_list = &sge, .num_sge = 1};
+	struct ibv_recv_wr *rbad;
+	struct ibv_qp_attr at = {.qp_state = IBV_QPS_ERR};
+	rwr.wr_id = 0xb1;
+	if (ibv_post_recv(p.b, &rwr, &rbad))
+		DIE("ibv_post_recv b");
+	rwr.wr_id = 0xc1;
+	to_init(c);
+	if (ibv_post_recv(c, &rwr, &rbad))
+		DIE("ibv_post_recv c");
+	if (ibv_modify_qp(p.b, &at, IBV_QP_STATE) || ibv_modify_qp(c, &at, IBV_QP_STATE))
+		DIE("ERR");
+	/* b's requester side too: a SEND posted in ERR is flushed into the target CQ. */
+	struct ibv_send_wr swr = {.wr_id = 0xb2, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_send_wr *sbad;
+	if (ibv_post_send(p.b, &swr, &sbad))
+		DIE("ibv_post_send in ERR");
+	usleep(20000);
+	at.qp_state = IBV_QPS_RESET;
+	CHECK(ibv_modify_qp(p.b, &at, IBV_QP_STATE) == 0, "b to RESET");
+	uint64_t ids[8];
+	int n = drain_cq(p.tcq, ids, 8);
+	CHECK(n == 1 && ids[0] == 0xc1, "after b's RESET the CQ holds %d completions (first %#" PRIx64
+	      "), want c's only", n, n ? ids[0] : 0);
+
+	/* Destroy: c's flushed receive goes with it. */
+	at.qp_state = IBV_QPS_RESET;
+	if (ibv_modify_qp(c, &at, IBV_QP_STATE))
+		DIE("c to RESET");
+	to_init(c);
+	rwr.wr_id = 0xc2;
+	if (ibv_post_recv(c, &rwr, &rbad))
+		DIE("ibv_post_recv c");
+	at.qp_state = IBV_QPS_ERR;
+	if (ibv_modify_qp(c, &at, IBV_QP_STATE))
+		DIE("c to ERR");
+	usleep(20000);
+	CHECK(ibv_destroy_qp(c) == 0, "ibv_destroy_qp c");
+	n = drain_cq(p.tcq, ids, 8);
+	CHECK(n == 0, "after c's destroy the CQ holds %d completions", n);
+
+	/* An SRQ's receive completion stays when its QP is reset. */
+	struct ibv_srq_init_attr sia = {.attr = {.max_wr = 4, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(pd, &sia);
+	if (!srq)
+		DIE("ibv_create_srq");
+	struct ibv_qp_init_attr ia = {0};
+	ia.send_cq = p.tcq;
+	ia.recv_cq = p.tcq;
+	ia.srq = srq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 4;
+	ia.cap.max_send_sge = 1;
+	struct ibv_qp *s = ibv_create_qp(pd, &ia);
+	struct ibv_qp *a = rc_qp(pd, p.scq, p.rcq, 1);
+	if (!s || !a)
+		DIE("ibv_create_qp");
+	to_init(a);
+	to_init(s);
+	to_rtr(ctx, a, s->qp_num);
+	to_rtr(ctx, s, a->qp_num);
+	to_rts(a);
+	to_rts(s);
+	rwr.wr_id = 0x51;
+	if (ibv_post_srq_recv(srq, &rwr, &rbad))
+		DIE("ibv_post_srq_recv");
+	swr.wr_id = 0xa1;
+	if (ibv_post_send(a, &swr, &sbad))
+		DIE("ibv_post_send a");
+	struct ibv_wc wc;
+	CHECK(poll_one(p.scq, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "SEND into the SRQ");
+	usleep(20000);
+	at.qp_state = IBV_QPS_RESET;
+	CHECK(ibv_modify_qp(s, &at, IBV_QP_STATE) == 0, "s to RESET");
+	n = drain_cq(p.tcq, ids, 8);
+	CHECK(n == 1 && ids[0] == 0x51, "after the SRQ QP's RESET the CQ holds %d completions, "
+	      "want the SRQ receive", n);
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(s);
+	ibv_destroy_srq(srq);
+	pair_down(&p);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2502,6 +2619,7 @@ static const struct {
 	{"read_sysfs_file", read_sysfs_file},
 	{"bad_cq_comp_vector", bad_cq_comp_vector},
 	{"create_qp_flags", create_qp_flags},
+	{"reset_cleans_cqs", reset_cleans_cqs},
 };
 
 int main(int argc, char **argv)
