@@ -180,6 +180,12 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: i32) -> i32 {
     let p = cq.cast::<SoftCq>();
     let shared = (*p).shared.clone();
     let mut eng = shared.lock();
+    // Sends the application posted and softib deferred (to batch them with its next poll)
+    // go first, as a HCA would have processed them by now: their completions count against
+    // the new size.
+    if shared.tx_pending.load(std::sync::atomic::Ordering::Acquire) {
+        eng.flush(&shared);
+    }
     match eng.dev.hca_mut().resize_cq((*p).handle, cqe as u32) {
         Ok(cap) => {
             (*p).ex.cqe = cap as i32;

@@ -248,3 +248,10 @@ fn create_qp_ex_create_flags() {
 fn reset_cleans_the_qps_completions() {
     run_case("reset_cleans_cqs");
 }
+
+/// ibv_resize_cq right after UD sends posted while the application polls (when softib defers
+/// sends to the next poll): their completions are counted, so resizing below them is EINVAL.
+#[test]
+fn resize_cq_counts_the_completions_of_deferred_sends() {
+    run_case("resize_after_posts");
+}

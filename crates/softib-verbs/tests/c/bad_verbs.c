@@ -2585,6 +2585,71 @@ static void reset_cleans_cqs(void)
 	ibv_close_device(ctx);
 }
 
+/* ibv_resize_cq right after posts, while the application polls (softib then defers the
+ * posted sends to batch them with its next poll): the sends' completions are there before
+ * the resize, so a size below them fails with EINVAL (rdma-core's tests/test_cq.py,
+ * test_resize_cq), as on a HCA that processed the WRs meanwhile. */
+static void resize_after_posts(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[64];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_cq *scq = ibv_create_cq(ctx, 7, NULL, NULL, 0);
+	struct ibv_cq *rcq = ibv_create_cq(ctx, 7, NULL, NULL, 0);
+	if (!pd || !mr || !scq || !rcq)
+		DIE("setup");
+	struct ibv_qp *snd = ud_qp(ctx, pd, scq), *rcv = ud_qp(ctx, pd, rcq);
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	if (ibv_query_gid(ctx, 1, 0, &aa.grh.dgid))
+		DIE("gid");
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	if (!ah)
+		DIE("ibv_create_ah");
+	struct ibv_sge ss = {(uintptr_t)buf, 16, mr->lkey};
+	struct ibv_send_wr wr = {.sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED};
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = rcv->qp_num;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	struct ibv_send_wr *sbad;
+	struct ibv_wc wc[8];
+	for (int round = 0; round < 20; round++) {
+		CHECK(ibv_resize_cq(scq, 7) == 0, "round %d: resize to 7", round);
+		/* Poll for a while: the progress thread leaves the engine to the application. */
+		double end = now() + 0.01;
+		while (now() < end)
+			CHECK(ibv_poll_cq(scq, 8, wc) == 0, "round %d: a completion from nowhere", round);
+		for (int i = 0; i < 3; i++) {
+			wr.wr_id = round * 10 + i;
+			if (ibv_post_send(snd, &wr, &sbad))
+				DIE("ibv_post_send");
+		}
+		errno = 0;
+		int rc = ibv_resize_cq(scq, 1);
+		CHECK(rc == EINVAL, "round %d: resize to 1 below 3 completions gave %d", round, rc);
+		int n = 0;
+		end = now() + 5;
+		while (n < 3 && now() < end) {
+			int k = ibv_poll_cq(scq, 8 - n, wc + n);
+			if (k < 0)
+				DIE("ibv_poll_cq");
+			n += k;
+		}
+		CHECK(n == 3, "round %d: %d send completions", round, n);
+	}
+	ibv_destroy_ah(ah);
+	ibv_destroy_qp(snd);
+	ibv_destroy_qp(rcv);
+	ibv_destroy_cq(scq);
+	ibv_destroy_cq(rcq);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2620,6 +2685,7 @@ static const struct {
 	{"bad_cq_comp_vector", bad_cq_comp_vector},
 	{"create_qp_flags", create_qp_flags},
 	{"reset_cleans_cqs", reset_cleans_cqs},
+	{"resize_after_posts", resize_after_posts},
 };
 
 int main(int argc, char **argv)
