@@ -80,6 +80,18 @@ pub enum RegMrError {
     },
 }
 
+/// `rereg_mr` failed; the region is unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReregMrError {
+    /// The handle does not name a live region.
+    #[error("no such memory region {0:?}")]
+    NoSuchMr(MrHandle),
+    /// The new PD, access or memory is refused as a registration would refuse it.
+    #[error(transparent)]
+    Reg(#[from] RegMrError),
+}
+
 /// `dereg_mr` failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -125,6 +125,21 @@ impl<T> Table<T> {
         self.slots.get_mut(index as usize)?.value.as_mut()
     }
 
+    /// Gives the live object of `key` a new generation in the same slot and returns its new
+    /// key: handles holding the old key miss from now on, as after a removal, while the
+    /// object stays where it is (and keeps what it derived from the slot's index).
+    pub(crate) fn renew(&mut self, key: Key) -> Option<Key> {
+        let slot = self.slots.get_mut(key.index as usize)?;
+        if slot.generation != key.generation || slot.value.is_none() {
+            return None;
+        }
+        slot.generation = slot.generation.wrapping_add(1);
+        Some(Key {
+            index: key.index,
+            generation: slot.generation,
+        })
+    }
+
     pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
         let slot = self.slots.get_mut(key.index as usize)?;
         if slot.generation != key.generation {
@@ -164,5 +179,30 @@ mod tests {
         assert_eq!(t.get(b), Some(&"B"));
         assert_eq!(t.len(), 2);
         assert_eq!(t.get_by_index(9), None);
+    }
+
+    #[test]
+    fn renewed_keys_replace_the_old_one() {
+        let mut t = Table::default();
+        let a = t.insert("a");
+        let b = t.insert("b");
+        let a2 = t.renew(a).unwrap();
+        assert_eq!(a2.index, a.index);
+        assert_ne!(a2.generation, a.generation);
+        assert_eq!(t.get(a), None);
+        assert_eq!(t.get(a2), Some(&"a"));
+        assert_eq!(t.get_by_index(a.index), Some((a2, &"a")));
+        // The old key neither renews nor removes it; a free slot does not renew.
+        assert_eq!(t.renew(a), None);
+        assert_eq!(t.remove(a), None);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.remove(b), Some("b"));
+        assert_eq!(t.renew(b), None);
+        // Removal after a renewal frees the slot under the new key, and the next insert into it
+        // gets yet another generation.
+        assert_eq!(t.remove(a2), Some("a"));
+        let c = t.insert("c");
+        assert!(c != a && c != a2);
+        assert_eq!(t.get(a2), None);
     }
 }

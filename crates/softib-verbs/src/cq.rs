@@ -64,16 +64,27 @@ pub fn fill_ops(ops: &mut ibv_context_ops) {
     ops.req_notify_cq = Some(req_notify_cq);
 }
 
-/// Creates a CQ; `ex` tells whether the caller may use the extended interface.
+/// Creates a CQ of at least `cqe` entries whose completion events go to vector
+/// `comp_vector`; `wc_flags` are the fields an extended CQ's poller may read.
+///
+/// As the kernel (`ib_uverbs` create CQ, rxe's CQ checks) and rdma-core's man pages say:
+/// EINVAL for `cqe` outside `1..=max_cqe` and for a `comp_vector` that is not below the
+/// context's `num_comp_vectors` (it is unsigned there: a negative `int` from `ibv_create_cq`
+/// is a huge vector).
 pub unsafe fn create(
     ctx: *mut ibv_context,
     cqe: i32,
     cq_context: *mut libc::c_void,
     channel: *mut ibv_comp_channel,
+    comp_vector: u32,
     wc_flags: u64,
 ) -> Result<*mut SoftCq, i32> {
     let sc = SoftContext::from_ctx(ctx).ok_or(libc::EINVAL)?;
     if cqe <= 0 {
+        return Err(libc::EINVAL);
+    }
+    let vectors = u32::try_from((*ctx).num_comp_vectors).unwrap_or(0);
+    if comp_vector >= vectors {
         return Err(libc::EINVAL);
     }
     if !channel.is_null() && !registry::is_live(channel, Kind::Channel) {
@@ -121,9 +132,9 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: i32,
     cq_context: *mut libc::c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: i32,
+    comp_vector: i32,
 ) -> *mut ibv_cq {
-    match create(ctx, cqe, cq_context, channel, 0) {
+    match create(ctx, cqe, cq_context, channel, comp_vector as u32, 0) {
         Ok(p) => p.cast(),
         Err(e) => null_errno(e),
     }
@@ -169,6 +180,12 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: i32) -> i32 {
     let p = cq.cast::<SoftCq>();
     let shared = (*p).shared.clone();
     let mut eng = shared.lock();
+    // Sends the application posted and softib deferred (to batch them with its next poll)
+    // go first, as a HCA would have processed them by now: their completions count against
+    // the new size.
+    if shared.tx_pending.load(std::sync::atomic::Ordering::Acquire) {
+        eng.flush(&shared);
+    }
     match eng.dev.hca_mut().resize_cq((*p).handle, cqe as u32) {
         Ok(cap) => {
             (*p).ex.cqe = cap as i32;

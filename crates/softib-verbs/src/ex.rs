@@ -105,6 +105,7 @@ unsafe extern "C" fn create_cq_ex(
         i32::try_from(a.cqe).unwrap_or(-1),
         a.cq_context,
         a.channel,
+        a.comp_vector,
         a.wc_flags,
     ) {
         Ok(p) => p.cast(),

@@ -1,6 +1,7 @@
 //! Protection domains, memory regions over the application's own memory, address handles.
 
-use softib_core::verbs::mr::{ExternalMemory, MrMemory};
+use softib_core::error::ReregMrError;
+use softib_core::verbs::mr::{ExternalMemory, MrMemory, MrRereg};
 use softib_core::verbs::types::AccessFlags;
 use softib_core::verbs::{AhHandle, MrHandle, PdHandle};
 
@@ -135,6 +136,17 @@ const SUPPORTED_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_READ
     | IBV_ACCESS_REMOTE_ATOMIC;
 
+/// The rights of `ibv_reg_mr`'s (`ibv_rereg_mr`'s) `access`: the optional flags dropped, any
+/// other flag softib does not implement (memory windows, on-demand paging, zero-based
+/// addresses, ...) EOPNOTSUPP, as rxe refuses what it does not support.
+fn access_flags(access: u32) -> Result<AccessFlags, i32> {
+    let access = access & !IBV_ACCESS_OPTIONAL_RANGE;
+    if access & !SUPPORTED_ACCESS != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(AccessFlags::from_bits_truncate(access))
+}
+
 fn reg(
     pd: *mut ibv_pd,
     addr: *mut libc::c_void,
@@ -146,22 +158,22 @@ fn reg(
     let Some((sc, sp)) = (unsafe { pd_parts(pd) }) else {
         return null_errno(libc::EINVAL);
     };
-    let access = access & !IBV_ACCESS_OPTIONAL_RANGE;
-    if access & !SUPPORTED_ACCESS != 0 {
-        return null_errno(libc::EOPNOTSUPP);
-    }
+    let flags = match access_flags(access) {
+        Ok(f) => f,
+        Err(e) => return null_errno(e),
+    };
     if addr.is_null() && length > 0 {
         return null_errno(libc::EINVAL);
     }
     // rdma-core pins the pages here (rxe: ib_umem_get, writable for any write access), so
     // memory the process cannot access fails now with EFAULT, not later in the progress
     // thread when a peer writes there.
-    let writable =
-        access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0;
+    let writable = flags.intersects(
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+    );
     if !accessible(addr as usize, length, writable) {
         return null_errno(libc::EFAULT);
     }
-    let flags = AccessFlags::from_bits_truncate(access);
     let mem = MrMemory::External(Box::new(AppMemory {
         ptr: addr.cast(),
         len: length,
@@ -298,18 +310,116 @@ symver!(ibv_rereg_mr);
 #[export_name = "softib_ibv_rereg_mr"]
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
-    _flags: i32,
-    _pd: *mut ibv_pd,
-    _addr: *mut libc::c_void,
-    _length: usize,
-    _access: i32,
+    flags: i32,
+    pd: *mut ibv_pd,
+    addr: *mut libc::c_void,
+    length: usize,
+    access: i32,
 ) -> i32 {
-    if !registry::is_live(mr, Kind::Mr) {
-        return ret_errno(libc::EINVAL);
+    // libibverbs' own checks (ibv_rereg_mr(3)): IBV_REREG_MR_ERR_INPUT with errno EINVAL, the
+    // region unchanged.
+    let flags = flags as u32;
+    if !registry::is_live(mr, Kind::Mr)
+        || flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+        || (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (addr.is_null() || length == 0))
+        || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
+    {
+        util::set_errno(libc::EINVAL);
+        return IBV_REREG_MR_ERR_INPUT;
     }
-    // IBV_REREG_MR_ERR_INPUT: the region is unchanged.
-    util::set_errno(libc::EOPNOTSUPP);
-    IBV_REREG_MR_ERR_INPUT
+    // The kernel's: IBV_REREG_MR_ERR_CMD with its errno. softib checks everything before it
+    // changes anything, so the region is still the old one and usable then.
+    match rereg(mr, flags, pd, addr, length, access as u32) {
+        Ok(()) => 0,
+        Err(e) => {
+            util::set_errno(e);
+            IBV_REREG_MR_ERR_CMD
+        }
+    }
+}
+
+/// `ibv_rereg_mr` past libibverbs' input checks, as the kernel and rxe take it: no flag at
+/// all, a PD that is not one of the region's context, access rights a registration would
+/// refuse, or memory the process cannot access (EFAULT, as page pinning fails) are errors;
+/// otherwise the core re-registers the region with the changes, which keeps its keys.
+/// `pd` is looked at only with `IBV_REREG_MR_CHANGE_PD` (callers pass anything there
+/// without it).
+unsafe fn rereg(
+    mr: *mut ibv_mr,
+    flags: u32,
+    pd: *mut ibv_pd,
+    addr: *mut libc::c_void,
+    length: usize,
+    access: u32,
+) -> Result<(), i32> {
+    let sm = mr.cast::<SoftMr>();
+    let ctx = (*sm).mr.context;
+    let sc = SoftContext::from_ctx(ctx).ok_or(libc::EINVAL)?;
+    if flags == 0 {
+        return Err(libc::EINVAL);
+    }
+    let mut change = MrRereg::default();
+    if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+        let (_, sp) = pd_parts(pd).ok_or(libc::EINVAL)?;
+        if !std::ptr::eq(sp.pd.context, ctx) {
+            return Err(libc::EINVAL);
+        }
+        change.pd = Some(sp.handle);
+    }
+    if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+        change.access = Some(access_flags(access)?);
+    }
+    let old = sc
+        .shared
+        .lock()
+        .dev
+        .hca()
+        .query_mr((*sm).handle)
+        .map_err(|_| libc::EINVAL)?;
+    // The bytes the region will cover must be mapped, and writable if it will grant any write
+    // access: the new range, or the old one when only the rights grow.
+    let flags_now = change.access.unwrap_or(old.access);
+    let writable = flags_now.intersects(
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+    );
+    let translate = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+    let (ptr, len) = if translate {
+        (addr, length)
+    } else {
+        ((*sm).mr.addr, (*sm).mr.length)
+    };
+    if !accessible(ptr as usize, len, writable) {
+        return Err(libc::EFAULT);
+    }
+    if translate {
+        let mem = MrMemory::External(Box::new(AppMemory {
+            ptr: addr.cast(),
+            len: length,
+        }));
+        change.memory = Some((mem, Some(addr as u64)));
+    }
+    let info = sc
+        .shared
+        .lock()
+        .dev
+        .hca_mut()
+        .rereg_mr((*sm).handle, change)
+        .map_err(|e| match e {
+            ReregMrError::Reg(r) => convert::reg_mr_errno(&r),
+            _ => libc::EINVAL,
+        })?;
+    let m = &mut *sm;
+    m.handle = info.handle;
+    m.mr.lkey = info.lkey;
+    m.mr.rkey = info.rkey;
+    if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+        m.mr.pd = pd;
+    }
+    if translate {
+        m.mr.addr = addr;
+        m.mr.length = length;
+    }
+    Ok(())
 }
 
 // ----- address handles ------------------------------------------------------------------

@@ -108,9 +108,27 @@ pub unsafe fn create_in(
         return Err(libc::EINVAL);
     }
     let a = &mut *attr;
-    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let known = IBV_QP_INIT_ATTR_PD
+        | IBV_QP_INIT_ATTR_XRCD
+        | IBV_QP_INIT_ATTR_CREATE_FLAGS
+        | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if a.comp_mask & !known != 0 {
         return Err(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+        // rdma-core refuses the bits it does not know (EINVAL); the ones it knows ask for
+        // features of raw Ethernet or vendor HCAs, which rxe refuses as softib does
+        // (EOPNOTSUPP). No flags at all is an ordinary QP.
+        let defined = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
+            | IBV_QP_CREATE_SCATTER_FCS
+            | IBV_QP_CREATE_CVLAN_STRIPPING
+            | IBV_QP_CREATE_SOURCE_QPN
+            | IBV_QP_CREATE_PCI_WRITE_END_PADDING;
+        return Err(if a.create_flags & !defined != 0 {
+            libc::EINVAL
+        } else {
+            libc::EOPNOTSUPP
+        });
     }
     if a.qp_type == IBV_QPT_XRC_RECV {
         return create_xrc_tgt(sc, ctx, a);
@@ -364,6 +382,11 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
     if let Ok(now) = eng.dev.hca().query_qp(q.qpn) {
         q.ex.qp_base.state = now.qp_state.raw();
     }
+    // A QP moved to RESET leaves no completion behind in its CQs (mlx4 and mlx5 clean them:
+    // a QP recycled through RESET does not find its old flushed WRs there).
+    if m.contains(QpAttrMask::STATE) && a.qp_state == QpState::Reset {
+        let _ = eng.dev.hca_mut().purge_qp_completions(q.qpn);
+    }
     // A move to ERR flushes: completions and events may be waiting.
     eng.flush(&shared);
     if m.contains(QpAttrMask::STATE) && a.qp_state == QpState::Err {
@@ -450,6 +473,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
                 .dev
                 .hca_mut()
                 .modify_qp(q.qpn, &reset, QpAttrMask::STATE);
+            // Nor do the completions it had before stay (as after ibv_modify_qp to RESET).
+            let _ = eng.dev.hca_mut().purge_qp_completions(q.qpn);
         }
         if eng.dev.hca_mut().destroy_qp(q.qpn).is_err() {
             return ret_errno(libc::EINVAL);

@@ -235,3 +235,32 @@ fn ud_reply_from_wc() {
 fn bad_read_sysfs_file_bounds() {
     run_case("read_sysfs_file");
 }
+
+/// ibv_create_cq / ibv_create_cq_ex with a comp_vector at or past num_comp_vectors (or
+/// negative) or more than max_cqe entries: NULL and EINVAL, as the kernel returns; the last
+/// vector and max_cqe work.
+#[test]
+fn bad_cq_comp_vector_and_size() {
+    run_case("bad_cq_comp_vector");
+}
+
+/// ibv_create_qp_ex with IBV_QP_INIT_ATTR_CREATE_FLAGS: flags 0 creates the QP; a known flag
+/// softib does not implement is EOPNOTSUPP, an unknown one EINVAL.
+#[test]
+fn create_qp_ex_create_flags() {
+    run_case("create_qp_flags");
+}
+
+/// A QP moved to RESET or destroyed leaves none of its unpolled completions in its CQs (as
+/// mlx4 and mlx5 clean them); another QP's stay, and so does an SRQ's receive completion.
+#[test]
+fn reset_cleans_the_qps_completions() {
+    run_case("reset_cleans_cqs");
+}
+
+/// ibv_resize_cq right after UD sends posted while the application polls (when softib defers
+/// sends to the next poll): their completions are counted, so resizing below them is EINVAL.
+#[test]
+fn resize_cq_counts_the_completions_of_deferred_sends() {
+    run_case("resize_after_posts");
+}

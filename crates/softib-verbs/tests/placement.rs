@@ -109,6 +109,23 @@ fn nothing_is_placed_after_deregistration() {
 }
 
 #[test]
+fn nothing_is_placed_after_rereg_withdraws_remote_write() {
+    // The five WRITEs before `ibv_rereg_mr` are placed; the one after it, refused, is not.
+    if let Some(n) = run_case("rereg_access", "tx_placed") {
+        assert_eq!(n, 5);
+    }
+}
+
+#[test]
+fn placement_follows_a_rereg_to_new_memory() {
+    // Five WRITEs placed into the old range, one into the new range after `ibv_rereg_mr`
+    // (the region published again at its new address); the one at the old range is refused.
+    if let Some(n) = run_case("rereg_translation", "tx_placed") {
+        assert_eq!(n, 6);
+    }
+}
+
+#[test]
 fn nothing_is_placed_under_a_wrong_rkey_or_pd() {
     for case in ["bad_rkey", "other_pd"] {
         if let Some(n) = run_case(case, "tx_placed") {

@@ -51,7 +51,7 @@ mod tests;
 use crate::error::{
     AhError, AllocPdError, CqError, CreateAhError, CreateCqError, CreateSrqError, DeallocPdError,
     DeregMrError, DestroyCqError, DestroySrqError, ModifySrqError, PostSrqRecvError,
-    QueryPortError, RegMrError, ResizeCqError, SrqError,
+    QueryPortError, RegMrError, ReregMrError, ResizeCqError, SrqError,
 };
 use crate::table::Table;
 use crate::verbs::ah::{self, Ah, AhAttr};
@@ -59,7 +59,8 @@ use crate::verbs::cq::{self, Cq, CqAttr, WorkCompletion};
 use crate::verbs::device::{DeviceAttr, HcaConfig, NumberRange, PortAttr, PortConfig};
 use crate::verbs::event::AsyncEvent;
 use crate::verbs::mr::{
-    MrAccessError, MrCheckError, MrInfo, MrMemory, MrRegFailure, MrSlice, MrTable,
+    MrAccessError, MrCheckError, MrInfo, MrMemory, MrRegFailure, MrRereg, MrReregFailure, MrSlice,
+    MrTable,
 };
 use crate::verbs::qp::Qp;
 use crate::verbs::srq::{Srq, SrqAttr, SrqAttrMask, SrqInitAttr};
@@ -407,6 +408,88 @@ impl Hca {
         self.pd_use(pd, 1);
         self.placement_region(&info, lent_at);
         Ok(info)
+    }
+
+    /// Re-registers a memory region (`ibv_rereg_mr`): into `change.pd`, with `change.access`,
+    /// over `change.memory` (and its first I/O virtual address, `None` to let the HCA assign
+    /// one), each when given; the rest stays. The same checks as [`Hca::reg_mr`] apply to the
+    /// result (a live PD, LOCAL_WRITE with remote write or atomic access, the size and address
+    /// range), and on any failure the region is unchanged.
+    ///
+    /// The region keeps its L_Key and R_Key (as rxe's re-registration does) but gets a new
+    /// handle, which this returns: the old handle, and every range the data path checked
+    /// through it (the rest of a multi-packet RDMA WRITE, a READ response being sent), no
+    /// longer reaches the region, so no byte moves under the old PD, rights or translation
+    /// after the call. An R_Key invalidated before is valid again.
+    pub fn rereg_mr(&mut self, mr: MrHandle, change: MrRereg) -> Result<MrInfo, ReregMrError> {
+        let old = self.mrs.info(mr).ok_or(ReregMrError::NoSuchMr(mr))?;
+        let pd = change.pd.unwrap_or(old.pd);
+        if self.pds.get(pd.0).is_none() {
+            return Err(RegMrError::NoSuchPd(pd).into());
+        }
+        let access = change.access.unwrap_or(old.access);
+        let iova = change.memory.as_ref().and_then(|(_, iova)| *iova);
+        if let Some((data, _)) = &change.memory {
+            let len = data.len() as u64;
+            if len > self.device.max_mr_size {
+                return Err(RegMrError::TooLarge {
+                    len,
+                    max: self.device.max_mr_size,
+                }
+                .into());
+            }
+        }
+        let new_len = change
+            .memory
+            .as_ref()
+            .map_or(old.length, |(d, _)| d.len() as u64);
+        // Same-host senders stop placing into the region before it changes (the withdrawal
+        // waits for a placement in progress); it is published again as it is afterwards.
+        self.placement_update(PlacementUpdate::RegionGone { rkey: old.rkey });
+        match self.mrs.rereg(mr, pd, access, change.memory) {
+            Ok(info) => {
+                if pd != old.pd {
+                    self.pd_use(old.pd, -1);
+                    self.pd_use(pd, 1);
+                }
+                let lent_at = self.mr_lent_at(info.handle);
+                self.placement_region(&info, lent_at);
+                Ok(info)
+            }
+            Err(e) => {
+                let lent_at = self.mr_lent_at(mr);
+                self.placement_region(&old, lent_at);
+                Err(match e {
+                    MrReregFailure::NoSuchMr => ReregMrError::NoSuchMr(mr),
+                    MrReregFailure::Reg(MrRegFailure::InvalidAccess) => {
+                        RegMrError::InvalidAccess(access).into()
+                    }
+                    MrReregFailure::Reg(MrRegFailure::AddressOverflow) => {
+                        RegMrError::AddressOverflow {
+                            addr: iova.unwrap_or(0),
+                            len: new_len,
+                        }
+                        .into()
+                    }
+                    MrReregFailure::Reg(MrRegFailure::AddressSpaceExhausted) => {
+                        RegMrError::AddressSpaceExhausted { len: new_len }.into()
+                    }
+                    MrReregFailure::Reg(MrRegFailure::TooManyMrs) => RegMrError::TooManyMrs {
+                        max: self.device.max_mr,
+                    }
+                    .into(),
+                })
+            }
+        }
+    }
+
+    /// Where the bytes of a region lent by the driver are in this process (`None` for a region
+    /// that owns its bytes, or no region).
+    fn mr_lent_at(&self, mr: MrHandle) -> Option<u64> {
+        match &self.mrs.get(mr)?.data {
+            MrMemory::External(e) => Some(e.bytes().as_ptr() as u64),
+            MrMemory::Owned(_) => None,
+        }
     }
 
     /// Deregisters a memory region and drops its bytes.

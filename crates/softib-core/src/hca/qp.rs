@@ -198,6 +198,30 @@ impl Hca {
             .ok_or(QpError::NoSuchQp(qpn))
     }
 
+    /// Removes from QP `qpn`'s CQs the completions of its own queues that were not polled
+    /// yet: every send completion, and the receive completions unless the QP receives through
+    /// an SRQ (those WQEs were the SRQ's, and their completions stay). Returns how many went.
+    ///
+    /// Not part of any state change here: the C library calls it when an application moves a
+    /// QP to RESET or destroys it, as rdma-core's mlx4 and mlx5 providers clean their CQs then
+    /// (rxe leaves the completions; rdma-core's own tests recycle a QP through RESET and
+    /// expect them gone).
+    pub fn purge_qp_completions(&mut self, qpn: Qpn) -> Result<usize, QpError> {
+        let i = self.query_qp_init_attr(qpn)?;
+        let own_receives = i.srq.is_none();
+        let mut removed = 0;
+        let send = self.cqs.get_mut(i.send_cq.0).map_or(0, |c| {
+            c.remove_where(|w| w.qp_num == qpn && (!w.opcode.is_recv() || own_receives))
+        });
+        removed += send;
+        if i.recv_cq != i.send_cq && own_receives {
+            removed += self.cqs.get_mut(i.recv_cq.0).map_or(0, |c| {
+                c.remove_where(|w| w.qp_num == qpn && w.opcode.is_recv())
+            });
+        }
+        Ok(removed)
+    }
+
     // ----- modify -----------------------------------------------------------------------
 
     /// Modifies a QP (`ibv_modify_qp`): the fields of `attr` named by `mask`, and the state if

@@ -239,6 +239,24 @@ impl Cq {
         self.entries.len() == 0
     }
 
+    /// Removes the queued completions `drop` picks, keeping the others in order; returns how
+    /// many went. The notification and the overrun state stay as they are.
+    pub(crate) fn remove_where(&mut self, mut drop: impl FnMut(&WorkCompletion) -> bool) -> usize {
+        let n = self.entries.len();
+        let mut removed = 0;
+        // Each completion is taken from the front once and the kept ones go back at the end:
+        // after n turns they are in their old order.
+        for _ in 0..n {
+            let Some(wc) = self.entries.pop() else { break };
+            if drop(&wc) {
+                removed += 1;
+            } else {
+                self.entries.push(wc);
+            }
+        }
+        removed
+    }
+
     pub(crate) fn overrun(&self) -> bool {
         self.overrun
     }
@@ -297,6 +315,27 @@ mod tests {
             assert_eq!(ring.pop(), Some(w));
         }
         assert_eq!(ring.pop(), None);
+    }
+
+    #[test]
+    fn remove_where_keeps_the_rest_in_order() {
+        let mut c = Cq::new(rounded_capacity(20));
+        for i in 0..20u64 {
+            let mut w = wc(i);
+            w.qp_num = Qpn::new(if i % 3 == 0 { 0x22 } else { 0x11 });
+            c.push(w, false).unwrap();
+            // Wrap the ring: take the first few as they come.
+            if i < 4 {
+                assert_eq!(c.pop().map(|w| w.wr_id), Some(i));
+            }
+        }
+        c.arm(false);
+        assert_eq!(c.remove_where(|w| w.qp_num == Qpn::new(0x22)), 5);
+        let left: Vec<u64> = std::iter::from_fn(|| c.pop()).map(|w| w.wr_id).collect();
+        let want: Vec<u64> = (4..20).filter(|i| i % 3 != 0).collect();
+        assert_eq!(left, want);
+        assert_eq!(c.attr().notify, Some(CqNotify::NextCompletion));
+        assert_eq!(c.remove_where(|_| true), 0);
     }
 
     #[test]

@@ -98,6 +98,18 @@ impl std::ops::DerefMut for MrMemory {
     }
 }
 
+/// What [`Hca::rereg_mr`](crate::Hca::rereg_mr) changes in a region; `None` keeps the
+/// region's own.
+#[derive(Debug, Default)]
+pub struct MrRereg {
+    /// The new protection domain.
+    pub pd: Option<PdHandle>,
+    /// The new access rights.
+    pub access: Option<AccessFlags>,
+    /// The new bytes and their first I/O virtual address (`None`: assigned by the HCA).
+    pub memory: Option<(MrMemory, Option<u64>)>,
+}
+
 /// A region inside the HCA.
 #[derive(Debug, Clone)]
 pub(crate) struct Mr {
@@ -265,6 +277,13 @@ pub(crate) enum MrRegFailure {
     TooManyMrs,
 }
 
+/// Why `rereg` fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MrReregFailure {
+    NoSuchMr,
+    Reg(MrRegFailure),
+}
+
 /// Largest slot index an R_Key/L_Key can name (24 bits, index 0 unused).
 const MAX_KEY_INDEX: u32 = 0x00FF_FFFF;
 
@@ -351,6 +370,65 @@ impl MrTable {
             rkey,
             access,
         })
+    }
+
+    /// Re-registers region `mr` (`ibv_rereg_mr`): into `pd`, with `access`, and over `memory`
+    /// at `iova` when given (`None` for the I/O address: placed by the HCA as at
+    /// registration). Conceptually a deregistration followed by a registration that keeps the
+    /// region's slot and keys: the region's handle changes (the returned info's), so every
+    /// range checked before ([`MrSlice`], the rest of a multi-packet WRITE, a READ response
+    /// being sent) misses from now on and the next access is checked against the new
+    /// attributes; the R_Key is valid again. On failure the region is unchanged.
+    pub(crate) fn rereg(
+        &mut self,
+        mr: MrHandle,
+        pd: PdHandle,
+        access: AccessFlags,
+        memory: Option<(MrMemory, Option<u64>)>,
+    ) -> Result<MrInfo, MrReregFailure> {
+        if self.get(mr).is_none() {
+            return Err(MrReregFailure::NoSuchMr);
+        }
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(MrReregFailure::Reg(MrRegFailure::InvalidAccess));
+        }
+        let mut next_iova = self.next_iova;
+        let placed = match memory {
+            None => None,
+            Some((data, iova)) => {
+                let len = data.len() as u64;
+                let addr = match iova {
+                    Some(a) => {
+                        a.checked_add(len)
+                            .ok_or(MrReregFailure::Reg(MrRegFailure::AddressOverflow))?;
+                        a
+                    }
+                    None => {
+                        let a = self.next_iova;
+                        next_iova = a
+                            .checked_add(len)
+                            .and_then(|end| end.checked_next_multiple_of(PAGE))
+                            .and_then(|end| end.checked_add(PAGE))
+                            .ok_or(MrReregFailure::Reg(MrRegFailure::AddressSpaceExhausted))?;
+                        a
+                    }
+                };
+                Some((data, addr))
+            }
+        };
+        let key = self.table.renew(mr.0).ok_or(MrReregFailure::NoSuchMr)?;
+        self.next_iova = next_iova;
+        let m = self.table.get_mut(key).ok_or(MrReregFailure::NoSuchMr)?;
+        m.pd = pd;
+        m.access = access;
+        m.rkey_valid = true;
+        if let Some((data, addr)) = placed {
+            m.data = data;
+            m.iova = addr;
+        }
+        self.info(MrHandle(key)).ok_or(MrReregFailure::NoSuchMr)
     }
 
     pub(crate) fn remove(&mut self, mr: MrHandle) -> Option<PdHandle> {

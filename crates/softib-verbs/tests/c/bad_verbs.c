@@ -2393,6 +2393,270 @@ static void ud_reply_from_wc(void)
 	ibv_close_device(c);
 }
 
+/* ibv_create_cq(3) / ibv_create_cq_ex(3): a comp_vector not below the context's
+ * num_comp_vectors, or more CQEs than max_cqe: NULL and exactly EINVAL, as the kernel returns
+ * (rdma-core's tests/test_cq.py, test_cqex.py); the last vector and max_cqe itself work. */
+static void bad_cq_comp_vector(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_device_attr da;
+	if (ibv_query_device(ctx, &da))
+		DIE("ibv_query_device");
+	int nv = ctx->num_comp_vectors;
+	CHECK(nv >= 1, "num_comp_vectors %d", nv);
+
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, 8, NULL, NULL, nv), EINVAL);
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, 8, NULL, NULL, nv + 1), EINVAL);
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, 8, NULL, NULL, -1), EINVAL);
+	CHECK_NULL_ERRNO(ibv_create_cq(ctx, da.max_cqe + 1, NULL, NULL, 0), EINVAL);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, nv - 1);
+	CHECK(cq != NULL, "ibv_create_cq on the last vector: errno %d", errno);
+	if (cq)
+		ibv_destroy_cq(cq);
+	cq = ibv_create_cq(ctx, da.max_cqe, NULL, NULL, 0);
+	CHECK(cq != NULL, "ibv_create_cq of max_cqe entries: errno %d", errno);
+	if (cq)
+		ibv_destroy_cq(cq);
+
+	struct ibv_cq_init_attr_ex cx = {0};
+	cx.cqe = 8;
+	cx.comp_vector = nv;
+	CHECK_NULL_ERRNO(ibv_create_cq_ex(ctx, &cx), EINVAL);
+	cx.comp_vector = nv + 1;
+	CHECK_NULL_ERRNO(ibv_create_cq_ex(ctx, &cx), EINVAL);
+	cx.comp_vector = 0;
+	cx.cqe = da.max_cqe + 1;
+	CHECK_NULL_ERRNO(ibv_create_cq_ex(ctx, &cx), EINVAL);
+	cx.cqe = 8;
+	cx.comp_vector = nv - 1;
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &cx);
+	CHECK(cqx != NULL, "ibv_create_cq_ex on the last vector: errno %d", errno);
+	if (cqx)
+		ibv_destroy_cq(ibv_cq_ex_to_cq(cqx));
+	ibv_close_device(ctx);
+}
+
+/* ibv_create_qp_ex with IBV_QP_INIT_ATTR_CREATE_FLAGS: no flag at all is an ordinary QP
+ * (rdma-core's tests/test_qp.py sets the mask with flags 0); a flag rdma-core knows that
+ * softib does not implement is EOPNOTSUPP (as rxe), one it does not know EINVAL. */
+static void create_qp_flags(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	if (!pd || !cq)
+		DIE("setup");
+	enum ibv_qp_type types[] = {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD};
+	for (unsigned t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+		struct ibv_qp_init_attr_ex ia = {0};
+		ia.qp_type = types[t];
+		ia.send_cq = cq;
+		ia.recv_cq = cq;
+		ia.cap.max_send_wr = 4;
+		ia.cap.max_recv_wr = 4;
+		ia.cap.max_send_sge = 1;
+		ia.cap.max_recv_sge = 1;
+		ia.pd = pd;
+		ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+		ia.create_flags = 0;
+		struct ibv_qp *qp = ibv_create_qp_ex(ctx, &ia);
+		CHECK(qp != NULL, "type %d with CREATE_FLAGS 0: errno %d", types[t], errno);
+		if (qp)
+			CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+		ia.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+		CHECK_NULL_ERRNO(ibv_create_qp_ex(ctx, &ia), EOPNOTSUPP);
+		ia.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+		CHECK_NULL_ERRNO(ibv_create_qp_ex(ctx, &ia), EOPNOTSUPP);
+		ia.create_flags = 1u << 30;
+		CHECK_NULL_ERRNO(ibv_create_qp_ex(ctx, &ia), EINVAL);
+	}
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
+/* How many completions `cq` holds now (polled and dropped); the wr_ids into `ids`. */
+static int drain_cq(struct ibv_cq *cq, uint64_t *ids, int max)
+{
+	int n = 0;
+	struct ibv_wc wc;
+	while (ibv_poll_cq(cq, 1, &wc) == 1) {
+		if (n < max)
+			ids[n] = wc.wr_id;
+		n++;
+	}
+	return n;
+}
+
+/* A QP moved to RESET (or destroyed) takes its unpolled completions out of its CQs, as
+ * rdma-core's mlx4 and mlx5 providers do: a QP recycled through RESET (rdma-core's
+ * tests/test_mr.py) does not poll the WRs flushed before. Another QP's completions on the
+ * same CQs stay, and so do receive completions that came from an SRQ. */
+static void reset_cleans_cqs(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[256];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!pd || !mr)
+		DIE("setup");
+	struct pair p;
+	pair_up(&p, ctx, pd);
+	/* A third QP on the target's CQ. */
+	struct ibv_qp *c = rc_qp(pd, p.tcq, p.tcq, 1);
+	struct ibv_sge sge = {(uintptr_t)buf, 16, mr->lkey};
+	struct ibv_recv_wr rwr = {.sg_list = &sge, .num_sge = 1};
+	struct ibv_recv_wr *rbad;
+	struct ibv_qp_attr at = {.qp_state = IBV_QPS_ERR};
+	rwr.wr_id = 0xb1;
+	if (ibv_post_recv(p.b, &rwr, &rbad))
+		DIE("ibv_post_recv b");
+	rwr.wr_id = 0xc1;
+	to_init(c);
+	if (ibv_post_recv(c, &rwr, &rbad))
+		DIE("ibv_post_recv c");
+	if (ibv_modify_qp(p.b, &at, IBV_QP_STATE) || ibv_modify_qp(c, &at, IBV_QP_STATE))
+		DIE("ERR");
+	/* b's requester side too: a SEND posted in ERR is flushed into the target CQ. */
+	struct ibv_send_wr swr = {.wr_id = 0xb2, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_send_wr *sbad;
+	if (ibv_post_send(p.b, &swr, &sbad))
+		DIE("ibv_post_send in ERR");
+	usleep(20000);
+	at.qp_state = IBV_QPS_RESET;
+	CHECK(ibv_modify_qp(p.b, &at, IBV_QP_STATE) == 0, "b to RESET");
+	uint64_t ids[8];
+	int n = drain_cq(p.tcq, ids, 8);
+	CHECK(n == 1 && ids[0] == 0xc1, "after b's RESET the CQ holds %d completions (first %#" PRIx64
+	      "), want c's only", n, n ? ids[0] : 0);
+
+	/* Destroy: c's flushed receive goes with it. */
+	at.qp_state = IBV_QPS_RESET;
+	if (ibv_modify_qp(c, &at, IBV_QP_STATE))
+		DIE("c to RESET");
+	to_init(c);
+	rwr.wr_id = 0xc2;
+	if (ibv_post_recv(c, &rwr, &rbad))
+		DIE("ibv_post_recv c");
+	at.qp_state = IBV_QPS_ERR;
+	if (ibv_modify_qp(c, &at, IBV_QP_STATE))
+		DIE("c to ERR");
+	usleep(20000);
+	CHECK(ibv_destroy_qp(c) == 0, "ibv_destroy_qp c");
+	n = drain_cq(p.tcq, ids, 8);
+	CHECK(n == 0, "after c's destroy the CQ holds %d completions", n);
+
+	/* An SRQ's receive completion stays when its QP is reset. */
+	struct ibv_srq_init_attr sia = {.attr = {.max_wr = 4, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(pd, &sia);
+	if (!srq)
+		DIE("ibv_create_srq");
+	struct ibv_qp_init_attr ia = {0};
+	ia.send_cq = p.tcq;
+	ia.recv_cq = p.tcq;
+	ia.srq = srq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 4;
+	ia.cap.max_send_sge = 1;
+	struct ibv_qp *s = ibv_create_qp(pd, &ia);
+	struct ibv_qp *a = rc_qp(pd, p.scq, p.rcq, 1);
+	if (!s || !a)
+		DIE("ibv_create_qp");
+	to_init(a);
+	to_init(s);
+	to_rtr(ctx, a, s->qp_num);
+	to_rtr(ctx, s, a->qp_num);
+	to_rts(a);
+	to_rts(s);
+	rwr.wr_id = 0x51;
+	if (ibv_post_srq_recv(srq, &rwr, &rbad))
+		DIE("ibv_post_srq_recv");
+	swr.wr_id = 0xa1;
+	if (ibv_post_send(a, &swr, &sbad))
+		DIE("ibv_post_send a");
+	struct ibv_wc wc;
+	CHECK(poll_one(p.scq, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "SEND into the SRQ");
+	usleep(20000);
+	at.qp_state = IBV_QPS_RESET;
+	CHECK(ibv_modify_qp(s, &at, IBV_QP_STATE) == 0, "s to RESET");
+	n = drain_cq(p.tcq, ids, 8);
+	CHECK(n == 1 && ids[0] == 0x51, "after the SRQ QP's RESET the CQ holds %d completions, "
+	      "want the SRQ receive", n);
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(s);
+	ibv_destroy_srq(srq);
+	pair_down(&p);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
+/* ibv_resize_cq right after posts, while the application polls (softib then defers the
+ * posted sends to batch them with its next poll): the sends' completions are there before
+ * the resize, so a size below them fails with EINVAL (rdma-core's tests/test_cq.py,
+ * test_resize_cq), as on a HCA that processed the WRs meanwhile. */
+static void resize_after_posts(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[64];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_cq *scq = ibv_create_cq(ctx, 7, NULL, NULL, 0);
+	struct ibv_cq *rcq = ibv_create_cq(ctx, 7, NULL, NULL, 0);
+	if (!pd || !mr || !scq || !rcq)
+		DIE("setup");
+	struct ibv_qp *snd = ud_qp(ctx, pd, scq), *rcv = ud_qp(ctx, pd, rcq);
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	if (ibv_query_gid(ctx, 1, 0, &aa.grh.dgid))
+		DIE("gid");
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	if (!ah)
+		DIE("ibv_create_ah");
+	struct ibv_sge ss = {(uintptr_t)buf, 16, mr->lkey};
+	struct ibv_send_wr wr = {.sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED};
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = rcv->qp_num;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	struct ibv_send_wr *sbad;
+	struct ibv_wc wc[8];
+	for (int round = 0; round < 20; round++) {
+		CHECK(ibv_resize_cq(scq, 7) == 0, "round %d: resize to 7", round);
+		/* Poll for a while: the progress thread leaves the engine to the application. */
+		double end = now() + 0.01;
+		while (now() < end)
+			CHECK(ibv_poll_cq(scq, 8, wc) == 0, "round %d: a completion from nowhere", round);
+		for (int i = 0; i < 3; i++) {
+			wr.wr_id = round * 10 + i;
+			if (ibv_post_send(snd, &wr, &sbad))
+				DIE("ibv_post_send");
+		}
+		errno = 0;
+		int rc = ibv_resize_cq(scq, 1);
+		CHECK(rc == EINVAL, "round %d: resize to 1 below 3 completions gave %d", round, rc);
+		int n = 0;
+		end = now() + 5;
+		while (n < 3 && now() < end) {
+			int k = ibv_poll_cq(scq, 8 - n, wc + n);
+			if (k < 0)
+				DIE("ibv_poll_cq");
+			n += k;
+		}
+		CHECK(n == 3, "round %d: %d send completions", round, n);
+	}
+	ibv_destroy_ah(ah);
+	ibv_destroy_qp(snd);
+	ibv_destroy_qp(rcv);
+	ibv_destroy_cq(scq);
+	ibv_destroy_cq(rcq);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2425,6 +2689,10 @@ static const struct {
 	{"huge_num_sge", huge_num_sge},
 	{"ud_reply_from_wc", ud_reply_from_wc},
 	{"read_sysfs_file", read_sysfs_file},
+	{"bad_cq_comp_vector", bad_cq_comp_vector},
+	{"create_qp_flags", create_qp_flags},
+	{"reset_cleans_cqs", reset_cleans_cqs},
+	{"resize_after_posts", resize_after_posts},
 };
 
 int main(int argc, char **argv)

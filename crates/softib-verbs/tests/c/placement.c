@@ -2,17 +2,18 @@
  * RDMA WRITEs placed by their same-host sender (docs/verbs.md, "Placement by the sender"):
  * two RC QPs of one context, QP a writing into QP b's regions one WRITE at a time (each the
  * only unacknowledged request, so the sender may place it itself). The cases check what
- * lands and, above all, what must not: nothing is placed into a region once deregistered,
- * under a wrong R_Key or another PD's region, or for a QP in the error state; the WRITE then
- * fails as the responder decides and the memory keeps its bytes.
+ * lands and, above all, what must not: nothing is placed into a region once deregistered
+ * or re-registered without remote write or elsewhere, under a wrong R_Key or another PD's
+ * region, or for a QP in the error state; the WRITE then fails as the responder decides and
+ * the memory keeps its bytes.
  *
- * `placement CASE`, CASE = lands | not_again | dereg | bad_rkey | other_pd | qp_error |
- * denied_eperm | denied_enosys; exits 0 when every check holds. The denied cases run `lands`
- * with process_vm_writev(2) refused by a seccomp filter (EPERM, as a container's default
- * profile does; ENOSYS, as where the call is missing): every WRITE still lands, copied by the
- * responder. tests/placement.rs runs it with SOFTIB_STATS=1 and checks, from the counters
- * printed at exit, that the WRITEs that should be placed were (tx_placed), and that none was
- * when the call is refused.
+ * `placement CASE`, CASE = lands | not_again | dereg | rereg_access | rereg_translation |
+ * bad_rkey | other_pd | qp_error | denied_eperm | denied_enosys; exits 0 when every check
+ * holds. The denied cases run `lands` with process_vm_writev(2) refused by a seccomp filter
+ * (EPERM, as a container's default profile does; ENOSYS, as where the call is missing):
+ * every WRITE still lands, copied by the responder. tests/placement.rs runs it with
+ * SOFTIB_STATS=1 and checks, from the counters printed at exit, that the WRITEs that should
+ * be placed were (tx_placed), and that none was when the call is refused.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -165,8 +166,9 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
 	if (argc != 2) {
-		fprintf(stderr, "usage: placement lands|not_again|dereg|bad_rkey|other_pd|qp_error|"
-				"denied_eperm|denied_enosys\n");
+		fprintf(stderr, "usage: placement lands|not_again|dereg|rereg_access|"
+				"rereg_translation|bad_rkey|other_pd|qp_error|denied_eperm|"
+				"denied_enosys\n");
 		return 2;
 	}
 	const char *c = argv[1];
@@ -246,6 +248,45 @@ int main(int argc, char **argv)
 		enum ibv_wc_status st = write_one(a, acq, smr, (uintptr_t)dst, rkey);
 		CHECK(st == IBV_WC_REM_ACCESS_ERR, "after dereg: %s", ibv_wc_status_str(st));
 		CHECK(all(dst, '.', sizeof(dst)), "a deregistered region was written");
+	} else if (!strcmp(c, "rereg_access")) {
+		/* WRITEs land; once ibv_rereg_mr withdraws REMOTE_WRITE the next one fails and
+		 * nothing of it is placed (same keys, so only the withdrawal stops the sender). */
+		for (int r = 0; r < 5; r++) {
+			memset(src, 'p' + r, SIZE);
+			CHECK(write_one(a, acq, smr, (uintptr_t)dst, dmr->rkey) == IBV_WC_SUCCESS,
+			      "WRITE %d", r);
+		}
+		if (ibv_rereg_mr(dmr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				 IBV_ACCESS_LOCAL_WRITE))
+			DIE("ibv_rereg_mr");
+		memset(dst, '.', sizeof(dst));
+		memset(src, 'y', SIZE);
+		enum ibv_wc_status st = write_one(a, acq, smr, (uintptr_t)dst, dmr->rkey);
+		CHECK(st == IBV_WC_REM_ACCESS_ERR, "after rereg: %s", ibv_wc_status_str(st));
+		CHECK(all(dst, '.', sizeof(dst)), "a region without REMOTE_WRITE was written");
+	} else if (!strcmp(c, "rereg_translation")) {
+		/* WRITEs land in dst; after ibv_rereg_mr moves the region to `moved`, a WRITE there
+		 * is placed there (published again at its new address), and one at the old
+		 * address fails and leaves dst alone. */
+		static char moved[2 * SIZE];
+		for (int r = 0; r < 5; r++) {
+			memset(src, 'p' + r, SIZE);
+			CHECK(write_one(a, acq, smr, (uintptr_t)dst, dmr->rkey) == IBV_WC_SUCCESS,
+			      "WRITE %d", r);
+		}
+		if (ibv_rereg_mr(dmr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, moved, sizeof(moved), 0))
+			DIE("ibv_rereg_mr");
+		memset(dst, '.', sizeof(dst));
+		memset(moved, '.', sizeof(moved));
+		memset(src, 'm', SIZE);
+		enum ibv_wc_status st = write_one(a, acq, smr, (uintptr_t)(moved + SIZE), dmr->rkey);
+		CHECK(st == IBV_WC_SUCCESS, "WRITE into the new range: %s", ibv_wc_status_str(st));
+		CHECK(all(moved + SIZE, 'm', SIZE) && all(moved, '.', SIZE), "the new range's data");
+		memset(src, 'o', SIZE);
+		st = write_one(a, acq, smr, (uintptr_t)dst, dmr->rkey);
+		CHECK(st == IBV_WC_REM_ACCESS_ERR, "WRITE into the old range: %s",
+		      ibv_wc_status_str(st));
+		CHECK(all(dst, '.', sizeof(dst)), "the old range was written");
 	} else if (!strcmp(c, "bad_rkey")) {
 		memset(dst, '.', sizeof(dst));
 		memset(src, 'z', SIZE);
