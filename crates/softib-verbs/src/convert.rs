@@ -64,7 +64,15 @@ pub fn post_recv_errno(e: &PostRecvError) -> i32 {
     }
 }
 
-/// An address vector from `struct ibv_ah_attr`.
+/// The bits of `ibv_global_route.flow_label` an address vector keeps: IBA's flow label is 20
+/// bits wide. The kernel's verbs accept any value there and use the low 20 bits (mlx5 masks
+/// with `IB_GRH_FLOWLABEL_MASK`; rxe and mlx5 derive the RoCEv2 UDP source port with
+/// `rdma_flow_label_to_udp_sport`, which reads only them), and middleware counts on it: UCX
+/// sets `~0` on RoCE paths (docs/deviations.md).
+pub const FLOW_LABEL_MASK: u32 = 0x000F_FFFF;
+
+/// An address vector from `struct ibv_ah_attr` (the flow label's low 20 bits,
+/// [`FLOW_LABEL_MASK`]).
 pub fn ah_attr_from_c(a: &ibv_ah_attr) -> AhAttr {
     AhAttr {
         dlid: a.dlid,
@@ -75,7 +83,7 @@ pub fn ah_attr_from_c(a: &ibv_ah_attr) -> AhAttr {
         grh: (a.is_global != 0).then_some(GlobalRoute {
             // SAFETY: every bit pattern of the union is a valid byte array.
             dgid: Gid(unsafe { a.grh.dgid.raw }),
-            flow_label: a.grh.flow_label,
+            flow_label: a.grh.flow_label & FLOW_LABEL_MASK,
             sgid_index: a.grh.sgid_index,
             hop_limit: a.grh.hop_limit,
             traffic_class: a.grh.traffic_class,
@@ -224,4 +232,24 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     c.sl = w.sl;
     c.dlid_path_bits = w.dlid_path_bits;
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_label_keeps_its_low_20_bits() {
+        let mut c: ibv_ah_attr = util::zeroed();
+        c.is_global = 1;
+        c.port_num = 1;
+        c.grh.flow_label = 0xffff_ffff;
+        assert_eq!(ah_attr_from_c(&c).grh.unwrap().flow_label, 0xF_FFFF);
+        c.grh.flow_label = 0x12_3456;
+        assert_eq!(ah_attr_from_c(&c).grh.unwrap().flow_label, 0x2_3456);
+        c.grh.flow_label = 0xA_BCDE;
+        assert_eq!(ah_attr_from_c(&c).grh.unwrap().flow_label, 0xA_BCDE);
+        // And back, as query_qp reports it.
+        assert_eq!(ah_attr_to_c(&ah_attr_from_c(&c)).grh.flow_label, 0xA_BCDE);
+    }
 }
