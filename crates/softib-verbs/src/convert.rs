@@ -5,7 +5,7 @@ use softib_core::error::{
     CreateQpError, ModifyQpError, PostRecvError, PostSendError, RdError, RegMrError,
 };
 use softib_core::verbs::ah::{AhAttr, GlobalRoute};
-use softib_core::verbs::cq::WorkCompletion;
+use softib_core::verbs::cq::{NetworkHdr, WorkCompletion};
 use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap};
 use softib_core::verbs::types::{AccessFlags, Gid, Mtu, PathMigState, QpState};
 use softib_wire::Psn;
@@ -209,6 +209,25 @@ pub fn qp_attr_to_c(q: &QpAttr) -> ibv_qp_attr {
     a
 }
 
+/// `wc.sl` of a UD receive over RoCEv2 from IPv4, as mlx5 reports it: the CQE's L3 header
+/// type (mlx5's `MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV4`), which rdma-core's mlx5 provider passes on
+/// in `sl`. `struct ibv_wc` has no field for the IPv4 / IPv6 flag of IBA Annex A17.4.5.1, and
+/// UCX reads it there (`wc.sl & 7`) to find the destination address in the GRH area.
+pub const SL_ROCE_IPV4: u8 = 2;
+/// The same for IPv6 (`MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV6`).
+pub const SL_ROCE_IPV6: u8 = 1;
+
+/// `wc.sl` of a completion: the L3 header type for a UD receive over RoCEv2 ([`SL_ROCE_IPV4`],
+/// [`SL_ROCE_IPV6`]), the service level otherwise.
+#[inline]
+pub fn wc_sl(w: &WorkCompletion) -> u8 {
+    match w.network_hdr {
+        Some(NetworkHdr::Ipv4) => SL_ROCE_IPV4,
+        Some(NetworkHdr::Ipv6) => SL_ROCE_IPV6,
+        None => w.sl,
+    }
+}
+
 /// `struct ibv_wc` of a completion.
 #[inline]
 pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
@@ -229,7 +248,7 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     c.wc_flags = w.wc_flags.bits();
     c.pkey_index = w.pkey_index;
     c.slid = w.slid;
-    c.sl = w.sl;
+    c.sl = wc_sl(w);
     c.dlid_path_bits = w.dlid_path_bits;
     c
 }
@@ -237,6 +256,8 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use softib_core::verbs::types::{WcFlags, WcOpcode, WcStatus};
+    use softib_wire::Qpn;
 
     #[test]
     fn flow_label_keeps_its_low_20_bits() {
@@ -251,5 +272,20 @@ mod tests {
         assert_eq!(ah_attr_from_c(&c).grh.unwrap().flow_label, 0xA_BCDE);
         // And back, as query_qp reports it.
         assert_eq!(ah_attr_to_c(&ah_attr_from_c(&c)).grh.flow_label, 0xA_BCDE);
+    }
+
+    #[test]
+    fn ud_receives_over_roce_report_the_l3_type_in_sl() {
+        let mut w = WorkCompletion::new(1, WcStatus::Success, WcOpcode::Recv, Qpn::new(0x11));
+        w.wc_flags |= WcFlags::GRH;
+        w.sl = 3;
+        assert_eq!(wc_to_c(&w).sl, 3, "no network header: the service level");
+        w.network_hdr = Some(NetworkHdr::Ipv4);
+        assert_eq!(wc_to_c(&w).sl, 2);
+        w.network_hdr = Some(NetworkHdr::Ipv6);
+        assert_eq!(wc_to_c(&w).sl, 1);
+        // UCX's test: the low three bits say IPv4 (2) or not.
+        assert_eq!(SL_ROCE_IPV4 & 7, 2);
+        assert_ne!(SL_ROCE_IPV6 & 7, 2);
     }
 }

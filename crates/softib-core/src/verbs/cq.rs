@@ -47,6 +47,19 @@ pub struct WorkCompletion {
     pub sl: u8,
     /// Destination LID path bits of a receive.
     pub dlid_path_bits: u8,
+    /// The network header a UD receive over RoCEv2 came with: IBA Annex A17.4.5.1 has the
+    /// completion of a UD receive say whether the frame was IPv4 or IPv6, which tells where
+    /// the sender's address lies in the GRH area. `None` for every other completion.
+    pub network_hdr: Option<NetworkHdr>,
+}
+
+/// The L3 header of a received RoCEv2 packet ([`WorkCompletion::network_hdr`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NetworkHdr {
+    /// IPv4: the GRH area holds 20 undefined bytes, then the IPv4 header.
+    Ipv4,
+    /// IPv6: the GRH area holds the IPv6 header.
+    Ipv6,
 }
 
 impl WorkCompletion {
