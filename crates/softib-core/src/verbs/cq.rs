@@ -313,6 +313,22 @@ mod tests {
     }
 
     #[test]
+    fn a_large_cq_stores_only_what_it_holds() {
+        let max = crate::verbs::device::MAX_CQE;
+        let mut cq = Cq::new(rounded_capacity(max));
+        assert_eq!(cq.capacity, max);
+        assert_eq!(
+            cq.entries.slots.capacity(),
+            0,
+            "nothing before the first completion"
+        );
+        for i in 0..100 {
+            assert_eq!(cq.push(wc(i), false), Ok(false));
+        }
+        assert!(cq.entries.slots.len() <= 128, "{}", cq.entries.slots.len());
+    }
+
+    #[test]
     fn capacity_rounding() {
         assert_eq!(rounded_capacity(1), 1);
         assert_eq!(rounded_capacity(2), 3);
@@ -320,6 +336,8 @@ mod tests {
         assert_eq!(rounded_capacity(15), 15);
         assert_eq!(rounded_capacity(16), 31);
         assert_eq!(rounded_capacity(32767), 32767);
+        assert_eq!(rounded_capacity(262_144), 524_287);
+        assert_eq!(rounded_capacity(4_194_303), 4_194_303);
         assert_eq!(rounded_capacity(u32::MAX), u32::MAX);
     }
 
