@@ -226,3 +226,12 @@ fn ud_reply_from_wc() {
 fn bad_read_sysfs_file_bounds() {
     run_case("read_sysfs_file");
 }
+
+/// What middleware passes and expects as mlx5 and rxe give it: a flow label beyond 20 bits
+/// (UCX's ~0) taken with its low 20 bits kept, in `ibv_create_ah` and `ibv_modify_qp`; the L3
+/// header type of a UD receive over RoCEv2/IPv4 in `wc.sl` (2, as mlx5 reports it); a CQ of
+/// mlx5's 4 194 303 entries.
+#[test]
+fn middleware_conventions() {
+    run_case("middleware_conventions");
+}
