@@ -28,6 +28,7 @@ use softib_core::verbs::{CqHandle, SrqHandle, XrcdHandle};
 use softib_udp::Device;
 
 use crate::cq::{SoftChannel, SoftCq};
+use crate::fault;
 use crate::qp::{SoftQp, SoftSrq};
 use crate::util;
 use crate::verbs_h::*;
@@ -118,6 +119,8 @@ pub struct Shared {
     pub shm_waker: Option<softib_udp::shm::Waker>,
     /// What the progress thread did (`SOFTIB_STATS`).
     pub progress: ProgressStats,
+    /// This engine's entry in the table of engine lock holders (`fault`).
+    pub fault_slot: fault::EngineSlot,
 }
 
 /// Counts of the progress thread's steps, written by it alone, printed with `SOFTIB_STATS`.
@@ -165,7 +168,7 @@ impl Shared {
 
     /// An application's poll begins: counts the call, locks the engine and sends what its
     /// posts left pending.
-    pub fn app_poll(&self) -> MutexGuard<'_, Engine> {
+    pub fn app_poll(&self) -> EngineGuard<'_> {
         self.app_polls.fetch_add(1, Ordering::Relaxed);
         let mut eng = self.lock();
         if self.tx_pending.load(Ordering::Acquire) {
@@ -180,8 +183,36 @@ impl Shared {
     }
 
     /// Locks the engine (a panic inside never leaves it poisoned for the C caller).
-    pub fn lock(&self) -> MutexGuard<'_, Engine> {
-        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn lock(&self) -> EngineGuard<'_> {
+        self.guard(self.engine.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn guard<'a>(&'a self, lock: MutexGuard<'a, Engine>) -> EngineGuard<'a> {
+        EngineGuard {
+            _inside: fault::InEngine::enter(&self.fault_slot),
+            lock,
+        }
+    }
+}
+
+/// The locked engine. While it is held, the thread counts as inside the engine for a fault
+/// in registered memory the application unmapped (`fault`); that mark goes before the lock
+/// (fields drop in order).
+pub struct EngineGuard<'a> {
+    _inside: fault::InEngine,
+    lock: MutexGuard<'a, Engine>,
+}
+
+impl std::ops::Deref for EngineGuard<'_> {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        &self.lock
+    }
+}
+
+impl std::ops::DerefMut for EngineGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Engine {
+        &mut self.lock
     }
 }
 
@@ -553,8 +584,8 @@ fn progress_loop(shared: &Shared) {
             None
         } else {
             match shared.engine.try_lock() {
-                Ok(g) => Some(g),
-                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Ok(g) => Some(shared.guard(g)),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(shared.guard(p.into_inner())),
                 Err(std::sync::TryLockError::WouldBlock) => {
                     polling = true;
                     None
@@ -736,5 +767,6 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
         sock_fd,
         shm_waker,
         progress: ProgressStats::default(),
+        fault_slot: fault::EngineSlot::claim(),
     }))
 }

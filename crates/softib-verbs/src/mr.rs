@@ -95,6 +95,18 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> i32 {
 struct AppMemory {
     ptr: *mut u8,
     len: usize,
+    /// The range, for a fault in memory the application unmapped while it is registered.
+    _region: crate::fault::Region,
+}
+
+impl AppMemory {
+    fn new(ptr: *mut u8, len: usize) -> AppMemory {
+        AppMemory {
+            ptr,
+            len,
+            _region: crate::fault::Region::new(ptr as usize, len),
+        }
+    }
 }
 
 // SAFETY: the buffer belongs to the application, which keeps it valid while registered
@@ -117,10 +129,7 @@ impl ExternalMemory for AppMemory {
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
     fn clone_box(&self) -> Box<dyn ExternalMemory> {
-        Box::new(AppMemory {
-            ptr: self.ptr,
-            len: self.len,
-        })
+        Box::new(AppMemory::new(self.ptr, self.len))
     }
 }
 
@@ -162,10 +171,7 @@ fn reg(
         return null_errno(libc::EFAULT);
     }
     let flags = AccessFlags::from_bits_truncate(access);
-    let mem = MrMemory::External(Box::new(AppMemory {
-        ptr: addr.cast(),
-        len: length,
-    }));
+    let mem = MrMemory::External(Box::new(AppMemory::new(addr.cast(), length)));
     let info = match sc
         .shared
         .lock()

@@ -235,3 +235,11 @@ fn bad_read_sysfs_file_bounds() {
 fn middleware_conventions() {
     run_case("middleware_conventions");
 }
+
+/// A receive posted into registered memory the program then unmapped (UCX's UD teardown)
+/// completes into fresh pages instead of killing the process; the program's own access to
+/// that memory still faults, into its own SIGSEGV handler if it has one.
+#[test]
+fn unmapped_registered_memory() {
+    run_case("unmapped_registered_memory");
+}

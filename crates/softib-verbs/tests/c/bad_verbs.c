@@ -14,7 +14,9 @@
 #include <string.h>
 #include <time.h>
 #include <arpa/inet.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -2490,6 +2492,106 @@ static void middleware_conventions(void)
 	ibv_close_device(c);
 }
 
+static void on_app_segv(int sig)
+{
+	(void)sig;
+	_exit(42);
+}
+
+/* Registered memory the program unmaps while a receive is posted into it, as UCX does with a
+ * UD interface's receive buffers before it destroys the QP (its registration cache
+ * deregisters them later). A datagram arriving then is placed into fresh pages where the
+ * buffer was, as hardware places it into the pages it pinned, and completes; the process
+ * goes on. A fault of the program's own code there is the program's: a child that reads the
+ * unmapped buffer dies of SIGSEGV, and one with a SIGSEGV handler of its own gets it. */
+static void unmapped_registered_memory(void)
+{
+	struct ibv_context *c = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(c);
+	struct ibv_cq *qa = ibv_create_cq(c, 16, NULL, NULL, 0);
+	struct ibv_cq *qb = ibv_create_cq(c, 16, NULL, NULL, 0);
+	long page = sysconf(_SC_PAGESIZE);
+	size_t len = 4 * (size_t)page;
+	char *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (!pd || !qa || !qb || buf == MAP_FAILED)
+		DIE("setup");
+	struct ibv_mr *m = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
+	if (!m)
+		DIE("ibv_reg_mr");
+	struct ibv_qp *a = ud_qp(c, pd, qa), *b = ud_qp(c, pd, qb);
+	/* The receive straddles a page boundary: two pages are written. */
+	struct ibv_sge rs = {(uintptr_t)buf + (size_t)page - 20, 256, m->lkey};
+	struct ibv_recv_wr rw = {.wr_id = 7, .sg_list = &rs, .num_sge = 1}, *rbad;
+	if (ibv_post_recv(b, &rw, &rbad))
+		DIE("ibv_post_recv");
+	if (munmap(buf, len))
+		DIE("munmap");
+
+	/* The program's own access to the unmapped region still faults. */
+	pid_t child = fork();
+	if (child == 0) {
+		volatile char x = buf[(size_t)page];
+		(void)x;
+		_exit(0);
+	}
+	int st = 0;
+	waitpid(child, &st, 0);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV,
+	      "the program's read of its unmapped buffer: status %#x, want SIGSEGV", st);
+	child = fork();
+	if (child == 0) {
+		signal(SIGSEGV, on_app_segv);
+		volatile char x = buf[(size_t)page];
+		(void)x;
+		_exit(0);
+	}
+	waitpid(child, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 42,
+	      "the program's own SIGSEGV handler: status %#x, want exit 42", st);
+
+	union ibv_gid gid;
+	if (ibv_query_gid(c, 1, 0, &gid))
+		DIE("gid");
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	aa.grh.dgid = gid;
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	if (!ah)
+		DIE("ibv_create_ah");
+	static char msg[200];
+	memset(msg, 'u', sizeof(msg));
+	struct ibv_mr *mm = ibv_reg_mr(pd, msg, sizeof(msg), IBV_ACCESS_LOCAL_WRITE);
+	if (!mm)
+		DIE("reg msg");
+	struct ibv_sge ss = {(uintptr_t)msg, sizeof(msg), mm->lkey};
+	struct ibv_send_wr wr = {.wr_id = 8, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED}, *sbad;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = b->qp_num;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	if (ibv_post_send(a, &wr, &sbad))
+		DIE("ibv_post_send");
+	struct ibv_wc wc;
+	CHECK(poll_one(qa, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "sent");
+	CHECK(poll_one(qb, &wc, 5.0) && wc.status == IBV_WC_SUCCESS && wc.wr_id == 7 &&
+		      wc.byte_len == 240,
+	      "the receive into the unmapped buffer completes (status %d, %u bytes)", wc.status,
+	      wc.byte_len);
+	CHECK(memcmp(buf + page + 20, msg, sizeof(msg)) == 0,
+	      "the datagram is in the pages mapped where the buffer was");
+
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_destroy_ah(ah);
+	ibv_dereg_mr(mm);
+	ibv_dereg_mr(m);
+	ibv_destroy_cq(qa);
+	ibv_destroy_cq(qb);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(c);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2523,6 +2625,7 @@ static const struct {
 	{"ud_reply_from_wc", ud_reply_from_wc},
 	{"read_sysfs_file", read_sysfs_file},
 	{"middleware_conventions", middleware_conventions},
+	{"unmapped_registered_memory", unmapped_registered_memory},
 };
 
 int main(int argc, char **argv)
