@@ -516,6 +516,8 @@ fn progress_loop(shared: &Shared) {
     let mut rt_run: Option<std::time::Instant> = None;
     // The thread slept on the socket since it last drove the engine.
     let mut slept = false;
+    // While it slept, the application took datagrams from the inbox, and none waits now.
+    let mut taken_while_asleep = false;
     while !shared.stop.load(Ordering::Acquire) {
         if lingering && !wait.is_zero() {
             // A real-time thread that spins keeps ordinary threads off its CPU (its
@@ -552,6 +554,7 @@ fn progress_loop(shared: &Shared) {
             // Announced in the device's shared-memory inbox, so that same-host peers ring
             // the socket; a datagram already there cancels the sleep.
             let waker = shared.shm_waker.as_ref();
+            let taken = waker.map(softib_udp::shm::Waker::taken);
             if waker.is_none_or(softib_udp::shm::Waker::sleep_begin) {
                 ProgressStats::bump(&shared.progress.sleeps);
                 if sleep_on(&[shared.sock_fd, shared.wake_fd], wait) == 0 {
@@ -560,15 +563,26 @@ fn progress_loop(shared: &Shared) {
                 slept = true;
                 if let Some(w) = waker {
                     w.sleep_end();
+                    taken_while_asleep = taken != Some(w.taken()) && !w.ready();
                 }
             }
         }
         util::drain(shared.wake_fd);
         // Is the application polling right now? Then its own calls move the packets (no
         // thread hand-off): step aside for a while. Only an application that called while
-        // this thread slept can be polling; it is polling if its counter moves within
-        // APP_POLL_WINDOW. One that calls between other work (perftest's latency tests spin
-        // on memory between polls) is not, and is served at once.
+        // this thread slept can be polling; it is polling if it took the datagrams that
+        // woke this thread before this thread could look (`taken_while_asleep`), or if its
+        // counter moves within APP_POLL_WINDOW. One that calls between other work
+        // (perftest's latency tests spin on memory between polls) is not, and is served at
+        // once.
+        //
+        // The first test is what tells a polling application that shares this thread's CPU:
+        // woken real-time by the doorbell of a same-host peer, this thread has just
+        // preempted it, and the watch's `sched_yield` lets no ordinary thread in. Without it
+        // the thread took every datagram from a busy-polling application (UCX), froze it for
+        // the watch each time and slept announced again, so that the peer rang with every
+        // datagram: round trips of 20-170 us instead of 2. An application that spins on
+        // memory leaves the datagram it waits for in the inbox.
         let polls = shared.app_polls.load(Ordering::Relaxed);
         if polls != idle_ref {
             idle_ref = polls;
@@ -576,7 +590,7 @@ fn progress_loop(shared: &Shared) {
         }
         let mut polling = polls != seen_polls
             && shared.cq_waiters.load(Ordering::Acquire) == 0
-            && app_is_polling(shared);
+            && (std::mem::take(&mut taken_while_asleep) || app_is_polling(shared));
         // This thread drives the engine, unless the application holds it right now (it is
         // in a call that moves the packets itself): waiting for the lock would only trade
         // futex wake-ups with it.
