@@ -808,7 +808,8 @@ unsafe fn fopen_ours(path: *const c_char, mode: *const c_char) -> Option<*mut li
         set_errno(libc::EINVAL);
         return Some(std::ptr::null_mut());
     };
-    let fd = std::panic::catch_unwind(|| open_of(l, flags)).unwrap_or_else(|_| Some(fail(libc::EIO)))?;
+    let fd =
+        std::panic::catch_unwind(|| open_of(l, flags)).unwrap_or_else(|_| Some(fail(libc::EIO)))?;
     if fd < 0 {
         return Some(std::ptr::null_mut());
     }

@@ -60,12 +60,20 @@ fn the_default_device_is_seen_by_coreutils() {
     )
     .unwrap();
     assert_eq!(stat.trim(), "character special file e7:c0 666");
-    let dir = run(&lib, &[], &["stat", "-c", "%F", "/sys/class/infiniband/softib0"]).unwrap();
+    let dir = run(
+        &lib,
+        &[],
+        &["stat", "-c", "%F", "/sys/class/infiniband/softib0"],
+    )
+    .unwrap();
     assert_eq!(dir.trim(), "directory");
     let gid = run(
         &lib,
         &[],
-        &["cat", "/sys/class/infiniband/softib0/ports/1/gid_attrs/types/0"],
+        &[
+            "cat",
+            "/sys/class/infiniband/softib0/ports/1/gid_attrs/types/0",
+        ],
     )
     .unwrap();
     assert_eq!(gid, "RoCE v2\n");
@@ -112,7 +120,12 @@ fn the_devices_follow_softib_bind_and_the_config_file() {
     )
     .unwrap();
     assert_eq!(s.trim(), "e7:c1");
-    assert!(run(&lib, &two, &["stat", "/sys/class/infiniband/softib1/ports/1"]).is_ok());
+    assert!(run(
+        &lib,
+        &two,
+        &["stat", "/sys/class/infiniband/softib1/ports/1"]
+    )
+    .is_ok());
     assert!(run(&lib, &two, &["stat", "/dev/infiniband/uverbs2"]).is_err());
 
     let dir = std::env::temp_dir().join(format!("softib-preload-{}", std::process::id()));
@@ -123,7 +136,10 @@ fn the_devices_follow_softib_bind_and_the_config_file() {
     let gid = run(
         &lib,
         &env,
-        &["cat", "/sys/class/infiniband/lab1/ports/1/gid_attrs/types/0"],
+        &[
+            "cat",
+            "/sys/class/infiniband/lab1/ports/1/gid_attrs/types/0",
+        ],
     );
     let default_gone = run(&lib, &env, &["stat", "/sys/class/infiniband/softib0"]);
     let _ = std::fs::remove_dir_all(&dir);
