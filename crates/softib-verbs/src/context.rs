@@ -588,9 +588,10 @@ fn progress_loop(shared: &Shared) {
             idle_ref = polls;
             idle_since = None;
         }
+        let took = std::mem::take(&mut taken_while_asleep);
         let mut polling = polls != seen_polls
             && shared.cq_waiters.load(Ordering::Acquire) == 0
-            && (std::mem::take(&mut taken_while_asleep) || app_is_polling(shared));
+            && (took || app_is_polling(shared));
         // This thread drives the engine, unless the application holds it right now (it is
         // in a call that moves the packets itself): waiting for the lock would only trade
         // futex wake-ups with it.
