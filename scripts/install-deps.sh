@@ -37,6 +37,8 @@ command -v rping >/dev/null 2>&1 || missing+=(rdmacm-utils)
 # softib's librdmacm.so.1 is tested through rdma-core's <rdma/rdma_cma.h>.
 [ -f /usr/include/rdma/rdma_cma.h ] || missing+=(librdmacm-dev)
 [ -d /usr/lib/python3/dist-packages/pyverbs ] || missing+=(python3-pyverbs)
+# UCX runs unmodified on softib (crates/softib-cli/tests/ucx.rs: ucx_info, ucx_perftest).
+command -v ucx_perftest >/dev/null 2>&1 || missing+=(ucx-utils)
 # libFuzzer is C++ built by the cc crate: needs a C++ compiler.
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 

@@ -57,6 +57,9 @@ fn main() {
     let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     if target_os == "linux" {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
+        // Never unloaded: a context's progress thread and the SIGSEGV handler of src/fault.rs
+        // run its code for the rest of the process, whatever a dlclose says.
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
         println!(
             "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
             map_path.display()

@@ -6,10 +6,16 @@
 //! (`cargo build --release` leaves them all in `target/release`), or in `$SOFTIB_LIB_DIR`. The
 //! loader looks for the sonames, so a directory holding `libibverbs.so.1` and
 //! `librdmacm.so.1` symlinks to them (`ld/` beside the executable, or a per-process directory
-//! under the temp dir when that is not writable) is put first on `LD_LIBRARY_PATH`; `SOFTIB_BIND` / `SOFTIB_PCAP` carry the options; then the
-//! program replaces this process (exec), so its exit status and signals are its own.
+//! under the temp dir when that is not writable) is put first on `LD_LIBRARY_PATH`; the
+//! preload library `libsoftib_preload.so` of the same directory (crates/softib-preload) is put
+//! first on `LD_PRELOAD`, so that middleware which looks for RDMA devices in
+//! `/dev/infiniband` and `/sys/class/infiniband` (UCX, Open MPI) finds softib's; `SOFTIB_BIND`
+//! / `SOFTIB_PCAP` carry the options; then the program replaces this process (exec), so its
+//! exit status and signals are its own. The environment reaches every process the program
+//! starts (`softib run -- mpirun ...`: every local rank).
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -99,6 +105,34 @@ pub fn loader_dir(lib_dir: &Path) -> Result<PathBuf, String> {
     Err(format!("cannot make the library links ({last})"))
 }
 
+/// The preload library's file name.
+pub const PRELOAD: &str = "libsoftib_preload.so";
+
+/// `LD_PRELOAD` with `lib` first and `old`'s entries after it (`lib` itself not repeated, as
+/// in a `softib run` inside another). The loader splits the list at spaces and colons, so a
+/// path holding either cannot be preloaded: `Err` then.
+pub fn preload_list(lib: &Path, old: Option<&std::ffi::OsStr>) -> Result<OsString, String> {
+    let lib_s = lib.as_os_str();
+    if lib_s.as_bytes().iter().any(|&b| b == b' ' || b == b':') {
+        return Err(format!(
+            "{} has a space or a colon, which LD_PRELOAD cannot hold",
+            lib.display()
+        ));
+    }
+    let mut out = OsString::from(lib_s);
+    if let Some(old) = old {
+        for entry in old
+            .as_bytes()
+            .split(|&b| b == b' ' || b == b':')
+            .filter(|e| !e.is_empty() && *e != lib_s.as_bytes())
+        {
+            out.push(":");
+            out.push(std::ffi::OsStr::from_bytes(entry));
+        }
+    }
+    Ok(out)
+}
+
 fn link_into(dir: &Path, target: &Path, soname: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let link = dir.join(soname);
@@ -110,6 +144,21 @@ fn link_into(dir: &Path, target: &Path, soname: &str) -> std::io::Result<()> {
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(target, &tmp)?;
     std::fs::rename(&tmp, &link)
+}
+
+/// `LD_PRELOAD` for the program: softib's preload library (beside libibverbs.so, or in the
+/// loader directory `dir` made for it) first.
+fn preload(dir: &Path) -> Result<OsString, String> {
+    let candidates = library_dir()
+        .into_iter()
+        .chain([dir.to_path_buf()])
+        .map(|d| d.join(PRELOAD));
+    let lib = candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{PRELOAD} is not beside libibverbs.so (cargo build --release)"))?;
+    let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
+    preload_list(&lib, std::env::var_os("LD_PRELOAD").as_deref())
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
@@ -128,6 +177,15 @@ pub fn run(args: RunArgs) -> ExitCode {
     let (prog, rest) = args.program.split_first().expect("clap requires a program");
     let mut cmd = Command::new(prog);
     cmd.args(rest).env("LD_LIBRARY_PATH", path);
+    match preload(&dir) {
+        Ok(list) => {
+            cmd.env("LD_PRELOAD", list);
+        }
+        Err(e) => eprintln!(
+            "softib run: warning: {e}; middleware that looks for devices in /dev/infiniband \
+             (UCX, Open MPI) will not see softib's"
+        ),
+    }
     if let Some(b) = &args.bind {
         cmd.env("SOFTIB_BIND", b);
     }
@@ -141,4 +199,34 @@ pub fn run(args: RunArgs) -> ExitCode {
     } else {
         126
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn preload_goes_first_and_keeps_the_rest() {
+        let lib = Path::new("/opt/softib/libsoftib_preload.so");
+        assert_eq!(
+            preload_list(lib, None).unwrap(),
+            OsStr::new("/opt/softib/libsoftib_preload.so")
+        );
+        assert_eq!(
+            preload_list(lib, Some(OsStr::new("/a/libx.so /b/liby.so:"))).unwrap(),
+            OsStr::new("/opt/softib/libsoftib_preload.so:/a/libx.so:/b/liby.so")
+        );
+        // A `softib run` inside another does not preload it twice.
+        assert_eq!(
+            preload_list(
+                lib,
+                Some(OsStr::new("/opt/softib/libsoftib_preload.so:/a/libx.so"))
+            )
+            .unwrap(),
+            OsStr::new("/opt/softib/libsoftib_preload.so:/a/libx.so")
+        );
+        assert!(preload_list(Path::new("/my dir/libsoftib_preload.so"), None).is_err());
+        assert!(preload_list(Path::new("/a:b/libsoftib_preload.so"), None).is_err());
+    }
 }

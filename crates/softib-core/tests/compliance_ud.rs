@@ -5,6 +5,7 @@ mod ud_common;
 
 use softib_core::error::{CreateQpError, McastError, PostSendError};
 use softib_core::transport::Counters;
+use softib_core::verbs::cq::NetworkHdr;
 use softib_core::verbs::qp::{QpCap, QpInitAttr};
 use softib_core::verbs::types::{
     Gid, Mtu, QpState, QpType, SendFlags, WcFlags, WcOpcode, WcStatus,
@@ -291,6 +292,7 @@ fn c9_201_ud_send_delivers_message() {
     assert!(wc.wc_flags.contains(WcFlags::GRH));
     assert!(!wc.wc_flags.contains(WcFlags::WITH_IMM));
     assert_eq!((wc.pkey_index, wc.sl), (0, 0));
+    assert_eq!(wc.network_hdr, Some(NetworkHdr::Ipv4), "an IPv4 frame");
     assert_eq!(net.read(1, GRH_AREA as u64, 100), d);
     // One SEND Only packet with a DETH; nothing comes back.
     assert_eq!(net.wire.len(), 1);
@@ -507,6 +509,7 @@ fn ud_grh_area_ipv6_header_as_received() {
     assert_eq!(&area[8..24], &net.nodes[0].gid.0, "source GID");
     let wc = net.poll(1);
     assert!(wc[0].wc_flags.contains(WcFlags::GRH));
+    assert_eq!(wc[0].network_hdr, Some(NetworkHdr::Ipv6));
     assert_eq!(net.read(1, 40, 10), vec![7; 10]);
 }
 

@@ -274,6 +274,7 @@ fn c9_201_ud_native_lid_routed_send_leaves_grh_area_untouched() {
     );
     assert!(!wc.wc_flags.contains(WcFlags::GRH), "no GRH on the wire");
     assert_eq!((wc.src_qp, wc.slid, wc.sl, wc.dlid_path_bits), (a, 1, 5, 0));
+    assert_eq!(wc.network_hdr, None, "native IB: no RoCE network header");
     assert_eq!(net.read(1, 0, GRH_AREA), vec![FILL; GRH_AREA], "untouched");
     assert_eq!(net.read(1, GRH_AREA as u64, 100), d);
 }

@@ -704,6 +704,13 @@ impl Waker {
         ready(&self.map)
     }
 
+    /// How many datagrams have been taken from the inbox so far (its consumer's position):
+    /// a sleeper that finds it moved on waking, and nothing waiting, knows that another
+    /// thread of its process took what came meanwhile.
+    pub fn taken(&self) -> u64 {
+        self.map.u64_at(OFF_HEAD).load(Ordering::Acquire)
+    }
+
     /// Awake again: senders stop ringing.
     pub fn sleep_end(&self) {
         self.map.u32_at(OFF_SLEEPING).store(0, Ordering::SeqCst);
@@ -1488,6 +1495,28 @@ mod tests {
             assert_eq!((src, &buf[..len]), (addr(1), &b"frame"[..]));
             assert_eq!(inbox.last_placed(), placed);
         }
+    }
+
+    /// What a sleeper reads on waking: how many datagrams were taken meanwhile, and whether
+    /// one waits.
+    #[test]
+    fn the_waker_counts_what_was_taken() {
+        let me = addr(40_042);
+        let mut inbox = Inbox::create(me).unwrap();
+        let w = inbox.waker();
+        let out = Outbox::attach(me).unwrap();
+        let mut buf = vec![0u8; SLOT_PAYLOAD];
+        let before = w.taken();
+        assert_eq!(out.push(addr(1), b"one"), Pushed::Queued);
+        assert_eq!(out.push(addr(1), b"two"), Pushed::Queued);
+        assert_eq!(w.taken(), before, "pushed, not taken");
+        assert!(w.ready());
+        inbox.pop(&mut buf).unwrap().unwrap();
+        assert_eq!(w.taken(), before + 1);
+        assert!(w.ready(), "one still waits");
+        inbox.pop(&mut buf).unwrap().unwrap();
+        assert_eq!(w.taken(), before + 2);
+        assert!(!w.ready());
     }
 
     /// The entry header of the last datagram is kept, and what it said reused only for a

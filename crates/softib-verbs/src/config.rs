@@ -1,11 +1,7 @@
-//! Which softib devices a process sees, and where each one binds.
-//!
-//! In order of precedence:
-//! 1. `SOFTIB_BIND=IP[:PORT][,IP[:PORT]...]`: one device per address (`softib0`, `softib1`, ...).
-//! 2. A config file, `$SOFTIB_CONFIG` or else `$XDG_CONFIG_HOME/softib/devices.conf`
-//!    (`~/.config/softib/devices.conf`): one device per line, `NAME IP[:PORT]` or `NAME auto`;
-//!    `#` starts a comment.
-//! 3. Nothing configured: one device, `softib0`, on the first free loopback address.
+//! Which softib devices a process sees, and where each one binds: the list itself
+//! (`SOFTIB_BIND`, or a `devices.conf`, or one "auto" device `softib0`) is read by
+//! `softib_config`, which the preload library of `softib run` shares; the settings below are
+//! the library's own.
 //!
 //! "auto" (the default) is how two unmodified processes on one machine work with no
 //! configuration at all: each opened device binds UDP port 4791 on the first address of
@@ -30,107 +26,15 @@
 //! events on stderr.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 
 use softib_wire::udp::ROCEV2_PORT;
+
+pub use softib_config::{devices, parse_bind, DeviceSpec};
 
 /// First loopback address an "auto" device tries.
 pub const FIRST_LOOPBACK: u8 = 1;
 /// Last loopback address an "auto" device tries.
 pub const LAST_LOOPBACK: u8 = 254;
-
-/// One configured device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceSpec {
-    /// Device name (`softib0`).
-    pub name: String,
-    /// Where it binds; `None` for the first free loopback address.
-    pub bind: Option<SocketAddr>,
-}
-
-/// Parses `IP`, `IP:PORT`, `[IPv6]:PORT` (port 4791 when absent).
-pub fn parse_bind(s: &str) -> Option<SocketAddr> {
-    let s = s.trim();
-    if let Ok(a) = s.parse::<SocketAddr>() {
-        return Some(a);
-    }
-    s.parse::<IpAddr>()
-        .ok()
-        .map(|ip| SocketAddr::new(ip, ROCEV2_PORT))
-}
-
-/// The devices of this process, from the environment or the config file.
-pub fn devices() -> Vec<DeviceSpec> {
-    if let Ok(v) = std::env::var("SOFTIB_BIND") {
-        let specs: Vec<DeviceSpec> = v
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .enumerate()
-            .map(|(i, s)| DeviceSpec {
-                name: format!("softib{i}"),
-                bind: if s.trim() == "auto" {
-                    None
-                } else {
-                    parse_bind(s)
-                },
-            })
-            .collect();
-        if !specs.is_empty() {
-            return specs;
-        }
-    }
-    if let Some(path) = config_path() {
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            let specs = parse_config(&text);
-            if !specs.is_empty() {
-                return specs;
-            }
-        }
-    }
-    vec![DeviceSpec {
-        name: "softib0".into(),
-        bind: None,
-    }]
-}
-
-fn config_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("SOFTIB_CONFIG") {
-        return Some(PathBuf::from(p));
-    }
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("softib").join("devices.conf"))
-}
-
-/// Parses a config file: `NAME IP[:PORT]` or `NAME auto` per line. Lines that do not parse are
-/// skipped (a warning would go to a program's stderr, which is not ours to write).
-pub fn parse_config(text: &str) -> Vec<DeviceSpec> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        let mut it = line.split_whitespace();
-        let (Some(name), Some(bind)) = (it.next(), it.next()) else {
-            continue;
-        };
-        if name.len() >= 64 || out.iter().any(|d: &DeviceSpec| d.name == name) {
-            continue;
-        }
-        let bind = if bind == "auto" {
-            None
-        } else {
-            match parse_bind(bind) {
-                Some(b) => Some(b),
-                None => continue,
-            }
-        };
-        out.push(DeviceSpec {
-            name: name.to_string(),
-            bind,
-        });
-    }
-    out
-}
 
 /// The loopback address `n` (127.0.0.n) on the RoCEv2 port.
 pub fn loopback(n: u8) -> SocketAddr {
@@ -208,30 +112,6 @@ pub fn mtu_cap() -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn config_file_lines() {
-        let d = parse_config(
-            "# devices\nsoftib0 127.0.0.9\nrdma1 10.0.0.1:5000 # real NIC\nbad\nx auto\nsoftib0 1.2.3.4\nq nonsense\n",
-        );
-        assert_eq!(
-            d,
-            vec![
-                DeviceSpec {
-                    name: "softib0".into(),
-                    bind: Some("127.0.0.9:4791".parse().unwrap())
-                },
-                DeviceSpec {
-                    name: "rdma1".into(),
-                    bind: Some("10.0.0.1:5000".parse().unwrap())
-                },
-                DeviceSpec {
-                    name: "x".into(),
-                    bind: None
-                },
-            ]
-        );
-    }
 
     #[test]
     fn peer_via_forms() {

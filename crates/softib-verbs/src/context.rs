@@ -29,6 +29,7 @@ use softib_core::verbs::{CqHandle, SrqHandle, XrcdHandle};
 use softib_udp::Device;
 
 use crate::cq::{SoftChannel, SoftCq};
+use crate::fault;
 use crate::qp::{SoftQp, SoftSrq};
 use crate::util;
 use crate::verbs_h::*;
@@ -128,6 +129,8 @@ pub struct Shared {
     pub shm_waker: Option<softib_udp::shm::Waker>,
     /// What the progress thread did (`SOFTIB_STATS`).
     pub progress: ProgressStats,
+    /// This engine's entry in the table of engine lock holders (`fault`).
+    pub fault_slot: fault::EngineSlot,
 }
 
 /// Counts of the progress thread's steps, written by it alone, printed with `SOFTIB_STATS`.
@@ -175,7 +178,7 @@ impl Shared {
 
     /// An application's poll begins: counts the call, locks the engine and sends what its
     /// posts left pending.
-    pub fn app_poll(&self) -> MutexGuard<'_, Engine> {
+    pub fn app_poll(&self) -> EngineGuard<'_> {
         self.app_polls.fetch_add(1, Ordering::Relaxed);
         let mut eng = self.lock();
         if self.tx_pending.load(Ordering::Acquire) {
@@ -213,8 +216,36 @@ impl Shared {
     }
 
     /// Locks the engine (a panic inside never leaves it poisoned for the C caller).
-    pub fn lock(&self) -> MutexGuard<'_, Engine> {
-        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn lock(&self) -> EngineGuard<'_> {
+        self.guard(self.engine.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn guard<'a>(&'a self, lock: MutexGuard<'a, Engine>) -> EngineGuard<'a> {
+        EngineGuard {
+            _inside: fault::InEngine::enter(&self.fault_slot),
+            lock,
+        }
+    }
+}
+
+/// The locked engine. While it is held, the thread counts as inside the engine for a fault
+/// in registered memory the application unmapped (`fault`); that mark goes before the lock
+/// (fields drop in order).
+pub struct EngineGuard<'a> {
+    _inside: fault::InEngine,
+    lock: MutexGuard<'a, Engine>,
+}
+
+impl std::ops::Deref for EngineGuard<'_> {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        &self.lock
+    }
+}
+
+impl std::ops::DerefMut for EngineGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Engine {
+        &mut self.lock
     }
 }
 
@@ -577,6 +608,8 @@ fn progress_loop(shared: &Shared) {
     let mut rt_run: Option<std::time::Instant> = None;
     // The thread slept on the socket since it last drove the engine.
     let mut slept = false;
+    // While it slept, the application took datagrams from the inbox, and none waits now.
+    let mut taken_while_asleep = false;
     while !shared.stop.load(Ordering::Acquire) {
         if lingering && !wait.is_zero() {
             // A real-time thread that spins keeps ordinary threads off its CPU (its
@@ -613,6 +646,7 @@ fn progress_loop(shared: &Shared) {
             // Announced in the device's shared-memory inbox, so that same-host peers ring
             // the socket; a datagram already there cancels the sleep.
             let waker = shared.shm_waker.as_ref();
+            let taken = waker.map(softib_udp::shm::Waker::taken);
             if waker.is_none_or(softib_udp::shm::Waker::sleep_begin) {
                 ProgressStats::bump(&shared.progress.sleeps);
                 if sleep_on(&sleep_fds(shared), wait) == 0 {
@@ -621,23 +655,35 @@ fn progress_loop(shared: &Shared) {
                 slept = true;
                 if let Some(w) = waker {
                     w.sleep_end();
+                    taken_while_asleep = taken != Some(w.taken()) && !w.ready();
                 }
             }
         }
         util::drain(shared.wake_fd);
         // Is the application polling right now? Then its own calls move the packets (no
         // thread hand-off): step aside for a while. Only an application that called while
-        // this thread slept can be polling; it is polling if its counter moves within
-        // APP_POLL_WINDOW. One that calls between other work (perftest's latency tests spin
-        // on memory between polls) is not, and is served at once.
+        // this thread slept can be polling; it is polling if it took the datagrams that
+        // woke this thread before this thread could look (`taken_while_asleep`), or if its
+        // counter moves within APP_POLL_WINDOW. One that calls between other work
+        // (perftest's latency tests spin on memory between polls) is not, and is served at
+        // once.
+        //
+        // The first test is what tells a polling application that shares this thread's CPU:
+        // woken real-time by the doorbell of a same-host peer, this thread has just
+        // preempted it, and the watch's `sched_yield` lets no ordinary thread in. Without it
+        // the thread took every datagram from a busy-polling application (UCX), froze it for
+        // the watch each time and slept announced again, so that the peer rang with every
+        // datagram: round trips of 20-170 us instead of 2. An application that spins on
+        // memory leaves the datagram it waits for in the inbox.
         let polls = shared.app_polls.load(Ordering::Relaxed);
         if polls != idle_ref {
             idle_ref = polls;
             idle_since = None;
         }
+        let took = std::mem::take(&mut taken_while_asleep);
         let mut polling = polls != seen_polls
             && shared.cq_waiters.load(Ordering::Acquire) == 0
-            && app_is_polling(shared);
+            && (took || app_is_polling(shared));
         // This thread drives the engine, unless the application holds it right now (it is
         // in a call that moves the packets itself): waiting for the lock would only trade
         // futex wake-ups with it.
@@ -645,8 +691,8 @@ fn progress_loop(shared: &Shared) {
             None
         } else {
             match shared.engine.try_lock() {
-                Ok(g) => Some(g),
-                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Ok(g) => Some(shared.guard(g)),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(shared.guard(p.into_inner())),
                 Err(std::sync::TryLockError::WouldBlock) => {
                     polling = true;
                     None
@@ -835,5 +881,6 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
         thread: Mutex::new(None),
         shm_waker,
         progress: ProgressStats::default(),
+        fault_slot: fault::EngineSlot::claim(),
     }))
 }

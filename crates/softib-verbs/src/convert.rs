@@ -5,7 +5,7 @@ use softib_core::error::{
     CreateQpError, ModifyQpError, PostRecvError, PostSendError, RdError, RegMrError,
 };
 use softib_core::verbs::ah::{AhAttr, GlobalRoute};
-use softib_core::verbs::cq::WorkCompletion;
+use softib_core::verbs::cq::{NetworkHdr, WorkCompletion};
 use softib_core::verbs::qp::{QpAttr, QpAttrMask, QpCap};
 use softib_core::verbs::types::{AccessFlags, Gid, Mtu, PathMigState, QpState};
 use softib_wire::Psn;
@@ -64,7 +64,15 @@ pub fn post_recv_errno(e: &PostRecvError) -> i32 {
     }
 }
 
-/// An address vector from `struct ibv_ah_attr`.
+/// The bits of `ibv_global_route.flow_label` an address vector keeps: IBA's flow label is 20
+/// bits wide. The kernel's verbs accept any value there and use the low 20 bits (mlx5 masks
+/// with `IB_GRH_FLOWLABEL_MASK`; rxe and mlx5 derive the RoCEv2 UDP source port with
+/// `rdma_flow_label_to_udp_sport`, which reads only them), and middleware counts on it: UCX
+/// sets `~0` on RoCE paths (docs/deviations.md).
+pub const FLOW_LABEL_MASK: u32 = 0x000F_FFFF;
+
+/// An address vector from `struct ibv_ah_attr` (the flow label's low 20 bits,
+/// [`FLOW_LABEL_MASK`]).
 pub fn ah_attr_from_c(a: &ibv_ah_attr) -> AhAttr {
     AhAttr {
         dlid: a.dlid,
@@ -75,7 +83,7 @@ pub fn ah_attr_from_c(a: &ibv_ah_attr) -> AhAttr {
         grh: (a.is_global != 0).then_some(GlobalRoute {
             // SAFETY: every bit pattern of the union is a valid byte array.
             dgid: Gid(unsafe { a.grh.dgid.raw }),
-            flow_label: a.grh.flow_label,
+            flow_label: a.grh.flow_label & FLOW_LABEL_MASK,
             sgid_index: a.grh.sgid_index,
             hop_limit: a.grh.hop_limit,
             traffic_class: a.grh.traffic_class,
@@ -201,6 +209,25 @@ pub fn qp_attr_to_c(q: &QpAttr) -> ibv_qp_attr {
     a
 }
 
+/// `wc.sl` of a UD receive over RoCEv2 from IPv4, as mlx5 reports it: the CQE's L3 header
+/// type (mlx5's `MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV4`), which rdma-core's mlx5 provider passes on
+/// in `sl`. `struct ibv_wc` has no field for the IPv4 / IPv6 flag of IBA Annex A17.4.5.1, and
+/// UCX reads it there (`wc.sl & 7`) to find the destination address in the GRH area.
+pub const SL_ROCE_IPV4: u8 = 2;
+/// The same for IPv6 (`MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV6`).
+pub const SL_ROCE_IPV6: u8 = 1;
+
+/// `wc.sl` of a completion: the L3 header type for a UD receive over RoCEv2 ([`SL_ROCE_IPV4`],
+/// [`SL_ROCE_IPV6`]), the service level otherwise.
+#[inline]
+pub fn wc_sl(w: &WorkCompletion) -> u8 {
+    match w.network_hdr {
+        Some(NetworkHdr::Ipv4) => SL_ROCE_IPV4,
+        Some(NetworkHdr::Ipv6) => SL_ROCE_IPV6,
+        None => w.sl,
+    }
+}
+
 /// `struct ibv_wc` of a completion.
 #[inline]
 pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
@@ -221,7 +248,44 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     c.wc_flags = w.wc_flags.bits();
     c.pkey_index = w.pkey_index;
     c.slid = w.slid;
-    c.sl = w.sl;
+    c.sl = wc_sl(w);
     c.dlid_path_bits = w.dlid_path_bits;
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softib_core::verbs::types::{WcFlags, WcOpcode, WcStatus};
+    use softib_wire::Qpn;
+
+    #[test]
+    fn flow_label_keeps_its_low_20_bits() {
+        let mut c: ibv_ah_attr = util::zeroed();
+        c.is_global = 1;
+        c.port_num = 1;
+        c.grh.flow_label = 0xffff_ffff;
+        assert_eq!(ah_attr_from_c(&c).grh.unwrap().flow_label, 0xF_FFFF);
+        c.grh.flow_label = 0x12_3456;
+        assert_eq!(ah_attr_from_c(&c).grh.unwrap().flow_label, 0x2_3456);
+        c.grh.flow_label = 0xA_BCDE;
+        assert_eq!(ah_attr_from_c(&c).grh.unwrap().flow_label, 0xA_BCDE);
+        // And back, as query_qp reports it.
+        assert_eq!(ah_attr_to_c(&ah_attr_from_c(&c)).grh.flow_label, 0xA_BCDE);
+    }
+
+    #[test]
+    fn ud_receives_over_roce_report_the_l3_type_in_sl() {
+        let mut w = WorkCompletion::new(1, WcStatus::Success, WcOpcode::Recv, Qpn::new(0x11));
+        w.wc_flags |= WcFlags::GRH;
+        w.sl = 3;
+        assert_eq!(wc_to_c(&w).sl, 3, "no network header: the service level");
+        w.network_hdr = Some(NetworkHdr::Ipv4);
+        assert_eq!(wc_to_c(&w).sl, 2);
+        w.network_hdr = Some(NetworkHdr::Ipv6);
+        assert_eq!(wc_to_c(&w).sl, 1);
+        // UCX's test: the low three bits say IPv4 (2) or not.
+        assert_eq!(SL_ROCE_IPV4 & 7, 2);
+        assert_ne!(SL_ROCE_IPV6 & 7, 2);
+    }
 }

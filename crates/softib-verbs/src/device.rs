@@ -456,6 +456,13 @@ pub(crate) fn wind_up(s: &Shared) {
             eng.dev.local_addr(),
             s.progress
         );
+        let pages = crate::fault::pages_mapped();
+        if pages > 0 {
+            eprintln!(
+                "softib: {pages} page(s) mapped where the process had unmapped registered memory \
+                 softib then wrote or read"
+            );
+        }
     }
 }
 

@@ -201,7 +201,7 @@ unsafe extern "C" fn read_slid(cq: *mut ibv_cq_ex) -> u32 {
     u32::from(cur(cq).slid)
 }
 unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
-    cur(cq).sl
+    crate::convert::wc_sl(cur(cq))
 }
 unsafe extern "C" fn read_dlid_path_bits(cq: *mut ibv_cq_ex) -> u8 {
     cur(cq).dlid_path_bits

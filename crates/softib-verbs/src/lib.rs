@@ -33,6 +33,7 @@ mod convert;
 mod cq;
 mod device;
 mod ex;
+mod fault;
 mod kern;
 #[allow(dead_code, clippy::all)]
 pub mod kern_h;

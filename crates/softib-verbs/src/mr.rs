@@ -96,6 +96,18 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> i32 {
 struct AppMemory {
     ptr: *mut u8,
     len: usize,
+    /// The range, for a fault in memory the application unmapped while it is registered.
+    _region: crate::fault::Region,
+}
+
+impl AppMemory {
+    fn new(ptr: *mut u8, len: usize) -> AppMemory {
+        AppMemory {
+            ptr,
+            len,
+            _region: crate::fault::Region::new(ptr as usize, len),
+        }
+    }
 }
 
 // SAFETY: the buffer belongs to the application, which keeps it valid while registered
@@ -118,10 +130,7 @@ impl ExternalMemory for AppMemory {
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
     fn clone_box(&self) -> Box<dyn ExternalMemory> {
-        Box::new(AppMemory {
-            ptr: self.ptr,
-            len: self.len,
-        })
+        Box::new(AppMemory::new(self.ptr, self.len))
     }
 }
 
@@ -174,10 +183,7 @@ fn reg(
     if !accessible(addr as usize, length, writable) {
         return null_errno(libc::EFAULT);
     }
-    let mem = MrMemory::External(Box::new(AppMemory {
-        ptr: addr.cast(),
-        len: length,
-    }));
+    let mem = MrMemory::External(Box::new(AppMemory::new(addr.cast(), length)));
     let info = match sc
         .shared
         .lock()
@@ -392,10 +398,7 @@ unsafe fn rereg(
         return Err(libc::EFAULT);
     }
     if translate {
-        let mem = MrMemory::External(Box::new(AppMemory {
-            ptr: addr.cast(),
-            len: length,
-        }));
+        let mem = MrMemory::External(Box::new(AppMemory::new(addr.cast(), length)));
         change.memory = Some((mem, Some(addr as u64)));
     }
     let info = sc

@@ -454,8 +454,15 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
     {
         let shared = q.shared.clone();
         let mut eng = shared.lock();
-        // What the QP still has to send (the ACK of its last receive) leaves first.
-        eng.flush(&shared);
+        // What the QP still has to send (the ACK of its last receive) leaves first; nothing
+        // is received here. The application may already have freed the buffers of the
+        // receives it posted, which hardware tolerates (the pages stay pinned until their
+        // region is deregistered, later still behind a registration cache): UCX frees a UD
+        // interface's receive buffers before it destroys its QP, and a datagram placed into
+        // them here would fault.
+        let now = eng.dev.now();
+        let _ = eng.dev.flush(now);
+        eng.dispatch_events(&shared);
         // A shared XRC target QP lives on while another holder has it: this destroy only
         // lets go of it.
         let last = eng.dev.hca().qp(q.qpn).is_none_or(|c| c.opens() <= 1);

@@ -264,3 +264,20 @@ fn reset_cleans_the_qps_completions() {
 fn resize_cq_counts_the_completions_of_deferred_sends() {
     run_case("resize_after_posts");
 }
+
+/// What middleware passes and expects as mlx5 and rxe give it: a flow label beyond 20 bits
+/// (UCX's ~0) taken with its low 20 bits kept, in `ibv_create_ah` and `ibv_modify_qp`; the L3
+/// header type of a UD receive over RoCEv2/IPv4 in `wc.sl` (2, as mlx5 reports it); a CQ of
+/// mlx5's 4 194 303 entries.
+#[test]
+fn middleware_conventions() {
+    run_case("middleware_conventions");
+}
+
+/// A receive posted into registered memory the program then unmapped (UCX's UD teardown)
+/// completes into fresh pages instead of killing the process; the program's own access to
+/// that memory still faults, into its own SIGSEGV handler if it has one.
+#[test]
+fn unmapped_registered_memory() {
+    run_case("unmapped_registered_memory");
+}

@@ -62,7 +62,7 @@ use super::requester::{PayloadPlan, DEFAULT_PKEY};
 use super::Hca;
 use crate::error::McastError;
 use crate::time::Instant;
-use crate::verbs::cq::WorkCompletion;
+use crate::verbs::cq::{NetworkHdr, WorkCompletion};
 use crate::verbs::event::QpErrorCause;
 use crate::verbs::qp::Qp;
 use crate::verbs::types::{
@@ -544,9 +544,17 @@ impl Hca {
         wc.src_qp = deth.src_qp;
         wc.pkey_index = pkey_index;
         wc.sl = src.sl;
-        if let PacketSource::Native { lrh, .. } = src.from {
-            wc.slid = lrh.slid;
-            wc.dlid_path_bits = dlid_path_bits;
+        match src.from {
+            PacketSource::Native { lrh, .. } => {
+                wc.slid = lrh.slid;
+                wc.dlid_path_bits = dlid_path_bits;
+            }
+            PacketSource::Roce(ip) => {
+                wc.network_hdr = Some(match ip {
+                    IpHeader::V4(_) => NetworkHdr::Ipv4,
+                    IpHeader::V6(_) => NetworkHdr::Ipv6,
+                });
+            }
         }
         let _ = self.complete_or_error(qpn_w, recv_cq, wc, h.bth.solicited);
     }

@@ -47,6 +47,19 @@ pub struct WorkCompletion {
     pub sl: u8,
     /// Destination LID path bits of a receive.
     pub dlid_path_bits: u8,
+    /// The network header a UD receive over RoCEv2 came with: IBA Annex A17.4.5.1 has the
+    /// completion of a UD receive say whether the frame was IPv4 or IPv6, which tells where
+    /// the sender's address lies in the GRH area. `None` for every other completion.
+    pub network_hdr: Option<NetworkHdr>,
+}
+
+/// The L3 header of a received RoCEv2 packet ([`WorkCompletion::network_hdr`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NetworkHdr {
+    /// IPv4: the GRH area holds 20 undefined bytes, then the IPv4 header.
+    Ipv4,
+    /// IPv6: the GRH area holds the IPv6 header.
+    Ipv6,
 }
 
 impl WorkCompletion {
@@ -339,6 +352,22 @@ mod tests {
     }
 
     #[test]
+    fn a_large_cq_stores_only_what_it_holds() {
+        let max = crate::verbs::device::MAX_CQE;
+        let mut cq = Cq::new(rounded_capacity(max));
+        assert_eq!(cq.capacity, max);
+        assert_eq!(
+            cq.entries.slots.capacity(),
+            0,
+            "nothing before the first completion"
+        );
+        for i in 0..100 {
+            assert_eq!(cq.push(wc(i), false), Ok(false));
+        }
+        assert!(cq.entries.slots.len() <= 128, "{}", cq.entries.slots.len());
+    }
+
+    #[test]
     fn capacity_rounding() {
         assert_eq!(rounded_capacity(1), 1);
         assert_eq!(rounded_capacity(2), 3);
@@ -346,6 +375,8 @@ mod tests {
         assert_eq!(rounded_capacity(15), 15);
         assert_eq!(rounded_capacity(16), 31);
         assert_eq!(rounded_capacity(32767), 32767);
+        assert_eq!(rounded_capacity(262_144), 524_287);
+        assert_eq!(rounded_capacity(4_194_303), 4_194_303);
         assert_eq!(rounded_capacity(u32::MAX), u32::MAX);
     }
 

@@ -76,8 +76,15 @@ pub struct DeviceAttr {
     pub phys_port_cnt: u8,
 }
 
+/// The largest CQ a device offers: mlx5's 4 194 303 entries (2^22 - 1) rather than rxe's
+/// 32 767, because middleware sizes its CQs for hardware (libfabric's `ofi_rxm` asks for
+/// 262 144) and fails on a smaller device. A CQ's storage grows with the completions it holds
+/// at once, not with its size, so a large CQ costs nothing until it fills (`verbs::cq`).
+pub const MAX_CQE: u32 = (1 << 22) - 1;
+
 impl DeviceAttr {
-    /// The limits Linux rxe advertises (kernel 6.12), with the given GUIDs.
+    /// The limits Linux rxe advertises (kernel 6.12), with the given GUIDs, except `max_cqe`,
+    /// which is mlx5's ([`MAX_CQE`]).
     pub fn rxe_defaults(node_guid: u64) -> DeviceAttr {
         DeviceAttr {
             node_guid,
@@ -92,7 +99,7 @@ impl DeviceAttr {
             max_sge: 32,
             max_sge_rd: 32,
             max_cq: 1 << 20,
-            max_cqe: (1 << 15) - 1,
+            max_cqe: MAX_CQE,
             max_mr: (1 << 19) - 1,
             max_pd: 1 << 20,
             max_qp_rd_atom: 128,
@@ -366,7 +373,7 @@ mod tests {
         let c = HcaConfig::new(7);
         assert_eq!(c.device.node_guid, 0x0200_00ff_fe00_0007);
         assert_eq!(c.device.max_qp, 1_048_560);
-        assert_eq!(c.device.max_cqe, 32_767);
+        assert_eq!(c.device.max_cqe, 4_194_303, "mlx5's, not rxe's 32 767");
         assert_eq!(c.device.max_sge, 32);
         assert_eq!(c.device.max_srq_sge, 27);
         assert_eq!(c.device.max_inline_data, 512);

@@ -14,7 +14,9 @@
 #include <string.h>
 #include <time.h>
 #include <arpa/inet.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -2657,6 +2659,210 @@ static void resize_after_posts(void)
 	ibv_close_device(ctx);
 }
 
+/* What middleware passes and expects as hardware gives it (docs/deviations.md, "Middleware
+ * conventions"): a flow label with bits above the 20 of IBA's field (UCX sets ~0 on RoCE
+ * paths) is taken, its low 20 bits kept; a UD receive over RoCEv2 from IPv4 reports the L3
+ * header type 2 in `sl`, as mlx5 does (UCX reads `sl & 7` to find the address in the GRH
+ * area); a CQ as large as mlx5's (4 194 303 entries; libfabric asks 262 144) is created. */
+static void middleware_conventions(void)
+{
+	struct ibv_context *c = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(c);
+	struct ibv_device_attr da;
+	if (!pd || ibv_query_device(c, &da))
+		DIE("setup");
+	CHECK(da.max_cqe == 4194303, "max_cqe %d, want mlx5's 4194303", da.max_cqe);
+	struct ibv_cq *big = ibv_create_cq(c, 262144, NULL, NULL, 0);
+	CHECK(big != NULL && big->cqe >= 262144, "a CQ of 262144 entries: errno %d", errno);
+	struct ibv_cq *most = ibv_create_cq(c, da.max_cqe, NULL, NULL, 0);
+	CHECK(most != NULL, "a CQ of max_cqe entries: errno %d", errno);
+	struct ibv_cq *qa = ibv_create_cq(c, 16, NULL, NULL, 0);
+	struct ibv_cq *qb = ibv_create_cq(c, 16, NULL, NULL, 0);
+	static char buf[256];
+	struct ibv_mr *m = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!qa || !qb || !m)
+		DIE("setup");
+
+	union ibv_gid gid;
+	if (ibv_query_gid(c, 1, 0, &gid))
+		DIE("gid");
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	aa.grh.dgid = gid;
+	aa.grh.hop_limit = 64;
+	aa.grh.flow_label = 0xffffffff;
+	aa.dlid = 0xc000;
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	CHECK(ah != NULL, "ibv_create_ah with flow_label 0xffffffff: errno %d", errno);
+
+	/* An RC QP's path with the same flow label; query_qp gives its low 20 bits. */
+	struct ibv_qp *rc = rc_qp(pd, qa, qa, 1);
+	to_init(rc);
+	struct ibv_qp_attr at = {0};
+	at.qp_state = IBV_QPS_RTR;
+	at.path_mtu = IBV_MTU_1024;
+	at.dest_qp_num = rc->qp_num;
+	at.max_dest_rd_atomic = 1;
+	at.min_rnr_timer = 12;
+	at.ah_attr = aa;
+	CHECK(ibv_modify_qp(rc, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+					     IBV_QP_MIN_RNR_TIMER) == 0,
+	      "RTR with flow_label 0xffffffff: errno %d", errno);
+	struct ibv_qp_init_attr ia;
+	memset(&at, 0, sizeof(at));
+	CHECK(ibv_query_qp(rc, &at, IBV_QP_AV, &ia) == 0 && at.ah_attr.grh.flow_label == 0xfffff,
+	      "query_qp flow_label %#x, want 0xfffff", at.ah_attr.grh.flow_label);
+
+	struct ibv_qp *a = ud_qp(c, pd, qa), *b = ud_qp(c, pd, qb);
+	struct ibv_sge rs = {(uintptr_t)buf, sizeof(buf), m->lkey};
+	struct ibv_recv_wr rw = {.wr_id = 7, .sg_list = &rs, .num_sge = 1}, *rbad;
+	if (ibv_post_recv(b, &rw, &rbad))
+		DIE("ibv_post_recv");
+	static char msg[16] = "datagram";
+	struct ibv_mr *mm = ibv_reg_mr(pd, msg, sizeof(msg), IBV_ACCESS_LOCAL_WRITE);
+	if (!mm)
+		DIE("reg msg");
+	struct ibv_send_wr wr = {.wr_id = 8, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED}, *sbad;
+	struct ibv_sge ss = {(uintptr_t)msg, 9, mm->lkey};
+	wr.sg_list = &ss;
+	wr.num_sge = 1;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = b->qp_num;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	int err = ah ? ibv_post_send(a, &wr, &sbad) : -1;
+	if (err == 0) {
+		struct ibv_wc wc;
+		CHECK(poll_one(qa, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "sent");
+		CHECK(poll_one(qb, &wc, 5.0) && wc.status == IBV_WC_SUCCESS &&
+			      (wc.wc_flags & IBV_WC_GRH),
+		      "received with a network header");
+		CHECK(wc.sl == 2, "sl %u, want 2 (mlx5's L3 header type IPv4)", wc.sl);
+		/* UCX's check: the destination address of the IPv4 header ends the GRH area. */
+		CHECK(memcmp(buf + 36, &gid.raw[12], 4) == 0, "IPv4 destination at bytes 36..40");
+		CHECK(memcmp(buf + 40, "datagram", 9) == 0, "payload");
+	} else {
+		CHECK(0, "UD send through the AH: %d", err);
+	}
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_destroy_qp(rc);
+	ibv_dereg_mr(mm);
+	if (ah)
+		ibv_destroy_ah(ah);
+	ibv_dereg_mr(m);
+	if (big)
+		ibv_destroy_cq(big);
+	if (most)
+		ibv_destroy_cq(most);
+	ibv_destroy_cq(qa);
+	ibv_destroy_cq(qb);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(c);
+}
+
+static void on_app_segv(int sig)
+{
+	(void)sig;
+	_exit(42);
+}
+
+/* Registered memory the program unmaps while a receive is posted into it, as UCX does with a
+ * UD interface's receive buffers before it destroys the QP (its registration cache
+ * deregisters them later). A datagram arriving then is placed into fresh pages where the
+ * buffer was, as hardware places it into the pages it pinned, and completes; the process
+ * goes on. A fault of the program's own code there is the program's: a child that reads the
+ * unmapped buffer dies of SIGSEGV, and one with a SIGSEGV handler of its own gets it. */
+static void unmapped_registered_memory(void)
+{
+	struct ibv_context *c = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(c);
+	struct ibv_cq *qa = ibv_create_cq(c, 16, NULL, NULL, 0);
+	struct ibv_cq *qb = ibv_create_cq(c, 16, NULL, NULL, 0);
+	long page = sysconf(_SC_PAGESIZE);
+	size_t len = 4 * (size_t)page;
+	char *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (!pd || !qa || !qb || buf == MAP_FAILED)
+		DIE("setup");
+	struct ibv_mr *m = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
+	if (!m)
+		DIE("ibv_reg_mr");
+	struct ibv_qp *a = ud_qp(c, pd, qa), *b = ud_qp(c, pd, qb);
+	/* The receive straddles a page boundary: two pages are written. */
+	struct ibv_sge rs = {(uintptr_t)buf + (size_t)page - 20, 256, m->lkey};
+	struct ibv_recv_wr rw = {.wr_id = 7, .sg_list = &rs, .num_sge = 1}, *rbad;
+	if (ibv_post_recv(b, &rw, &rbad))
+		DIE("ibv_post_recv");
+	if (munmap(buf, len))
+		DIE("munmap");
+
+	/* The program's own access to the unmapped region still faults. */
+	pid_t child = fork();
+	if (child == 0) {
+		volatile char x = buf[(size_t)page];
+		(void)x;
+		_exit(0);
+	}
+	int st = 0;
+	waitpid(child, &st, 0);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV,
+	      "the program's read of its unmapped buffer: status %#x, want SIGSEGV", st);
+	child = fork();
+	if (child == 0) {
+		signal(SIGSEGV, on_app_segv);
+		volatile char x = buf[(size_t)page];
+		(void)x;
+		_exit(0);
+	}
+	waitpid(child, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 42,
+	      "the program's own SIGSEGV handler: status %#x, want exit 42", st);
+
+	union ibv_gid gid;
+	if (ibv_query_gid(c, 1, 0, &gid))
+		DIE("gid");
+	struct ibv_ah_attr aa = {0};
+	aa.is_global = 1;
+	aa.port_num = 1;
+	aa.grh.dgid = gid;
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	if (!ah)
+		DIE("ibv_create_ah");
+	static char msg[200];
+	memset(msg, 'u', sizeof(msg));
+	struct ibv_mr *mm = ibv_reg_mr(pd, msg, sizeof(msg), IBV_ACCESS_LOCAL_WRITE);
+	if (!mm)
+		DIE("reg msg");
+	struct ibv_sge ss = {(uintptr_t)msg, sizeof(msg), mm->lkey};
+	struct ibv_send_wr wr = {.wr_id = 8, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED}, *sbad;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = b->qp_num;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	if (ibv_post_send(a, &wr, &sbad))
+		DIE("ibv_post_send");
+	struct ibv_wc wc;
+	CHECK(poll_one(qa, &wc, 5.0) && wc.status == IBV_WC_SUCCESS, "sent");
+	CHECK(poll_one(qb, &wc, 5.0) && wc.status == IBV_WC_SUCCESS && wc.wr_id == 7 &&
+		      wc.byte_len == 240,
+	      "the receive into the unmapped buffer completes (status %d, %u bytes)", wc.status,
+	      wc.byte_len);
+	CHECK(memcmp(buf + page + 20, msg, sizeof(msg)) == 0,
+	      "the datagram is in the pages mapped where the buffer was");
+
+	ibv_destroy_qp(a);
+	ibv_destroy_qp(b);
+	ibv_destroy_ah(ah);
+	ibv_dereg_mr(mm);
+	ibv_dereg_mr(m);
+	ibv_destroy_cq(qa);
+	ibv_destroy_cq(qb);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(c);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2693,6 +2899,8 @@ static const struct {
 	{"create_qp_flags", create_qp_flags},
 	{"reset_cleans_cqs", reset_cleans_cqs},
 	{"resize_after_posts", resize_after_posts},
+	{"middleware_conventions", middleware_conventions},
+	{"unmapped_registered_memory", unmapped_registered_memory},
 };
 
 int main(int argc, char **argv)

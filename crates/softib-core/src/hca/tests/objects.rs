@@ -355,7 +355,10 @@ fn resize_cq_keeps_completions_and_refuses_too_small() {
     );
     assert_eq!(
         f.hca.resize_cq(cq, 0),
-        Err(ResizeCqError::InvalidCqe { cqe: 0, max: 32767 })
+        Err(ResizeCqError::InvalidCqe {
+            cqe: 0,
+            max: 4_194_303
+        })
     );
     assert_eq!(f.hca.resize_cq(cq, 100), Ok(127));
     assert_eq!(f.hca.query_cq(cq).unwrap().cqe, 127);
@@ -377,19 +380,24 @@ fn cq_rounding_and_limits() {
     let mut hca = Hca::new(config);
     assert_eq!(
         hca.create_cq(0),
-        Err(CreateCqError::InvalidCqe { cqe: 0, max: 32767 })
+        Err(CreateCqError::InvalidCqe {
+            cqe: 0,
+            max: 4_194_303
+        })
     );
     assert_eq!(
-        hca.create_cq(32768),
+        hca.create_cq(4_194_304),
         Err(CreateCqError::InvalidCqe {
-            cqe: 32768,
-            max: 32767
+            cqe: 4_194_304,
+            max: 4_194_303
         })
     );
     let a = hca.create_cq(10).unwrap();
     assert_eq!(hca.query_cq(a).unwrap().cqe, 15);
-    let b = hca.create_cq(32767).unwrap();
-    assert_eq!(hca.query_cq(b).unwrap().cqe, 32767);
+    // What libfabric's ofi_rxm asks for, and the largest.
+    let b = hca.create_cq(262_144).unwrap();
+    assert_eq!(hca.query_cq(b).unwrap().cqe, 524_287);
+    assert_eq!(hca.resize_cq(b, 4_194_303), Ok(4_194_303));
     assert_eq!(hca.create_cq(1), Err(CreateCqError::TooManyCqs { max: 2 }));
 }
 
