@@ -207,6 +207,17 @@ fn netdev_mtu(ip: IpAddr) -> Option<u32> {
     if ip.is_loopback() {
         return Some(65536);
     }
+    let (name, _) = interface_of(ip)?;
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The name and index of the network interface that holds `ip` (`lo` for a loopback address
+/// the interface list does not name, as 127.0.0.2 on Linux, whose `lo` holds 127.0.0.0/8).
+pub(crate) fn interface_of(ip: IpAddr) -> Option<(String, u32)> {
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills a list we free below.
     if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
@@ -217,42 +228,26 @@ fn netdev_mtu(ip: IpAddr) -> Option<u32> {
     while !p.is_null() {
         // SAFETY: a node of the list getifaddrs returned.
         let ifa = unsafe { &*p };
-        if !ifa.ifa_addr.is_null() {
-            // SAFETY: ifa_addr points to a sockaddr of the family it names.
-            let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-            let addr = match fam {
-                libc::AF_INET => {
-                    let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                    Some(IpAddr::from(
-                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                    ))
-                }
-                libc::AF_INET6 => {
-                    let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
-                }
-                _ => None,
-            };
-            if addr == Some(ip) {
-                // SAFETY: ifa_name is a C string.
-                name = Some(
-                    unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-                        .to_string_lossy()
-                        .into_owned(),
-                );
-                break;
-            }
+        // SAFETY: ifa_addr, if set, is a sockaddr of the size its family says.
+        let addr = unsafe { crate::cma::addr::from_sockaddr(ifa.ifa_addr) };
+        if addr.is_some_and(|a| a.ip() == ip) {
+            // SAFETY: ifa_name is a C string.
+            name = Some(
+                unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            break;
         }
         p = ifa.ifa_next;
     }
     // SAFETY: the list from getifaddrs.
     unsafe { libc::freeifaddrs(ifap) };
-    let name = name?;
-    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    let name = name.or_else(|| ip.is_loopback().then(|| "lo".to_string()))?;
+    let c = std::ffi::CString::new(name.clone()).ok()?;
+    // SAFETY: a NUL-terminated name.
+    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (index != 0).then_some((name, index))
 }
 
 static PCAP_SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -766,7 +761,9 @@ fn fill_gid_entry(sc: &SoftContext, port: u32, index: u32) -> Result<ibv_gid_ent
     e.gid_index = index;
     e.port_num = port;
     e.gid_type = gid_type_raw(t);
-    e.ndev_ifindex = 0;
+    // The interface that holds the device's address (`lo` on loopback), as the kernel names a
+    // RoCE GID's net device: programs find the interface of a GID by it.
+    e.ndev_ifindex = interface_of(sc.shared.local.ip()).map_or(0, |(_, i)| i);
     Ok(e)
 }
 

@@ -8,6 +8,7 @@ own 127.0.0.x), or two QPs of one context connected to each other.
 
 import errno
 import os
+import socket
 import struct
 import unittest
 
@@ -189,6 +190,8 @@ class SoftibTest(unittest.TestCase):
         self.assertEqual(gid_a, gid_b, 'the contexts of one device share its GID')
         entry = self.ctx_a.query_gid_ex(PORT, 0)
         self.assertEqual(entry.gid_type, e.IBV_GID_TYPE_ROCE_V2)
+        # The GID's net device is the interface of the device's address: lo on loopback.
+        self.assertEqual(entry.ndev_ifindex, socket.if_nametoindex('lo'))
         self.assertEqual(self.ctx_a.query_pkey(PORT, 0), 0xFFFF)
         with self.assertRaises(PyverbsRDMAError):
             self.ctx_a.query_port(2)
