@@ -72,6 +72,13 @@ fn cm_bad_calls() {
     run_case("bad_calls");
 }
 
+/// A port another process of the host bound on the shared device's address is EADDRINUSE (in
+/// its port space only), and free again once that process has exited.
+#[test]
+fn cm_ports_are_the_hosts() {
+    run_case("ports");
+}
+
 /// A REQ to an address nobody holds ends UNREACHABLE (-ETIMEDOUT) after its retries; a DREQ
 /// to a passive process killed after the connection was made ends DISCONNECTED. The CM's
 /// timeouts are shortened (t = 14: 67 ms, 3 retries).

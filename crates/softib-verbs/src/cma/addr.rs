@@ -291,7 +291,9 @@ fn ports() -> std::sync::MutexGuard<'static, Option<HashSet<PortKey>>> {
     PORTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Takes `port` (0: a free one) in port space `ps` on `ip`; the port, or `EADDRINUSE`.
+/// Takes `port` (0: a free one) in port space `ps` on `ip`; the port, or `EADDRINUSE`. A port
+/// of a specific address is also claimed in the table of the host-wide device there, so that
+/// another process of the host cannot bind it either, as with the kernel's rdma_cm.
 pub fn hold_port(ip: IpAddr, ps: rdma_port_space, port: u16) -> Result<PortKey, i32> {
     let mut g = ports();
     let set = g.get_or_insert_with(HashSet::new);
@@ -301,17 +303,21 @@ pub fn hold_port(ip: IpAddr, ps: rdma_port_space, port: u16) -> Result<PortKey, 
         })
     };
     let port = if port != 0 {
-        if taken(set, port) {
+        if taken(set, port) || !host_claim(ip, ps, port)? {
             return Err(libc::EADDRINUSE);
         }
         port
     } else {
         let span = u32::from(EPHEMERAL_LAST - EPHEMERAL_FIRST) + 1;
         let start = kern::random_u32() % span;
-        (0..span)
-            .map(|i| EPHEMERAL_FIRST + ((start + i) % span) as u16)
-            .find(|&p| !taken(set, p))
-            .ok_or(libc::EADDRINUSE)?
+        let mut found = None;
+        for p in (0..span).map(|i| EPHEMERAL_FIRST + ((start + i) % span) as u16) {
+            if !taken(set, p) && host_claim(ip, ps, p)? {
+                found = Some(p);
+                break;
+            }
+        }
+        found.ok_or(libc::EADDRINUSE)?
     };
     let key = (ip, ps, port);
     set.insert(key);
@@ -323,6 +329,40 @@ pub fn release_port(key: PortKey) {
     if let Some(set) = ports().as_mut() {
         set.remove(&key);
     }
+    let (ip, ps, port) = key;
+    with_member(ip, |m| {
+        m.release(
+            kern::service_id(ps, port),
+            softib_udp::host::PortKind::Bound,
+        )
+    });
+}
+
+/// Claims `port` of port space `ps` on `ip` in the table of the host-wide device there: false
+/// if another process holds it. True for the unspecified address and where no device of this
+/// process is at `ip` (nothing to share it with).
+fn host_claim(ip: IpAddr, ps: rdma_port_space, port: u16) -> Result<bool, i32> {
+    let claimed = with_member(ip, |m| {
+        m.claim(
+            kern::service_id(ps, port),
+            softib_udp::host::PortKind::Bound,
+        )
+    });
+    match claimed {
+        None => Ok(true),
+        Some(r) => r.map_err(|e| e.raw_os_error().unwrap_or(libc::ENOSPC)),
+    }
+}
+
+/// Runs `f` on the membership of the host-wide device this process has at `ip`, if any.
+fn with_member<T>(ip: IpAddr, f: impl FnOnce(&softib_udp::host::Member) -> T) -> Option<T> {
+    if ip.is_unspecified() {
+        return None;
+    }
+    let ctx = pool().iter().find(|(a, _)| *a == ip).map(|&(_, c)| c)?;
+    let sc = SoftContext::from_ctx(ctx as *mut ibv_context)?;
+    let eng = sc.shared.lock();
+    eng.dev.member().map(f)
 }
 
 /// The context's PD for ids, if it has one yet (engine lock held: nothing is allocated).

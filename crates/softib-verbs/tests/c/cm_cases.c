@@ -502,10 +502,53 @@ static void case_vanish(void)
 	rdma_destroy_id(a);
 }
 
+/* Ports are the host's, as with the kernel's rdma_cm: a port another process bound on the
+ * address of a shared device is EADDRINUSE here, in either port space it holds; once that
+ * process has exited, the port is free again. */
+static void case_port_of_another_process(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(7483) };
+	a.sin_addr.s_addr = inet_addr("127.0.0.1");
+	int up[2], down[2];
+	if (pipe(up) || pipe(down))
+		DIE("pipe");
+	pid_t child = fork();
+	if (child < 0)
+		DIE("fork");
+	if (child == 0) {
+		struct rdma_event_channel *c2 = rdma_create_event_channel();
+		struct rdma_cm_id *id;
+		char b = 0;
+		if (!c2 || rdma_create_id(c2, &id, NULL, RDMA_PS_TCP) ||
+		    rdma_bind_addr(id, (struct sockaddr *)&a))
+			b = 1;
+		if (write(up[1], &b, 1) != 1 || read(down[0], &b, 1) != 1)
+			_exit(3);
+		exit(0);
+	}
+	char b = 1;
+	CHECK(read(up[0], &b, 1) == 1 && b == 0, "the other process bound the port");
+	struct rdma_cm_id *id, *udp;
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) || rdma_create_id(ch, &udp, NULL, RDMA_PS_UDP))
+		DIE("rdma_create_id");
+	errno = 0;
+	CHECK(rdma_bind_addr(id, (struct sockaddr *)&a) == -1 && errno == EADDRINUSE,
+	      "bind a port another process holds");
+	CHECK(rdma_bind_addr(udp, (struct sockaddr *)&a) == 0, "the same port in another space");
+	if (write(down[1], &b, 1) != 1)
+		DIE("write");
+	int st = 0;
+	waitpid(child, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the other process exited: %d", st);
+	CHECK(rdma_bind_addr(id, (struct sockaddr *)&a) == 0, "bind the port once it went");
+	rdma_destroy_id(id);
+	rdma_destroy_id(udp);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: cm_cases establish|reject|ud|bad_calls|vanish\n");
+		fprintf(stderr, "usage: cm_cases establish|reject|ud|bad_calls|vanish|ports\n");
 		return 2;
 	}
 	ch = rdma_create_event_channel();
@@ -521,6 +564,8 @@ int main(int argc, char **argv)
 		case_bad_calls();
 	else if (!strcmp(argv[1], "vanish"))
 		case_vanish();
+	else if (!strcmp(argv[1], "ports"))
+		case_port_of_another_process();
 	else
 		DIE("unknown case %s", argv[1]);
 	rdma_destroy_event_channel(ch);
