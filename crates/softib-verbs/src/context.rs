@@ -54,8 +54,13 @@ const RT_RUN_MAX: Duration = Duration::from_millis(1);
 const PASSIVE_AFTER: Duration = Duration::from_millis(1);
 /// Longest sleep of an idle progress thread (it also wakes on packets, deadlines and close).
 const IDLE_SLEEP: Duration = Duration::from_millis(100);
-/// Empty polls in a row after which each empty poll yields the CPU ([`Shared::polled`]).
+/// Empty polls in a row after which an empty poll yields the CPU, at first, and the least and
+/// most it adapts to ([`Shared::polled`]).
 pub const YIELD_AFTER: u32 = 32;
+pub const YIELD_AFTER_MIN: u32 = 2;
+pub const YIELD_AFTER_MAX: u32 = 1024;
+/// A `sched_yield` that took this long gave the CPU to another thread.
+const YIELD_SWITCHED: Duration = Duration::from_micros(3);
 /// I/O rounds one progress turn runs at most before it lets the application in.
 const ROUNDS_PER_TURN: usize = 64;
 
@@ -99,8 +104,10 @@ pub struct Shared {
     /// while it moves quickly the application drives the engine itself and the progress
     /// thread stays off the socket.
     pub app_polls: AtomicU64,
-    /// Polls of the application in a row that found no completion ([`Shared::polled`]).
+    /// Polls of the application in a row that found no completion, and after how many an
+    /// empty poll yields the CPU ([`Shared::polled`]).
     pub empty_polls: AtomicU32,
+    pub yield_after: AtomicU32,
     /// Threads blocked in `ibv_get_cq_event` on a channel of this context: while one waits,
     /// the progress thread drives the engine even if `app_polls` moved.
     pub cq_waiters: AtomicU32,
@@ -187,12 +194,18 @@ impl Shared {
         eng
     }
 
-    /// An application's poll ended with `got` completions, the engine unlocked: after
-    /// [`YIELD_AFTER`] empty polls in a row, each empty poll yields the CPU. A process that
-    /// spins in `ibv_poll_cq` then lets a peer that shares its CPU run (more processes than
-    /// CPUs, as MPI jobs on small machines have): without it, every hop of a ping-pong waited
-    /// for the spinner's time slice to end (milliseconds). A peer on another CPU costs the
-    /// spinner one system call per poll while it waits anyway.
+    /// An application's poll ended with `got` completions, the engine unlocked. After a run
+    /// of empty polls, each empty poll yields the CPU: a process that spins in `ibv_poll_cq`
+    /// then lets a peer that shares its CPU run (more processes than CPUs, as MPI jobs on
+    /// small machines have). Without it, every hop of a ping-pong waited for the spinner's
+    /// time slice to end (milliseconds).
+    ///
+    /// How long the run is adapts to what the yields find: a yield that gave the CPU away
+    /// (it took more than [`YIELD_SWITCHED`]: another thread ran) halves the run, down to
+    /// [`YIELD_AFTER_MIN`], so that two processes on one CPU hand it to each other within a
+    /// few polls; one that came straight back (nobody else wanted the CPU: the peer is on
+    /// another one) doubles it, up to [`YIELD_AFTER_MAX`], so that a poller with a CPU of its
+    /// own makes a system call only now and then.
     pub fn polled(&self, got: usize) {
         if got > 0 {
             if self.empty_polls.load(Ordering::Relaxed) != 0 {
@@ -202,12 +215,25 @@ impl Shared {
         }
         let n = self.empty_polls.load(Ordering::Relaxed).saturating_add(1);
         self.empty_polls.store(n, Ordering::Relaxed);
-        if n >= YIELD_AFTER {
-            // SAFETY: no arguments.
-            unsafe {
-                libc::sched_yield();
-            }
+        let after = self.yield_after.load(Ordering::Relaxed);
+        if n < after {
+            return;
         }
+        let t0 = std::time::Instant::now();
+        // SAFETY: no arguments.
+        unsafe {
+            libc::sched_yield();
+        }
+        let next = if t0.elapsed() >= YIELD_SWITCHED {
+            (after / 2).max(YIELD_AFTER_MIN)
+        } else {
+            after.saturating_mul(2).min(YIELD_AFTER_MAX)
+        };
+        if next != after {
+            self.yield_after.store(next, Ordering::Relaxed);
+        }
+        // The run starts again: the next yield comes after `next` more empty polls.
+        self.empty_polls.store(0, Ordering::Relaxed);
     }
 
     /// The blocked thread woke up.
@@ -869,6 +895,7 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
         }),
         app_polls: AtomicU64::new(0),
         empty_polls: AtomicU32::new(0),
+        yield_after: AtomicU32::new(YIELD_AFTER),
         cq_waiters: AtomicU32::new(0),
         parked: AtomicBool::new(false),
         tx_pending: AtomicBool::new(false),
