@@ -85,6 +85,47 @@ static void post_recv(int p, int slot)
 		die("ibv_post_recv to %d", p);
 }
 
+/* Takes what the CQ holds: a send's completion counts as done, a receive is checked (its
+ * length and every byte, in the order the peer sent) and its buffer posted again, an error
+ * marks its peer failed (with the time since the data phase began, at data_start). Returns
+ * the messages checked. */
+static int poll_completions(double data_start)
+{
+	struct ibv_wc wc[16];
+	int got = ibv_poll_cq(cq, 16, wc);
+	if (got < 0)
+		die("ibv_poll_cq");
+	int checked = 0;
+	for (int k = 0; k < got; k++) {
+		int q = (int)(wc[k].wr_id >> 32);
+		struct peer *x = &peers[q];
+		if (wc[k].status != IBV_WC_SUCCESS) {
+			if (!x->failed) {
+				x->failed = 1;
+				x->status = wc[k].status;
+				x->failed_after = now() - data_start;
+			}
+			continue;
+		}
+		if (wc[k].opcode == IBV_WC_SEND) {
+			x->send_done++;
+			continue;
+		}
+		int slot = (int)(uint32_t)wc[k].wr_id;
+		int rr = x->received;
+		unsigned char *b = x->rbuf + (size_t)slot * size;
+		if ((int)wc[k].byte_len != size)
+			die("message %d from %d: %u bytes", rr, q, wc[k].byte_len);
+		for (int i = 0; i < size; i++)
+			if (b[i] != pattern(q, rank, rr, i))
+				die("message %d from %d: byte %d is %u", rr, q, i, b[i]);
+		x->received++;
+		checked++;
+		post_recv(q, slot);
+	}
+	return checked;
+}
+
 static int wait_for(const char *prefix, double deadline)
 {
 	for (;;) {
@@ -255,37 +296,7 @@ int main(int argc, char **argv)
 				continue;
 			/* At most DEPTH / 2 messages to a peer in flight. */
 			while (pe->sent - pe->send_done >= DEPTH / 2 && !pe->failed) {
-				struct ibv_wc wc[16];
-				int got = ibv_poll_cq(cq, 16, wc);
-				if (got < 0)
-					die("ibv_poll_cq");
-				for (int k = 0; k < got; k++) {
-					int q = (int)(wc[k].wr_id >> 32);
-					struct peer *x = &peers[q];
-					if (wc[k].status != IBV_WC_SUCCESS) {
-						if (!x->failed) {
-							x->failed = 1;
-							x->status = wc[k].status;
-							x->failed_after = now() - data_start;
-						}
-						continue;
-					}
-					if (wc[k].opcode == IBV_WC_SEND) {
-						x->send_done++;
-					} else {
-						int slot = (int)(uint32_t)wc[k].wr_id;
-						int rr = x->received;
-						unsigned char *b = x->rbuf + (size_t)slot * size;
-						if ((int)wc[k].byte_len != size)
-							die("message %d from %d: %u bytes", rr, q, wc[k].byte_len);
-						for (int i = 0; i < size; i++)
-							if (b[i] != pattern(q, rank, rr, i))
-								die("message %d from %d: byte %d is %u", rr, q, i, b[i]);
-						x->received++;
-						checked++;
-						post_recv(q, slot);
-					}
-				}
+				checked += poll_completions(data_start);
 				if (now() > deadline)
 					die("timed out sending to %d", p);
 			}
@@ -329,37 +340,7 @@ int main(int argc, char **argv)
 			pending++;
 		if (!pending)
 			break;
-		struct ibv_wc wc[16];
-		int got = ibv_poll_cq(cq, 16, wc);
-		if (got < 0)
-			die("ibv_poll_cq");
-		for (int k = 0; k < got; k++) {
-			int q = (int)(wc[k].wr_id >> 32);
-			struct peer *x = &peers[q];
-			if (wc[k].status != IBV_WC_SUCCESS) {
-				if (!x->failed) {
-					x->failed = 1;
-					x->status = wc[k].status;
-					x->failed_after = now() - data_start;
-				}
-				continue;
-			}
-			if (wc[k].opcode == IBV_WC_SEND) {
-				x->send_done++;
-			} else {
-				int slot = (int)(uint32_t)wc[k].wr_id;
-				int rr = x->received;
-				unsigned char *b = x->rbuf + (size_t)slot * size;
-				if ((int)wc[k].byte_len != size)
-					die("message %d from %d: %u bytes", rr, q, wc[k].byte_len);
-				for (int i = 0; i < size; i++)
-					if (b[i] != pattern(q, rank, rr, i))
-						die("message %d from %d: byte %d is %u", rr, q, i, b[i]);
-				x->received++;
-				checked++;
-				post_recv(q, slot);
-			}
-		}
+		checked += poll_completions(data_start);
 		/* A peer that is dead but has nothing in flight from us: send it one message, whose
 		 * failure is what says it died. */
 		if (dead >= 0 && dead != rank && !peers[dead].failed && peers[dead].send_done == peers[dead].sent) {

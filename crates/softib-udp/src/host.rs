@@ -42,18 +42,15 @@
 // are all in this file, each behind a bounds-checked or documented helper.
 #![allow(unsafe_code)]
 
-use std::ffi::c_void;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustix::fs::{Mode, OFlags};
-use rustix::mm::{MapFlags, ProtFlags};
 use softib_core::NumberRange;
 
 /// First member slot.
@@ -200,51 +197,23 @@ fn boot_ns() -> u64 {
 
 /// The mapped host table.
 struct Table {
-    base: NonNull<u8>,
-}
-
-// SAFETY: plain shared memory, only touched through atomics.
-unsafe impl Send for Table {}
-// SAFETY: as above.
-unsafe impl Sync for Table {}
-
-impl Drop for Table {
-    fn drop(&mut self) {
-        // SAFETY: `base` is the start of a live mapping of FILE_LEN bytes made by `map`.
-        unsafe {
-            let _ = rustix::mm::munmap(self.base.as_ptr().cast::<c_void>(), FILE_LEN);
-        }
-    }
+    map: crate::shmem::SharedMap,
 }
 
 impl Table {
+    /// Maps the table file open at `fd` (the caller made it [`FILE_LEN`] long).
     fn map(fd: &OwnedFd) -> io::Result<Table> {
-        // SAFETY: a new shared mapping of a file at least FILE_LEN long (the caller sized it).
-        let p = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                FILE_LEN,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                fd,
-                0,
-            )?
-        };
-        let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap"))?;
-        Ok(Table { base })
+        Ok(Table {
+            map: crate::shmem::SharedMap::map(fd, FILE_LEN)?,
+        })
     }
 
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= FILE_LEN);
-        // SAFETY: in bounds and aligned (checked; the mapping is page-aligned); the table is
-        // only ever accessed atomically.
-        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU64>() }
+        self.map.u64_at(off)
     }
 
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= FILE_LEN);
-        // SAFETY: as for `u64_at`.
-        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU32>() }
+        self.map.u32_at(off)
     }
 
     fn slot(&self, s: u8, field: usize) -> usize {

@@ -28,6 +28,7 @@ pub mod frame;
 pub mod host;
 pub mod relay;
 pub mod shm;
+mod shmem;
 mod sockopt;
 
 use std::fs::File;

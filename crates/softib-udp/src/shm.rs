@@ -32,11 +32,9 @@ use std::ffi::c_void;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use rustix::fs::{Mode, OFlags};
-use rustix::mm::{MapFlags, ProtFlags};
 
 /// "SOFTIBQ4": the inbox format.
 const MAGIC: u64 = u64::from_be_bytes(*b"SOFTIBQ4");
@@ -179,27 +177,11 @@ fn namespace(kind: &str) -> u64 {
 
 /// A mapping of an inbox file.
 struct Mapping {
-    base: NonNull<u8>,
+    map: crate::shmem::SharedMap,
     /// Inode of the mapped file (a sender checks that the path still names it).
     ino: u64,
     /// Owner of the file (a sender places WRITEs only into its own user's processes).
     uid: u32,
-}
-
-// SAFETY: the mapping is plain shared memory; every access goes through atomics or raw
-// copies, so it may move between threads and be shared by them (the ring's consumer state
-// is in `Inbox`, owned by one thread; a `Waker` touches the atomics only).
-unsafe impl Send for Mapping {}
-// SAFETY: as above.
-unsafe impl Sync for Mapping {}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `base` is the start of a live mapping of FILE_LEN bytes made by `map`.
-        unsafe {
-            let _ = rustix::mm::munmap(self.base.as_ptr().cast::<c_void>(), FILE_LEN);
-        }
-    }
 }
 
 impl Mapping {
@@ -209,44 +191,28 @@ impl Mapping {
         Mapping::map(&fd)
     }
 
-    /// Maps `fd` (at least FILE_LEN bytes long) read-write and shared.
+    /// Maps `fd` (FILE_LEN bytes long) read-write and shared.
     fn map(fd: &rustix::fd::OwnedFd) -> io::Result<Mapping> {
         let st = rustix::fs::fstat(fd)?;
         if usize::try_from(st.st_size).ok() != Some(FILE_LEN) {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "inbox size"));
         }
-        // SAFETY: a new mapping at an address of the kernel's choosing; the file is FILE_LEN
-        // bytes long (checked above), so the whole range is backed.
-        let p = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                FILE_LEN,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                fd,
-                0,
-            )?
-        };
-        let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap"))?;
         Ok(Mapping {
-            base,
+            map: crate::shmem::SharedMap::map(fd, FILE_LEN)?,
             ino: st.st_ino,
             uid: st.st_uid,
         })
     }
 
     /// The 64-bit atomic at byte `off` (8-aligned, inside the mapping).
+    #[inline]
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= FILE_LEN);
-        // SAFETY: in bounds and aligned (the mapping is page-aligned, `off` a multiple of 8);
-        // shared memory is only ever accessed atomically at these offsets.
-        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU64>() }
+        self.map.u64_at(off)
     }
 
+    #[inline]
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= FILE_LEN);
-        // SAFETY: as for `u64_at`.
-        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU32>() }
+        self.map.u32_at(off)
     }
 
     /// True when the table entry at `at` (a state word, 1 when live, then a 32-bit key) is
@@ -268,22 +234,15 @@ impl Mapping {
     }
 
     /// Copies `src` into the mapping at `off`.
+    #[inline]
     fn write(&self, off: usize, src: &[u8]) {
-        assert!(off + src.len() <= FILE_LEN);
-        // SAFETY: in bounds (checked); the slot is owned by this producer until published.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(off), src.len());
-        }
+        self.map.write(off, src)
     }
 
     /// Copies `dst.len()` bytes from the mapping at `off`.
+    #[inline]
     fn read(&self, off: usize, dst: &mut [u8]) {
-        assert!(off + dst.len() <= FILE_LEN);
-        // SAFETY: in bounds (checked); the slot is owned by the consumer until freed. A
-        // misbehaving writer can only change the bytes read, which are untrusted anyway.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(off), dst.as_mut_ptr(), dst.len());
-        }
+        self.map.read(off, dst)
     }
 
     fn well_formed(&self) -> bool {
