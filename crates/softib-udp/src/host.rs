@@ -708,7 +708,10 @@ impl Member {
         if ofd_held(self.seat.fd.as_fd(), LOCK_SLOTS + i64::from(s)) {
             return;
         }
-        let Ok(_g) = lock(self.seat.fd.as_fd()) else {
+        // Not waited for: this runs in the data path, and a member stopped while it holds the
+        // lock (a debugger) must not stop the others; the next look, a second later, tries
+        // again (a join sweeps the table anyway).
+        let Some(_g) = try_lock(self.seat.fd.as_fd()) else {
             return;
         };
         if sweep(
