@@ -187,13 +187,10 @@ stop_capture() {
 # GSO on and every ICRC verified (IPv4 Identifications solved from the ICRC).
 SOFTIB_FLAGS=(--bind "$HOST_IP" --stats --timeout 60 -s "$SIZE" -n "$ITERS")
 BENCH_FLAGS=(--bind "$HOST_IP" --stats --timeout 60 -n "$BENCH_ITERS")
-softib_retries() { # log: retransmitted_pkts + duplicate_request from --stats
-    local r d
-    r=$(grep -o 'retransmitted_pkts: [0-9]*' "$1" | grep -o '[0-9]*$')
-    d=$(grep -o 'duplicate_request: [0-9]*' "$1" | grep -o '[0-9]*$')
+softib_retries() { # log: retransmitted_pkts + duplicate_request from --stats (every process's)
     # No counters: the process did not close its device (it was killed).
-    if [ -z "$r$d" ]; then echo "unknown (no counters printed)"; return; fi
-    echo $(( ${r:-1} + ${d:-1} ))
+    grep -oE '(retransmitted_pkts|duplicate_request): [0-9]+' "$1" |
+        awk '{ n += $2; seen = 1 } END { if (seen) print n; else print "unknown (no counters printed)" }'
 }
 check_wire() { # name pcap
     local name=$1 pcap=$2
