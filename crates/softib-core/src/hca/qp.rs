@@ -581,15 +581,22 @@ impl Hca {
         // A SEND in progress holds the oldest receive WQE it took: flushed first (an XRC
         // target's, taken from an XRC SRQ, to that SRQ's CQ).
         let mut cq = qp.recv_cq;
-        if let crate::transport::rc::InMessage::Send { wqe, .. } =
-            std::mem::take(&mut qp.transport.resp.msg)
-        {
-            rq.push_front(wqe);
-            if let Some((_, xrc_cq)) = qp.transport.resp.xrc_msg {
-                cq = xrc_cq;
+        let mut delegated = None;
+        match std::mem::take(&mut qp.transport.resp.msg) {
+            crate::transport::rc::InMessage::Send { wqe, .. } => {
+                rq.push_front(wqe);
+                if let Some((_, xrc_cq)) = qp.transport.resp.xrc_msg {
+                    cq = xrc_cq;
+                }
             }
+            // Into another HCA's XRC SRQ: its owner flushes the WQE.
+            crate::transport::rc::InMessage::Delegated { srqn } => delegated = Some(srqn),
+            _ => {}
         }
         qp.transport.resp.xrc_msg = None;
+        if let Some(srqn) = delegated {
+            self.xrc_delegate_abort(srqn, qpn.value());
+        }
         for wqe in rq {
             // A CQ that overran has lost the completion; the CqError event reports it.
             let _ = self.push_completion(
