@@ -532,6 +532,16 @@ impl Member {
                 continue;
             }
             if st.st_size as usize != FILE_LEN {
+                // A table of another format: one no member uses any more is made anew; one
+                // whose members (of another softib build) live holds the address.
+                let held = (FIRST_SLOT..=LAST_SLOT)
+                    .any(|s| ofd_held(fd.as_fd(), LOCK_SLOTS + i64::from(s)));
+                if held && st.st_size != 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        "a softib build with another host table format uses this address",
+                    ));
+                }
                 rustix::fs::ftruncate(&fd, 0)?;
                 rustix::fs::ftruncate(&fd, FILE_LEN as u64)?;
             }

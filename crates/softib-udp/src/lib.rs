@@ -324,7 +324,8 @@ pub struct DeviceStats {
     /// Delegations this member's XRC target QPs emitted for another member's XRC SRQs and
     /// handed to that member's inbox (`softib_core::Hca::poll_delegation`).
     pub xrc_delegated: u64,
-    /// Delegations other members handed to this one, for its XRC SRQs.
+    /// Delegations other members handed to this one, for its XRC SRQs (counted in
+    /// `rx_datagrams` and `rx_shm` too).
     pub xrc_delegated_in: u64,
     /// Delegations dropped: for a member that is gone (or whose inbox is), or more waiting
     /// for a full inbox than [`DELEGATIONS_HELD_MAX`].
@@ -1051,10 +1052,12 @@ impl Device {
     /// Sends everything the HCA has ready; returns the number of datagrams handed to the
     /// socket.
     pub fn flush(&mut self, now: Instant) -> io::Result<usize> {
-        let sent = self.flush_frames(now);
+        // What a target QP received for another member's XRC SRQ reaches that member no later
+        // than the acknowledgement reaches the requester.
         if self.hca.has_delegations() || !self.delegations_held.is_empty() {
             self.push_delegations();
         }
+        let sent = self.flush_frames(now);
         if self.shm_pushed_to.is_empty() {
             return sent;
         }

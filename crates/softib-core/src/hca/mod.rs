@@ -1025,12 +1025,12 @@ impl Hca {
     }
 }
 
-/// The first SRQ number of the HCA whose node GUID is `node_guid`: the GUID's low byte (for a
-/// UDP device, the last byte of its IPv4 address) times 2^16, plus 1. SRQ numbers then differ
-/// between the softib devices of a host, so an XRCETH that names an SRQ of another device —
-/// which a domain shared across processes would reach on hardware, and which softib cannot
-/// reach (docs/xrc.md) — names no SRQ here and draws NAK-Invalid RD Request instead of landing
-/// in an SRQ of the same number.
+/// The first SRQ number of the HCA whose node GUID is `node_guid`, when no number range is
+/// configured: the GUID's low byte (for a UDP device, the last byte of its IPv4 address) times
+/// 2^16, plus 1. SRQ numbers then differ between softib devices that do not share a host-wide
+/// device (whose members number in their slots' ranges), so an XRCETH that names an SRQ of
+/// another device names no SRQ here and draws NAK-Invalid RD Request instead of landing in an
+/// SRQ of the same number.
 fn first_srqn(node_guid: u64) -> u32 {
     ((node_guid as u32 & 0xff) << 16) | 1
 }
