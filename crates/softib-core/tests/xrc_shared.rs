@@ -387,6 +387,40 @@ fn a_message_the_target_abandons_is_flushed_at_the_owner() {
     assert_eq!(wc[0].qp_num, p.b.qpn);
 }
 
+/// A target QP reset or destroyed in the middle of a delegated message ends it at the owner:
+/// the WQE completes with flush error.
+#[test]
+fn a_target_reset_or_destroyed_mid_message_flushes_the_owners_wqe() {
+    use softib_core::verbs::qp::{QpAttr, QpAttrMask};
+    use softib_core::verbs::types::QpState;
+    for destroy in [false, true] {
+        let (mut p, mut c, _share) = setup();
+        c.post(5, 0, 4096);
+        let mut h = hdr(Opcode::RC_SEND_FIRST, p.rq_psn_b());
+        h.xrceth = Some(Xrceth {
+            resv8: 0,
+            xrcsrq: XrcSrqn::new(c.srqn),
+        });
+        p.inject(Dir::AtoB, h, &[1u8; 1024]);
+        assert_eq!(pump(&mut p, &mut c), 1);
+        let qpn = p.b.qpn;
+        if destroy {
+            p.b.hca.destroy_qp(qpn).unwrap();
+        } else {
+            p.b.hca
+                .modify_qp(qpn, &QpAttr::to_state(QpState::Reset), QpAttrMask::STATE)
+                .unwrap();
+        }
+        assert_eq!(
+            pump(&mut p, &mut c),
+            1,
+            "the abandonment (destroy: {destroy})"
+        );
+        let wc = c.wcs();
+        assert_eq!((wc[0].wr_id, wc[0].status), (5, WcStatus::WrFlushErr));
+    }
+}
+
 /// A receive of the owner's SRQ that another HCA's message reserved is not the owner's own
 /// target QP's to take: it RNR-NAKs until a receive is posted for it (a reservation always
 /// finds its WQE).

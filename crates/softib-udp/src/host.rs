@@ -865,6 +865,13 @@ impl Member {
         }
     }
 
+    /// True when the next [`Member::maintain`] at `now_ns` writes the counters into the table
+    /// (the caller sets them first, [`Member::set_count`]).
+    #[inline]
+    pub fn publish_due(&self, now_ns: u64) -> bool {
+        now_ns >= self.next_publish
+    }
+
     /// Adds to one of this member's counters ([`COUNTERS`]).
     pub fn count(&mut self, counter: usize, n: u64) {
         if let Some(c) = self.counters.get_mut(counter) {

@@ -977,32 +977,35 @@ impl Device {
         let Some(m) = &mut self.member else {
             return;
         };
-        let st = &self.stats;
-        for (i, v) in [
-            self.hca.qp_count() as u64,
-            st.rx_datagrams,
-            st.tx_datagrams,
-            st.rx_shm,
-            st.tx_shm,
-            st.forwarded,
-            st.forwarded_in,
-            st.unowned,
-            st.probes,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            m.set_count(i, v);
-        }
-        for (i, v) in [
-            st.xrc_delegated,
-            st.xrc_delegated_in,
-            st.xrc_delegations_dropped,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            m.set_count(10 + i, v);
+        // The counters are written into the table every 100 ms: copied for that round only.
+        if m.publish_due(now.as_nanos()) {
+            let st = &self.stats;
+            for (i, v) in [
+                self.hca.qp_count() as u64,
+                st.rx_datagrams,
+                st.tx_datagrams,
+                st.rx_shm,
+                st.tx_shm,
+                st.forwarded,
+                st.forwarded_in,
+                st.unowned,
+                st.probes,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                m.set_count(i, v);
+            }
+            for (i, v) in [
+                st.xrc_delegated,
+                st.xrc_delegated_in,
+                st.xrc_delegations_dropped,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                m.set_count(10 + i, v);
+            }
         }
         m.maintain(self.socket.as_fd(), now.as_nanos());
         if !self.unlistened.is_empty() {

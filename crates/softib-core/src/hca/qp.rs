@@ -297,6 +297,11 @@ impl Hca {
             qp.transport.resp.credits.ack_psn = attr.rq_psn.sub(1);
         }
         let reset = next == QpState::Reset;
+        // A SEND under way into another HCA's XRC SRQ ends there too (its owner holds the WQE).
+        let delegated = match &qp.transport.resp.msg {
+            crate::transport::rc::InMessage::Delegated { srqn } if reset => Some(*srqn),
+            _ => None,
+        };
         match next {
             QpState::Reset => qp.reset(),
             QpState::Rts => qp.sq_draining = false,
@@ -319,6 +324,9 @@ impl Hca {
                 QpState::Rtr if cur == QpState::Init => self.rc_offer_credits(key, true),
                 _ => {}
             }
+        }
+        if let Some(srqn) = delegated {
+            self.xrc_delegate_abort(srqn, key);
         }
         if mask.contains(QpAttrMask::PATH_MIG_STATE) && !reset {
             self.apply_path_mig_state(key, attr.path_mig_state, mig_was);
