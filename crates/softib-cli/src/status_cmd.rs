@@ -103,6 +103,23 @@ fn table(d: &DeviceStatus, all: bool) -> String {
         };
         let _ = writeln!(s, "  service {key:#018x} {what} by slot {slot}");
     }
+    for (id, (dev, ino), holders) in &d.xrc_domains {
+        let slots: Vec<String> = holders.iter().map(u8::to_string).collect();
+        let _ = writeln!(
+            s,
+            "  XRC domain {id} (file {dev:#x}:{ino}) held by slot{} {}",
+            if holders.len() == 1 { "" } else { "s" },
+            slots.join(", ")
+        );
+    }
+    for (srqn, domain, credits) in &d.xrc_srqs {
+        let _ = writeln!(
+            s,
+            "  XRC SRQ {srqn:#08x} of domain {domain} (slot {}): {credits} receive{} not reserved",
+            srqn >> 16,
+            if *credits == 1 { "" } else { "s" }
+        );
+    }
     s
 }
 
@@ -140,6 +157,20 @@ fn json(d: &DeviceStatus, all: bool) -> serde_json::Value {
             })
         })
         .collect();
+    let xrc_domains: Vec<serde_json::Value> = d
+        .xrc_domains
+        .iter()
+        .map(|(id, (dev, ino), holders)| {
+            serde_json::json!({ "id": id, "st_dev": dev, "st_ino": ino, "slots": holders })
+        })
+        .collect();
+    let xrc_srqs: Vec<serde_json::Value> = d
+        .xrc_srqs
+        .iter()
+        .map(|(srqn, domain, credits)| {
+            serde_json::json!({ "srqn": srqn, "domain": domain, "credits": credits })
+        })
+        .collect();
     serde_json::json!({
         "address": d.addr.to_string(),
         "sockets": d.sockets,
@@ -147,5 +178,7 @@ fn json(d: &DeviceStatus, all: bool) -> serde_json::Value {
         "probing": d.probing,
         "members": members,
         "ports": ports,
+        "xrc_domains": xrc_domains,
+        "xrc_srqs": xrc_srqs,
     })
 }

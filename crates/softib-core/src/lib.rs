@@ -39,6 +39,7 @@ pub mod time;
 pub mod transport;
 pub mod verbs;
 
+pub use hca::{delegation_srqn, MemoryXrcShare, Reservation, XrcSrqShare, DELEGATION_HEADER};
 pub use hca::{gid_of_ipv4, ipv4_of, mac_for_gid, udp_source_port, Hca, MAX_FRAME};
 pub use hca::{
     is_multicast_gid, read_grh_area, GrhAreaInfo, GRH_AREA, GSI_QKEY, GSI_QPN, MCAST_QPN,

@@ -142,6 +142,12 @@ fn read(id: clockid_t) -> u64 {
     ask(libc::clock_gettime, id)
 }
 
+/// `CLOCK_BOOTTIME` now, in nanoseconds: one clock for every process of the host, running
+/// through suspend (the host table's times, [`crate::host`]).
+pub(crate) fn boot_ns() -> u64 {
+    read(libc::CLOCK_BOOTTIME)
+}
+
 /// The resolution of clock `id`, in nanoseconds.
 fn resolution(id: clockid_t) -> u64 {
     ask(libc::clock_getres, id)

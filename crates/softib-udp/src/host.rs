@@ -69,8 +69,8 @@ const FINISH_EVERY: Duration = Duration::from_micros(100);
 /// How often a member writes its counters into the host table.
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
-/// "SOFTIBH1": the host table's format.
-const MAGIC: u64 = u64::from_be_bytes(*b"SOFTIBH1");
+/// "SOFTIBH2": the host table's format.
+const MAGIC: u64 = u64::from_be_bytes(*b"SOFTIBH2");
 /// The first byte of a probe (a datagram of [`PROBE_LEN`] bytes; no BTH is that short).
 pub const PROBE_MARK: u8 = 0xFE;
 /// Length of a probe: mark, index, two zero bytes, the generation (u32, little-endian).
@@ -90,6 +90,8 @@ const OFF_DEADLINE: usize = 32;
 const OFF_CURSOR: usize = 40;
 /// The slot the program sends what names no live member to (QP1, stray numbers).
 const OFF_FALLBACK: usize = 44;
+/// The id the next shared XRC domain gets (0 is none).
+const OFF_XRCD_NEXT: usize = 48;
 
 /// Slot entries: 256 of [`SLOT_ENTRY`] bytes (0 and 255 unused).
 const OFF_SLOTS: usize = 4096;
@@ -116,7 +118,26 @@ const S_COUNTERS: usize = 64;
 const OFF_PORTS: usize = OFF_SLOTS + 256 * SLOT_ENTRY;
 const PORT_ENTRIES: usize = 1024;
 const PORT_ENTRY: usize = 16;
-const FILE_LEN: usize = OFF_PORTS + PORT_ENTRIES * PORT_ENTRY;
+
+/// XRC domains shared by the members ([`Member::open_xrcd`]): [`XRCD_ENTRIES`] of
+/// [`XRCD_ENTRY`] bytes: the file's st_dev (u64) and st_ino (u64), the domain's id (u32; 0:
+/// a free entry), 4 bytes unused, and the members holding it (256 bits, one per slot).
+const OFF_XRCDS: usize = OFF_PORTS + PORT_ENTRIES * PORT_ENTRY;
+const XRCD_ENTRIES: usize = 256;
+const XRCD_ENTRY: usize = 64;
+const X_DEV: usize = 0;
+const X_INO: usize = 8;
+const X_ID: usize = 16;
+const X_HOLDERS: usize = 24;
+
+/// The XRC SRQs each member publishes in shared domains ([`XrcShare`]): per slot
+/// [`SRQ_ENTRIES`] of 16 bytes: `domain << 32 | srqn` (0: a free entry), then
+/// `srqn << 32 | credits` (the receive WQEs posted and not reserved; reservations take one
+/// by compare-and-swap, which fails once the entry is withdrawn or reused).
+const OFF_SRQS: usize = OFF_XRCDS + XRCD_ENTRIES * XRCD_ENTRY;
+const SRQ_ENTRIES: usize = 64;
+const SRQ_ENTRY: usize = 16;
+const FILE_LEN: usize = OFF_SRQS + 256 * SRQ_ENTRIES * SRQ_ENTRY;
 
 /// Where the byte-range locks are (beyond the data: locks need no bytes behind them).
 const LOCK_MUTEX: i64 = 1 << 20;
@@ -129,7 +150,7 @@ const QUIET_STATE: u32 = 2;
 const NO_INDEX: u32 = u32::MAX;
 
 /// The counters every member publishes in its slot (`softib status`), in this order.
-pub const COUNTERS: [&str; 10] = [
+pub const COUNTERS: [&str; 13] = [
     "qps",
     "rx_datagrams",
     "tx_datagrams",
@@ -140,6 +161,9 @@ pub const COUNTERS: [&str; 10] = [
     "unowned",
     "probes",
     "reindexes",
+    "xrc_delegated",
+    "xrc_delegated_in",
+    "xrc_delegations_dropped",
 ];
 
 /// What a port-table entry holds.
@@ -191,8 +215,10 @@ pub fn host_path(addr: SocketAddr) -> PathBuf {
 /// CLOCK_BOOTTIME in nanoseconds: one clock for every process of the host, running through
 /// suspend.
 fn boot_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    // Through the C library, as the device's clock (`clock.rs`): rustix finds the vDSO
+    // through /proc/self/auxv, which under valgrind describes valgrind's own process, and
+    // faulted reading a vDSO the program does not have.
+    crate::clock::boot_ns()
 }
 
 /// The mapped host table.
@@ -254,6 +280,54 @@ impl Table {
 
     fn port_entry(i: usize) -> usize {
         OFF_PORTS + i * PORT_ENTRY
+    }
+
+    fn xrcd_entry(i: usize) -> usize {
+        OFF_XRCDS + i * XRCD_ENTRY
+    }
+
+    /// The word of the holder bits of slot `s` in the XRC domain entry at `at`, and its bit.
+    fn holder(at: usize, s: u8) -> (usize, u64) {
+        (at + X_HOLDERS + 8 * usize::from(s / 64), 1 << (s % 64))
+    }
+
+    /// The byte offset of entry `i` of slot `s`'s published XRC SRQs.
+    fn srq_entry(s: u8, i: usize) -> usize {
+        OFF_SRQS + (usize::from(s) * SRQ_ENTRIES + i) * SRQ_ENTRY
+    }
+
+    /// The entry of slot `srqn >> 16` that publishes SRQ `srqn`, if any (looked for from
+    /// the entry its number suggests, where its owner put it unless that was taken).
+    fn find_srq(&self, srqn: u32) -> Option<usize> {
+        let s = (srqn >> 16) as u8;
+        let start = srqn as usize % SRQ_ENTRIES;
+        (0..SRQ_ENTRIES)
+            .map(|k| Table::srq_entry(s, (start + k) % SRQ_ENTRIES))
+            .find(|&at| self.u64_at(at).load(Ordering::Acquire) as u32 == srqn && srqn != 0)
+    }
+
+    /// Forgets what slot `s` shares of XRC (the mutex held, or the slot's own member while
+    /// it is not live): its hold on every domain (a domain nobody holds goes) and the SRQs it
+    /// published.
+    fn clear_xrc(&self, s: u8) {
+        for i in 0..XRCD_ENTRIES {
+            let at = Table::xrcd_entry(i);
+            if self.u32_at(at + X_ID).load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let (w, bit) = Table::holder(at, s);
+            self.u64_at(w).fetch_and(!bit, Ordering::Relaxed);
+            let held =
+                (0..4).any(|k| self.u64_at(at + X_HOLDERS + 8 * k).load(Ordering::Relaxed) != 0);
+            if !held {
+                self.u32_at(at + X_ID).store(0, Ordering::Release);
+            }
+        }
+        for i in 0..SRQ_ENTRIES {
+            let at = Table::srq_entry(s, i);
+            self.u64_at(at + 8).store(0, Ordering::Release);
+            self.u64_at(at).store(0, Ordering::Release);
+        }
     }
 }
 
@@ -429,6 +503,16 @@ impl Member {
                 continue;
             }
             if st.st_size as usize != FILE_LEN {
+                // A table of another format: one no member uses any more is made anew; one
+                // whose members (of another softib build) live holds the address.
+                let held = (FIRST_SLOT..=LAST_SLOT)
+                    .any(|s| ofd_held(fd.as_fd(), LOCK_SLOTS + i64::from(s)));
+                if held && st.st_size != 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        "a softib build with another host table format uses this address",
+                    ));
+                }
                 rustix::fs::ftruncate(&fd, 0)?;
                 rustix::fs::ftruncate(&fd, FILE_LEN as u64)?;
             }
@@ -480,6 +564,8 @@ impl Member {
                 t.u64_at(t.slot(slot, S_COUNTERS + 8 * i))
                     .store(0, Ordering::Relaxed);
             }
+            // Nothing of a predecessor in the slot is this member's.
+            t.clear_xrc(slot);
             t.u32_at(t.slot(slot, S_STATE))
                 .store(LIVE, Ordering::Release);
             let seat = Arc::new(Seat {
@@ -616,6 +702,83 @@ impl Member {
         }
     }
 
+    /// Opens for this member the host-wide XRC domain of the file whose (st_dev, st_ino) is
+    /// `file` (`ibv_open_xrcd` with a file descriptor, as the kernel keys a device's domains
+    /// by inode): the id of the domain every member that opens the file shares. As the
+    /// kernel: no domain for the file and not `create`: `EAGAIN`; one exists and
+    /// `exclusive`: `EINVAL`; no room in the table: `ENOSPC`. Each member holds a domain once
+    /// (its process counts its own opens); [`Member::close_xrcd`] lets go.
+    pub fn open_xrcd(&self, file: (u64, u64), create: bool, exclusive: bool) -> io::Result<u32> {
+        let _g = lock(self.seat.fd.as_fd())?;
+        let t = &self.seat.table;
+        let me = self.seat.slot;
+        let found = (0..XRCD_ENTRIES).map(Table::xrcd_entry).find(|&at| {
+            t.u32_at(at + X_ID).load(Ordering::Relaxed) != 0
+                && t.u64_at(at + X_DEV).load(Ordering::Relaxed) == file.0
+                && t.u64_at(at + X_INO).load(Ordering::Relaxed) == file.1
+        });
+        let at = match found {
+            Some(_) if exclusive => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            Some(at) => at,
+            None if !create => return Err(io::Error::from_raw_os_error(libc::EAGAIN)),
+            None => {
+                let Some(at) = (0..XRCD_ENTRIES)
+                    .map(Table::xrcd_entry)
+                    .find(|&at| t.u32_at(at + X_ID).load(Ordering::Relaxed) == 0)
+                else {
+                    return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+                };
+                // A new domain, never the id of one that went (its SRQs are not this one's).
+                let next = t.u32_at(OFF_XRCD_NEXT);
+                let id = match next.load(Ordering::Relaxed) {
+                    0 | u32::MAX => 1,
+                    n => n,
+                };
+                next.store(id + 1, Ordering::Relaxed);
+                t.u64_at(at + X_DEV).store(file.0, Ordering::Relaxed);
+                t.u64_at(at + X_INO).store(file.1, Ordering::Relaxed);
+                for k in 0..4 {
+                    t.u64_at(at + X_HOLDERS + 8 * k).store(0, Ordering::Relaxed);
+                }
+                t.u32_at(at + X_ID).store(id, Ordering::Release);
+                at
+            }
+        };
+        let (w, bit) = Table::holder(at, me);
+        t.u64_at(w).fetch_or(bit, Ordering::Relaxed);
+        Ok(t.u32_at(at + X_ID).load(Ordering::Relaxed))
+    }
+
+    /// Lets go of host-wide XRC domain `id` ([`Member::open_xrcd`]); the domain goes when no
+    /// member holds it.
+    pub fn close_xrcd(&self, id: u32) {
+        let Ok(_g) = lock(self.seat.fd.as_fd()) else {
+            return;
+        };
+        let t = &self.seat.table;
+        for at in (0..XRCD_ENTRIES).map(Table::xrcd_entry) {
+            if id == 0 || t.u32_at(at + X_ID).load(Ordering::Relaxed) != id {
+                continue;
+            }
+            let (w, bit) = Table::holder(at, self.seat.slot);
+            t.u64_at(w).fetch_and(!bit, Ordering::Relaxed);
+            let held =
+                (0..4).any(|k| t.u64_at(at + X_HOLDERS + 8 * k).load(Ordering::Relaxed) != 0);
+            if !held {
+                t.u32_at(at + X_ID).store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// The XRC SRQ share of this member's HCA: it publishes the member's XRC SRQs of shared
+    /// domains in the table and reserves receive WQEs of every member's
+    /// (`softib_core::XrcSrqShare`).
+    pub fn xrc_share(&self) -> XrcShare {
+        XrcShare {
+            seat: Arc::clone(&self.seat),
+        }
+    }
+
     /// Takes a probe (a datagram of [`PROBE_LEN`] bytes that starts with [`PROBE_MARK`]):
     /// the index it carries is this member's socket's, for the generation being probed.
     /// Returns false for any other datagram.
@@ -669,6 +832,13 @@ impl Member {
             self.next_publish = now_ns + PUBLISH_EVERY.as_nanos() as u64;
             self.publish();
         }
+    }
+
+    /// True when the next [`Member::maintain`] at `now_ns` writes the counters into the table
+    /// (the caller sets them first, [`Member::set_count`]).
+    #[inline]
+    pub fn publish_due(&self, now_ns: u64) -> bool {
+        now_ns >= self.next_publish
     }
 
     /// Adds to one of this member's counters ([`COUNTERS`]).
@@ -793,6 +963,112 @@ impl Member {
     }
 }
 
+/// A member's view of the XRC SRQs the members publish in the host table (see
+/// `softib_core::XrcSrqShare`): it writes its own slot's entries, and takes credits from
+/// any live member's by compare-and-swap. Nothing here takes the table's mutex.
+pub struct XrcShare {
+    seat: Arc<Seat>,
+}
+
+impl std::fmt::Debug for XrcShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XrcShare")
+            .field("slot", &self.seat.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl XrcShare {
+    /// The live entry publishing SRQ `srqn` in `domain`, if any.
+    fn entry(&self, srqn: u32, domain: u32) -> Option<usize> {
+        let t = &self.seat.table;
+        let s = (srqn >> 16) as u8;
+        if !(FIRST_SLOT..=LAST_SLOT).contains(&s) || t.state(s) != LIVE {
+            return None;
+        }
+        let at = t.find_srq(srqn)?;
+        let key = (u64::from(domain) << 32) | u64::from(srqn);
+        (t.u64_at(at).load(Ordering::Acquire) == key).then_some(at)
+    }
+
+    /// This member's entry of its SRQ `srqn`.
+    fn own(&self, srqn: u32) -> Option<usize> {
+        ((srqn >> 16) as u8 == self.seat.slot)
+            .then(|| self.seat.table.find_srq(srqn))
+            .flatten()
+    }
+}
+
+impl softib_core::XrcSrqShare for XrcShare {
+    fn publish(&mut self, srqn: u32, domain: u32, credits: u32) -> bool {
+        let t = &self.seat.table;
+        let s = self.seat.slot;
+        if (srqn >> 16) as u8 != s || srqn == 0 || self.seat.left.load(Ordering::Relaxed) {
+            return false;
+        }
+        let start = srqn as usize % SRQ_ENTRIES;
+        let free = (0..SRQ_ENTRIES)
+            .map(|k| Table::srq_entry(s, (start + k) % SRQ_ENTRIES))
+            .find(|&at| t.u64_at(at).load(Ordering::Acquire) == 0);
+        let Some(at) = free else {
+            return false;
+        };
+        // The credits first: an entry is live once its key is.
+        t.u64_at(at + 8).store(
+            (u64::from(srqn) << 32) | u64::from(credits),
+            Ordering::Release,
+        );
+        t.u64_at(at).store(
+            (u64::from(domain) << 32) | u64::from(srqn),
+            Ordering::Release,
+        );
+        true
+    }
+
+    fn withdraw(&mut self, srqn: u32) {
+        if let Some(at) = self.own(srqn) {
+            let t = &self.seat.table;
+            // The credits first: a reservation under way fails its compare-and-swap.
+            t.u64_at(at + 8).store(0, Ordering::Release);
+            t.u64_at(at).store(0, Ordering::Release);
+        }
+    }
+
+    fn add_credits(&mut self, srqn: u32, n: u32) {
+        if let Some(at) = self.own(srqn) {
+            self.seat
+                .table
+                .u64_at(at + 8)
+                .fetch_add(u64::from(n), Ordering::AcqRel);
+        }
+    }
+
+    fn published(&self, srqn: u32, domain: u32) -> bool {
+        self.entry(srqn, domain).is_some()
+    }
+
+    fn reserve(&mut self, srqn: u32, domain: u32) -> softib_core::Reservation {
+        use softib_core::Reservation;
+        let Some(at) = self.entry(srqn, domain) else {
+            return Reservation::Unknown;
+        };
+        let c = self.seat.table.u64_at(at + 8);
+        let mut w = c.load(Ordering::Acquire);
+        loop {
+            if (w >> 32) as u32 != srqn {
+                return Reservation::Unknown;
+            }
+            if w as u32 == 0 {
+                return Reservation::Empty;
+            }
+            match c.compare_exchange_weak(w, w - 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Reservation::Reserved,
+                Err(now) => w = now,
+            }
+        }
+    }
+}
+
 impl Drop for Member {
     fn drop(&mut self) {
         self.seat.leave();
@@ -816,6 +1092,8 @@ impl Seat {
             .store(now, Ordering::Relaxed);
         t.u32_at(t.slot(self.slot, S_STATE))
             .store(QUIET_STATE, Ordering::Release);
+        // Its XRC SRQs and domain holds go with it.
+        t.clear_xrc(self.slot);
         let _ = ofd_lock(
             self.fd.as_fd(),
             LOCK_SLOTS + i64::from(self.slot),
@@ -920,6 +1198,9 @@ fn sweep(t: &Table, fd: BorrowedFd<'_>, addr: SocketAddr, me: Option<u8>, now: u
                 t.u64_at(t.slot(s, S_SINCE)).store(now, Ordering::Relaxed);
                 t.u32_at(t.slot(s, S_STATE))
                     .store(QUIET_STATE, Ordering::Release);
+                // Its XRC SRQs and domain holds go with it: a reservation of its SRQs finds
+                // none (NAK-Invalid RD Request at the target).
+                t.clear_xrc(s);
                 // Its inbox is gone with it (it could not remove it itself).
                 let _ = std::fs::remove_file(crate::shm::member_inbox_path(addr, s));
                 died = true;
@@ -1270,6 +1551,10 @@ pub struct DeviceStatus {
     pub members: Vec<MemberStatus>,
     /// Bound ports and listened Service IDs: (key, slot, kind).
     pub ports: Vec<(u64, u8, PortKind)>,
+    /// Shared XRC domains: (id, the file's st_dev and st_ino, the slots holding it).
+    pub xrc_domains: Vec<(u32, (u64, u64), Vec<u8>)>,
+    /// Published XRC SRQs of live members: (SRQ number, domain id, credits).
+    pub xrc_srqs: Vec<(u32, u32, u32)>,
 }
 
 /// The host-wide devices of this network namespace and user (their tables in `/dev/shm`),
@@ -1338,6 +1623,36 @@ pub fn devices() -> Vec<DeviceStatus> {
                 ports.push((t.u64_at(at).load(Ordering::Relaxed), s, kind));
             }
         }
+        let mut xrc_domains = Vec::new();
+        for at in (0..XRCD_ENTRIES).map(Table::xrcd_entry) {
+            let id = t.u32_at(at + X_ID).load(Ordering::Acquire);
+            if id == 0 {
+                continue;
+            }
+            let file = (
+                t.u64_at(at + X_DEV).load(Ordering::Relaxed),
+                t.u64_at(at + X_INO).load(Ordering::Relaxed),
+            );
+            let holders = (FIRST_SLOT..=LAST_SLOT)
+                .filter(|&s| {
+                    let (w, bit) = Table::holder(at, s);
+                    t.u64_at(w).load(Ordering::Relaxed) & bit != 0
+                })
+                .collect();
+            xrc_domains.push((id, file, holders));
+        }
+        let mut xrc_srqs = Vec::new();
+        for s in (FIRST_SLOT..=LAST_SLOT).filter(|&s| t.state(s) == LIVE) {
+            for i in 0..SRQ_ENTRIES {
+                let at = Table::srq_entry(s, i);
+                let key = t.u64_at(at).load(Ordering::Acquire);
+                if key != 0 {
+                    let c = t.u64_at(at + 8).load(Ordering::Relaxed) as u32;
+                    xrc_srqs.push((key as u32, (key >> 32) as u32, c));
+                }
+            }
+        }
+        xrc_srqs.sort_unstable();
         out.push(DeviceStatus {
             addr,
             sockets: group_size(addr),
@@ -1345,6 +1660,8 @@ pub fn devices() -> Vec<DeviceStatus> {
             probing: t.u64_at(OFF_PENDING).load(Ordering::Relaxed) != 0,
             members,
             ports,
+            xrc_domains,
+            xrc_srqs,
         });
     }
     out.sort_by_key(|d| d.addr);

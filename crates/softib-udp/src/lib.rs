@@ -322,6 +322,15 @@ pub struct DeviceStats {
     pub unowned: u64,
     /// Probes of the host-wide device's socket group answered ([`host`]).
     pub probes: u64,
+    /// Delegations this member's XRC target QPs emitted for another member's XRC SRQs and
+    /// handed to that member's inbox (`softib_core::Hca::poll_delegation`).
+    pub xrc_delegated: u64,
+    /// Delegations other members handed to this one, for its XRC SRQs (counted in
+    /// `rx_datagrams` and `rx_shm` too).
+    pub xrc_delegated_in: u64,
+    /// Delegations dropped: for a member that is gone (or whose inbox is), or more waiting
+    /// for a full inbox than [`DELEGATIONS_HELD_MAX`].
+    pub xrc_delegations_dropped: u64,
 }
 
 /// One datagram waiting in the send batch.
@@ -409,6 +418,10 @@ pub struct Device {
     /// socket for them, and those written to in this round (rung if they sleep).
     forward_to: Vec<(u8, shm::Outbox)>,
     forwarded_to: Vec<u8>,
+    /// The delegation being handed on, and those waiting for room in a member's inbox (in
+    /// the order the HCA emitted them: a member's are never reordered).
+    delegation: Vec<u8>,
+    delegations_held: std::collections::VecDeque<Vec<u8>>,
     /// Connection requests for a Service ID no member listens on yet: (until when, in device
     /// ns; the sender; the datagram).
     unlistened: Vec<(u64, SocketAddr, Vec<u8>)>,
@@ -598,6 +611,10 @@ impl Device {
         if let Some(i) = &inbox {
             hca.set_placement_sink(Box::new(i.publisher()));
         }
+        // XRC SRQs of domains the member shares are published in the host table.
+        if let Some(m) = &member {
+            hca.set_xrc_share(Box::new(m.xrc_share()));
+        }
         Ok(Device {
             hca,
             socket,
@@ -641,6 +658,8 @@ impl Device {
             udp_skipped: 0,
             forward_to: Vec::new(),
             forwarded_to: Vec::new(),
+            delegation: Vec::new(),
+            delegations_held: std::collections::VecDeque::new(),
             unlistened: Vec::new(),
             mcast: Vec::new(),
             aux,
@@ -959,22 +978,35 @@ impl Device {
         let Some(m) = &mut self.member else {
             return;
         };
-        let st = &self.stats;
-        for (i, v) in [
-            self.hca.qp_count() as u64,
-            st.rx_datagrams,
-            st.tx_datagrams,
-            st.rx_shm,
-            st.tx_shm,
-            st.forwarded,
-            st.forwarded_in,
-            st.unowned,
-            st.probes,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            m.set_count(i, v);
+        // The counters are written into the table every 100 ms: copied for that round only.
+        if m.publish_due(now.as_nanos()) {
+            let st = &self.stats;
+            for (i, v) in [
+                self.hca.qp_count() as u64,
+                st.rx_datagrams,
+                st.tx_datagrams,
+                st.rx_shm,
+                st.tx_shm,
+                st.forwarded,
+                st.forwarded_in,
+                st.unowned,
+                st.probes,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                m.set_count(i, v);
+            }
+            for (i, v) in [
+                st.xrc_delegated,
+                st.xrc_delegated_in,
+                st.xrc_delegations_dropped,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                m.set_count(10 + i, v);
+            }
         }
         m.maintain(self.socket.as_fd(), now.as_nanos());
         if !self.unlistened.is_empty() {
@@ -1024,6 +1056,11 @@ impl Device {
     /// Sends everything the HCA has ready; returns the number of datagrams handed to the
     /// socket.
     pub fn flush(&mut self, now: Instant) -> io::Result<usize> {
+        // What a target QP received for another member's XRC SRQ reaches that member no later
+        // than the acknowledgement reaches the requester.
+        if self.hca.has_delegations() || !self.delegations_held.is_empty() {
+            self.push_delegations();
+        }
         let sent = self.flush_frames(now);
         if self.shm_pushed_to.is_empty() {
             return sent;
@@ -1514,6 +1551,13 @@ impl Device {
                 self.stats.rx_unframed += 1;
                 continue;
             };
+            if self.inbox.as_ref().is_some_and(|i| i.last_delegated()) {
+                // Another member's target QP received it for one of this HCA's XRC SRQs.
+                self.stats.xrc_delegated_in += 1;
+                self.hca
+                    .handle_delegation(&self.rx_shm[RX_HEADROOM..RX_HEADROOM + len]);
+                continue;
+            }
             // Most datagrams come from the peer of the one before, and a stream's have one
             // length: its header is kept.
             let header = if self.rx_shm_last == Some((src, len)) {
@@ -1689,6 +1733,116 @@ impl Device {
         Ok(count)
     }
 
+    /// Opens for this device's member the host-wide XRC domain of the file whose (st_dev,
+    /// st_ino) is `file` ([`host::Member::open_xrcd`]); `Ok(None)` for a device that is no
+    /// member of a host-wide device (its domains are its own).
+    pub fn open_xrcd(
+        &self,
+        file: (u64, u64),
+        create: bool,
+        exclusive: bool,
+    ) -> io::Result<Option<u32>> {
+        match &self.member {
+            Some(m) => m.open_xrcd(file, create, exclusive).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Lets go of host-wide XRC domain `id` ([`Device::open_xrcd`]).
+    pub fn close_xrcd(&self, id: u32) {
+        if let Some(m) = &self.member {
+            m.close_xrcd(id);
+        }
+    }
+
+    /// Hands the HCA's delegations (`softib_core::Hca::poll_delegation`) to the inboxes of
+    /// the members that own their XRC SRQs, in order; one that finds its member's inbox full
+    /// waits, with every later one for that member, for the next flush. One for a member that
+    /// is gone is dropped and counted, as a datagram for it is.
+    fn push_delegations(&mut self) {
+        // Members whose inbox was full in this round: their later delegations wait too.
+        let mut blocked = [0u64; 4];
+        let is_blocked = |b: &[u64; 4], s: u8| b[usize::from(s / 64)] & (1 << (s % 64)) != 0;
+        let held = self.delegations_held.len();
+        for _ in 0..held {
+            let Some(d) = self.delegations_held.pop_front() else {
+                break;
+            };
+            let slot = delegation_slot(&d);
+            if is_blocked(&blocked, slot) || !self.delegate(slot, &d) {
+                blocked[usize::from(slot / 64)] |= 1 << (slot % 64);
+                self.delegations_held.push_back(d);
+            }
+        }
+        while self.hca.poll_delegation(&mut self.delegation) {
+            let d = std::mem::take(&mut self.delegation);
+            let slot = delegation_slot(&d);
+            if is_blocked(&blocked, slot) || !self.delegate(slot, &d) {
+                blocked[usize::from(slot / 64)] |= 1 << (slot % 64);
+                self.delegations_held.push_back(d);
+            } else {
+                // The buffer goes back to the HCA with the next delegation polled.
+                self.delegation = d;
+            }
+        }
+        while self.delegations_held.len() > DELEGATIONS_HELD_MAX {
+            self.delegations_held.pop_front();
+            self.stats.xrc_delegations_dropped += 1;
+        }
+        self.ring_forwarded();
+    }
+
+    /// Hands one delegation to the member in `slot`: false when its inbox is full (to be
+    /// tried again), true when it is queued or dropped (the member is gone).
+    fn delegate(&mut self, slot: u8, d: &[u8]) -> bool {
+        let route = match &self.member {
+            Some(m) => m.route_number(slot),
+            None => host::Route::Nobody,
+        };
+        let slot = match route {
+            host::Route::Member(s) => s,
+            // Never so (a target takes its own SRQs itself), but this HCA is the owner.
+            host::Route::Mine => {
+                self.stats.xrc_delegated_in += 1;
+                self.hca.handle_delegation(d);
+                return true;
+            }
+            host::Route::Nobody => {
+                self.stats.xrc_delegations_dropped += 1;
+                return true;
+            }
+        };
+        let at = match self.forward_to.iter().position(|(s, _)| *s == slot) {
+            Some(at) => at,
+            None => match shm::Outbox::attach_member(self.local, slot) {
+                Some(o) => {
+                    self.forward_to.push((slot, o));
+                    self.forward_to.len() - 1
+                }
+                None => {
+                    self.stats.xrc_delegations_dropped += 1;
+                    return true;
+                }
+            },
+        };
+        let out = &self.forward_to[at].1;
+        match out.push_delegation(self.local, d) {
+            shm::Pushed::Queued => {
+                self.stats.xrc_delegated += 1;
+                if !self.forwarded_to.contains(&slot) {
+                    self.forwarded_to.push(slot);
+                }
+                true
+            }
+            shm::Pushed::Full if out.still_valid() => false,
+            shm::Pushed::Full => {
+                self.forward_to.swap_remove(at);
+                self.stats.xrc_delegations_dropped += 1;
+                true
+            }
+        }
+    }
+
     /// Rings the members that were handed datagrams in this round and sleep.
     fn ring_forwarded(&mut self) {
         for slot in self.forwarded_to.drain(..) {
@@ -1701,6 +1855,15 @@ impl Device {
         }
     }
 }
+
+/// The member slot that owns the XRC SRQ a delegation names (0 for none).
+fn delegation_slot(d: &[u8]) -> u8 {
+    softib_core::delegation_srqn(d).map_or(0, |n| (n >> 16) as u8)
+}
+
+/// Most delegations kept waiting for room in members' inboxes; beyond, the oldest are dropped
+/// and counted (a member that takes nothing from its inbox for that long is stuck).
+pub const DELEGATIONS_HELD_MAX: usize = 4096;
 
 /// Hands a received frame (rebuilt header and a datagram of `len` bytes) to the HCA. IPv4:
 /// the runtime checks (or, opted out, reseals) the ICRC, finishing `headers`, the pass over

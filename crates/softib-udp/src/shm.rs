@@ -97,6 +97,9 @@ const E_PLACED: u8 = 0x80;
 /// The next bit: another member of the owner's host-wide device handed the datagram on (it
 /// reached that member's socket, [`crate::host`]).
 const E_FORWARDED: u8 = 0x40;
+/// The next bit: the entry is no datagram but a delegation: what an XRC target QP of another
+/// member received for one of the owner's XRC SRQs (`softib_core::Hca::handle_delegation`).
+const E_DELEGATED: u8 = 0x20;
 
 // Entry header offsets.
 const E_LEN: usize = 0;
@@ -341,6 +344,8 @@ pub struct Inbox {
     placed: bool,
     /// The last datagram popped was handed on by another member ([`Outbox::push_forwarded`]).
     forwarded: bool,
+    /// The last entry popped was a delegation ([`Outbox::push_delegation`]).
+    delegated: bool,
     /// The entry header of the last well-formed datagram popped (its placed mark cleared)
     /// and what it said: a stream's next datagram, alike, is not decoded again.
     last: ([u8; ENTRY_HDR], Option<(SocketAddr, usize)>),
@@ -417,6 +422,7 @@ impl Inbox {
             head: 0,
             placed: false,
             forwarded: false,
+            delegated: false,
             last: ([0; ENTRY_HDR], None),
         })
     }
@@ -434,7 +440,8 @@ impl Inbox {
         self.map.read(at, &mut hdr);
         self.placed = hdr[E_FAMILY] & E_PLACED != 0;
         self.forwarded = hdr[E_FAMILY] & E_FORWARDED != 0;
-        hdr[E_FAMILY] &= !(E_PLACED | E_FORWARDED);
+        self.delegated = hdr[E_FAMILY] & E_DELEGATED != 0;
+        hdr[E_FAMILY] &= !(E_PLACED | E_FORWARDED | E_DELEGATED);
         let (src, len) = match self.last {
             (last, Some((src, len))) if last == hdr => (Some(src), len),
             _ => {
@@ -498,6 +505,11 @@ impl Inbox {
     /// host-wide device.
     pub fn last_forwarded(&self) -> bool {
         self.forwarded
+    }
+
+    /// True when the entry [`Inbox::pop`] took last is a delegation, not a datagram.
+    pub fn last_delegated(&self) -> bool {
+        self.delegated
     }
 
     /// The HCA's placement sink that publishes in this inbox (see
@@ -803,6 +815,23 @@ impl Outbox {
             pos,
             &entry_header(src, datagram.len(), E_FORWARDED),
             datagram,
+        );
+        Pushed::Queued
+    }
+
+    /// Queues a delegation for the owner's XRC SRQs (`softib_core::Hca::poll_delegation`),
+    /// from the member bound at `src`, marked as one.
+    pub fn push_delegation(&self, src: SocketAddr, delegation: &[u8]) -> Pushed {
+        if delegation.len() > SLOT_PAYLOAD {
+            return Pushed::Full;
+        }
+        let Some(pos) = self.claim(slots_for(delegation.len()) as u64) else {
+            return Pushed::Full;
+        };
+        self.fill(
+            pos,
+            &entry_header(src, delegation.len(), E_DELEGATED),
+            delegation,
         );
         Pushed::Queued
     }

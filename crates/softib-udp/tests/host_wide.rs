@@ -270,3 +270,295 @@ fn multicast_reaches_every_member_that_attached() {
     }
     assert_eq!(got, [2, 1, 2]);
 }
+
+// ----- XRC across members ---------------------------------------------------------------------
+
+/// The file (st_dev, st_ino) whose XRC domain the members of an XRC test share.
+const XRC_FILE: (u64, u64) = (0, 0x5eed_0001);
+
+/// An XRC initiator on a device of its own address.
+struct XrcInitiator {
+    dev: softib_udp::Device,
+    cq: softib_core::verbs::CqHandle,
+    mr: softib_core::verbs::mr::MrInfo,
+    qpn: softib_wire::Qpn,
+}
+
+/// A member with an XRC target QP in its share of the domain of [`XRC_FILE`].
+struct XrcTarget {
+    dev: softib_udp::Device,
+    qpn: softib_wire::Qpn,
+}
+
+/// A member with an XRC SRQ (its own CQ, 64 KiB registered) in its share of the domain.
+struct XrcOwner {
+    dev: softib_udp::Device,
+    cq: softib_core::verbs::CqHandle,
+    srq: softib_core::verbs::SrqHandle,
+    srqn: u32,
+    mr: softib_core::verbs::mr::MrInfo,
+}
+
+fn xrc_device(at: SocketAddr) -> softib_udp::Device {
+    let mut cfg = softib_udp::DeviceConfig::new(at);
+    cfg.active_mtu = softib_core::verbs::types::Mtu::Mtu1024;
+    softib_udp::Device::open(&cfg).unwrap()
+}
+
+/// The member's share of the domain of [`XRC_FILE`], as `ibv_open_xrcd` makes it.
+fn shared_xrcd(dev: &mut softib_udp::Device) -> softib_core::verbs::XrcdHandle {
+    let id = dev
+        .open_xrcd(XRC_FILE, true, false)
+        .unwrap()
+        .expect("a member of a host-wide device");
+    let hca = dev.hca_mut();
+    let xrcd = hca.alloc_xrcd().unwrap();
+    hca.share_xrcd(xrcd, id).unwrap();
+    xrcd
+}
+
+/// An initiator on `i` connected to a target on `t`, and an owner on `t` (the target's
+/// address: two members of one host-wide device).
+fn xrc_trio(i: SocketAddr, t: SocketAddr) -> (XrcInitiator, XrcTarget, XrcOwner) {
+    use softib_core::setup::{connect as connect_qp, EndpointInfo};
+    use softib_core::verbs::qp::{QpCap, QpInitAttr};
+    use softib_core::verbs::srq::SrqInitAttr;
+    use softib_core::verbs::types::{AccessFlags, QpType};
+    let mut idev = xrc_device(i);
+    let hca = idev.hca_mut();
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(64).unwrap();
+    let mr = hca
+        .reg_mr(pd, vec![0u8; 1 << 16], AccessFlags::LOCAL_WRITE, None)
+        .unwrap();
+    let cap = QpCap {
+        max_send_wr: 16,
+        max_send_sge: 1,
+        ..QpCap::default()
+    };
+    let iqpn = hca
+        .create_qp(pd, &QpInitAttr::new(QpType::XrcSend, cq, cap))
+        .unwrap();
+    let mut tdev = xrc_device(t);
+    let xrcd = shared_xrcd(&mut tdev);
+    let tqpn = tdev.hca_mut().create_xrc_tgt_qp(xrcd).unwrap();
+    let mut odev = xrc_device(t);
+    let oxrcd = shared_xrcd(&mut odev);
+    let hca = odev.hca_mut();
+    let opd = hca.alloc_pd().unwrap();
+    let ocq = hca.create_cq(64).unwrap();
+    let attr = SrqInitAttr {
+        max_wr: 16,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let srq = hca.create_xrc_srq(opd, oxrcd, ocq, &attr).unwrap();
+    let srqn = hca.srq_num(srq).unwrap();
+    let omr = hca
+        .reg_mr(opd, vec![0u8; 1 << 16], AccessFlags::LOCAL_WRITE, None)
+        .unwrap();
+    let o = ConnectOptions {
+        min_rnr_timer: 1,
+        ..options()
+    };
+    let (ii, ti) = (
+        EndpointInfo {
+            qpn: iqpn,
+            psn: softib_wire::Psn::new(10),
+            gid: idev.gid(),
+            lid: 0,
+        },
+        EndpointInfo {
+            qpn: tqpn,
+            psn: softib_wire::Psn::new(20),
+            gid: tdev.gid(),
+            lid: 0,
+        },
+    );
+    connect_qp(idev.hca_mut(), iqpn, ii.psn, &ti, &o).unwrap();
+    connect_qp(tdev.hca_mut(), tqpn, ti.psn, &ii, &o).unwrap();
+    (
+        XrcInitiator {
+            dev: idev,
+            cq,
+            mr,
+            qpn: iqpn,
+        },
+        XrcTarget {
+            dev: tdev,
+            qpn: tqpn,
+        },
+        XrcOwner {
+            dev: odev,
+            cq: ocq,
+            srq,
+            srqn,
+            mr: omr,
+        },
+    )
+}
+
+use softib_core::setup::ConnectOptions;
+
+impl XrcInitiator {
+    /// Sends `data` (from the start of its region) as one SEND naming SRQ `srqn`.
+    fn send(&mut self, wr_id: u64, data: &[u8], srqn: u32) {
+        let mr = self.mr;
+        self.dev.hca_mut().mr_write(mr.handle, 0, data).unwrap();
+        let wr = SendWr::new(wr_id, WrOpcode::Send)
+            .with_sge(Sge::new(mr.addr, data.len() as u32, mr.lkey))
+            .signaled()
+            .with_xrc_srqn(srqn);
+        let qpn = self.qpn;
+        self.dev.hca_mut().post_send(qpn, &[wr]).unwrap();
+    }
+}
+
+impl XrcOwner {
+    fn post(&mut self, wr_id: u64, offset: u64) {
+        let mr = self.mr;
+        let wr = softib_core::verbs::wr::RecvWr::new(
+            wr_id,
+            vec![Sge::new(mr.addr + offset, 8192, mr.lkey)],
+        );
+        let srq = self.srq;
+        self.dev.hca_mut().post_srq_recv(srq, &[wr]).unwrap();
+    }
+}
+
+/// Progresses the three devices until `done`; panics after 10 s.
+fn drive_xrc(
+    i: &mut XrcInitiator,
+    t: &mut XrcTarget,
+    o: &mut XrcOwner,
+    mut done: impl FnMut(&mut XrcInitiator, &mut XrcTarget, &mut XrcOwner) -> bool,
+) {
+    let start = std::time::Instant::now();
+    while !done(i, t, o) {
+        i.dev.poll_io().unwrap();
+        t.dev.poll_io().unwrap();
+        o.dev.poll_io().unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no progress: initiator {:?}, target {:?} {:?}, owner {:?} {:?}",
+            i.dev.stats(),
+            t.dev.stats(),
+            t.dev.hca().counters(),
+            o.dev.stats(),
+            o.dev.hca().counters()
+        );
+    }
+}
+
+/// A SEND through a target QP of one member lands in an XRC SRQ of another member of the same
+/// host-wide device (both opened the domain of one file): the owner's CQ gets the completion,
+/// naming the target QP, with the bytes in the owner's buffer; the table shows the domain held
+/// by both and the SRQ's credits.
+#[test]
+fn a_target_qp_of_one_member_delivers_into_an_xrc_srq_of_another() {
+    let (ia, ta) = (addr(4, 20), addr(4, 21));
+    let (mut i, mut t, mut o) = xrc_trio(ia, ta);
+    let st = status(ta);
+    assert_eq!(st.xrc_domains.len(), 1, "{st:?}");
+    let holders = &st.xrc_domains[0].2;
+    assert!(holders.contains(&member_of_dev(&t.dev)) && holders.contains(&member_of_dev(&o.dev)));
+    o.post(1, 0);
+    o.post(2, 8192);
+    assert_eq!(status(ta).xrc_srqs, vec![(o.srqn, st.xrc_domains[0].0, 2)]);
+    let data = pattern(7, 5000);
+    i.send(1, &data, o.srqn);
+    i.send(2, &data[..100], o.srqn);
+    let mut got = Vec::new();
+    drive_xrc(&mut i, &mut t, &mut o, |_, _, o| {
+        let cq = o.cq;
+        got.extend(o.dev.hca_mut().poll_cq(cq, 8).unwrap());
+        got.len() == 2
+    });
+    for (wc, (len, at)) in got.iter().zip([(5000usize, 0usize), (100, 8192)]) {
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        assert_eq!(wc.byte_len as usize, len);
+        assert_eq!(wc.qp_num, t.qpn, "the completion names the target QP");
+        let bytes = &o.dev.hca().mr_bytes(o.mr.handle).unwrap()[at..at + len];
+        assert_eq!(bytes, &data[..len]);
+    }
+    let mut sent = Vec::new();
+    drive_xrc(&mut i, &mut t, &mut o, |i, _, _| {
+        let cq = i.cq;
+        sent.extend(i.dev.hca_mut().poll_cq(cq, 8).unwrap());
+        sent.len() == 2
+    });
+    for wc in &sent {
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    }
+    // Five packets of 1024 bytes and one of 100: six delegations from the target's member.
+    assert_eq!(t.dev.hca().counters().xrc_delegated, 6);
+    assert_eq!(t.dev.stats().xrc_delegated, 6);
+    assert_eq!(o.dev.stats().xrc_delegated_in, 6);
+    assert_eq!(o.dev.hca().counters().xrc_delegations_dropped, 0);
+    assert_eq!(status(ta).xrc_srqs[0].2, 0, "both receives taken");
+}
+
+fn member_of_dev(d: &softib_udp::Device) -> u8 {
+    d.member_slot().expect("a member")
+}
+
+/// An XRC SRQ of another member with no receive posted: the target RNR-NAKs (the initiator
+/// retries) until the owner posts one; then the message lands. Once the owner's member leaves,
+/// its SRQ is gone from the table: the target answers NAK-Invalid RD Request.
+#[test]
+fn an_xrc_srq_of_another_member_without_receives_draws_rnr_naks_and_one_that_left_a_nak() {
+    let (ia, ta) = (addr(4, 22), addr(4, 23));
+    let (mut i, mut t, mut o) = xrc_trio(ia, ta);
+    i.send(1, b"wait for me", o.srqn);
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(100) {
+        i.dev.poll_io().unwrap();
+        t.dev.poll_io().unwrap();
+        o.dev.poll_io().unwrap();
+    }
+    assert!(
+        t.dev.hca().counters().rnr_nak_sent >= 1,
+        "{:?}",
+        t.dev.hca().counters()
+    );
+    assert_eq!(t.dev.hca().counters().xrc_delegated, 0);
+    o.post(5, 0);
+    let mut got = Vec::new();
+    drive_xrc(&mut i, &mut t, &mut o, |_, _, o| {
+        let cq = o.cq;
+        got.extend(o.dev.hca_mut().poll_cq(cq, 8).unwrap());
+        !got.is_empty()
+    });
+    assert_eq!(
+        (got[0].wr_id, got[0].status, got[0].byte_len),
+        (5, WcStatus::Success, 11)
+    );
+    assert_eq!(
+        &o.dev.hca().mr_bytes(o.mr.handle).unwrap()[..11],
+        b"wait for me"
+    );
+    let mut done = Vec::new();
+    drive_xrc(&mut i, &mut t, &mut o, |i, _, _| {
+        let cq = i.cq;
+        done.extend(i.dev.hca_mut().poll_cq(cq, 8).unwrap());
+        !done.is_empty()
+    });
+    assert_eq!(done[0].status, WcStatus::Success);
+    // The owner's member leaves: its SRQ goes from the table with it.
+    let srqn = o.srqn;
+    let XrcOwner { dev, .. } = o;
+    drop(dev);
+    assert!(status(ta).xrc_srqs.is_empty());
+    i.send(2, b"too late", srqn);
+    let mut done = Vec::new();
+    let start = std::time::Instant::now();
+    while done.is_empty() {
+        i.dev.poll_io().unwrap();
+        t.dev.poll_io().unwrap();
+        let cq = i.cq;
+        done.extend(i.dev.hca_mut().poll_cq(cq, 8).unwrap());
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+    assert_eq!(done[0].status, WcStatus::RemInvRdReqErr);
+    assert_eq!(t.dev.hca().counters().xrc_bad_srq, 1);
+}

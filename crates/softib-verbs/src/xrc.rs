@@ -4,12 +4,14 @@
 //! `ibv_create_qp_ex` (qp.rs); the transport is the core's (`softib_core::Hca::create_xrc_srq`,
 //! `create_xrc_tgt_qp`, `open_xrc_tgt_qp`).
 //!
-//! A domain belongs to one context, as every object of its HCA does. `ibv_open_xrcd` with a
-//! file descriptor names a domain by the file's inode (st_dev, st_ino), as the kernel does:
-//! opens of the same file through one context share the domain, each `ibv_xrcd` holding it
-//! once, and it goes with the last `ibv_close_xrcd`. Each softib context is its own HCA with its
-//! own GID, so another context, in this process or another, opening the same file gets a
-//! domain of its own (docs/verbs.md, "XRC").
+//! `ibv_open_xrcd` with a file descriptor names a domain by the file's inode (st_dev, st_ino),
+//! as the kernel does. The opens of one file in a process (through any of its contexts on the
+//! device, which share the process's engine) share one domain of the engine's HCA, each
+//! `ibv_xrcd` holding it once; it goes with the last `ibv_close_xrcd`. Across processes the
+//! domain is the host-wide device's: the process's domain is registered in the host table
+//! under the file's inode (`softib_udp::host::Member::open_xrcd`) and shared
+//! (`softib_core::Hca::share_xrcd`), so its XRC SRQs are published there and its target QPs
+//! deliver into the XRC SRQs of the other processes that opened the file (docs/xrc.md).
 //!
 //! Errors are the kernel's and rdma-core's: an fd that names no open file EBADF, a domain that
 //! does not exist yet without O_CREAT EAGAIN, O_EXCL on an existing one EINVAL, a comp_mask
@@ -105,14 +107,31 @@ pub unsafe extern "C" fn open_xrcd(
                 *h
             }
             None => {
-                // No domain for this file yet: only O_CREAT makes one (the kernel's EAGAIN).
-                if a.oflags & libc::O_CREAT == 0 {
+                // The domain of the file on the host-wide device, which every process that
+                // opens the file shares: found, or made with O_CREAT (the kernel's EAGAIN
+                // without; O_EXCL and another process holds it: EINVAL).
+                let create = a.oflags & libc::O_CREAT != 0;
+                let exclusive = a.oflags & libc::O_EXCL != 0;
+                let id = match eng.dev.open_xrcd(key, create, exclusive) {
+                    Ok(id) => id,
+                    Err(e) => return null_errno(e.raw_os_error().unwrap_or(libc::ENOMEM)),
+                };
+                // A device that is no member of a host-wide device has its own domains.
+                if id.is_none() && !create {
                     return null_errno(libc::EAGAIN);
                 }
                 let h = match eng.dev.hca_mut().alloc_xrcd() {
                     Ok(h) => h,
-                    Err(_) => return null_errno(libc::ENOMEM),
+                    Err(_) => {
+                        if let Some(id) = id {
+                            eng.dev.close_xrcd(id);
+                        }
+                        return null_errno(libc::ENOMEM);
+                    }
                 };
+                if let Some(id) = id {
+                    let _ = eng.dev.hca_mut().share_xrcd(h, id);
+                }
                 eng.xrcd_files.insert(key, (h, 1));
                 h
             }
@@ -155,6 +174,7 @@ pub unsafe extern "C" fn close_xrcd(x: *mut ibv_xrcd) -> i32 {
                 }
             },
         };
+        let shared = eng.dev.hca().xrcd_share_id(sx.handle);
         if last && eng.dev.hca_mut().dealloc_xrcd(sx.handle).is_err() {
             // Every SRQ and target QP of the domain was made through one of its handles, all
             // of which are idle by now: the domain is empty. Refuse rather than leak it if not.
@@ -162,6 +182,10 @@ pub unsafe extern "C" fn close_xrcd(x: *mut ibv_xrcd) -> i32 {
                 eng.xrcd_files.insert(key, (sx.handle, 1));
             }
             return ret_errno(libc::EBUSY);
+        }
+        if let Some(id) = shared.filter(|_| last) {
+            // This process lets go of the host-wide domain (it goes with its last process).
+            eng.dev.close_xrcd(id);
         }
     }
     registry::remove(x, Kind::Xrcd);

@@ -1,19 +1,22 @@
-//! Debian's own XRC programs, unmodified, between two softib processes on this machine:
+//! Debian's own XRC programs, unmodified, between softib processes on this machine:
 //! `ibv_xsrq_pingpong` (ibverbs-utils) and perftest's `ib_{send,write,read,atomic}_bw` and
 //! `ib_send_lat` with `-c XRC`. Each case starts the server, waits until it listens on its TCP
-//! port, runs the client, and passes when both exit 0 and print their result: "success" for
-//! the pingpong (which exits non-zero, or never ends, unless every one of its messages came
-//! back), the result line with the asked byte and iteration counts for perftest. Each process
-//! loads this build's `libibverbs.so` (`LD_LIBRARY_PATH`) and gets its own softib device on
-//! the first free 127.0.0.x, so the two are two nodes with two GIDs, as two hosts are.
+//! port, runs the client (or clients), and passes when all exit 0 and print their result:
+//! "success" for the pingpong (which exits non-zero, or never ends, unless every one of its
+//! messages came back), the result line with the asked byte and iteration counts for perftest.
+//! Each process loads this build's `libibverbs.so` (`LD_LIBRARY_PATH`) and opens the "auto"
+//! device: the processes are members of the host-wide device of 127.0.0.1 (one GID, QP and SRQ
+//! numbers that name their process: docs/host.md), as the processes of a host share its NIC.
 //!
 //! The pingpong cases also capture the client's frames (`SOFTIB_PCAP`) and check them: every
 //! message in both directions travelled as XRC SENDs carrying an XRCETH that names one of the
 //! two SRQ numbers the programs printed, one message per iteration each way.
 //!
-//! `ibv_xsrq_pingpong -c N` with N > 1 clients is not run: its server routes each client's
-//! messages through the other clients' connections, which needs the client processes to share
-//! one XRC domain on one HCA. Two softib processes are two HCAs (docs/verbs.md, "XRC").
+//! `ibv_xsrq_pingpong -c 2` runs a server and two client processes. All three open the XRC
+//! domain of `/tmp/xrc_domain`; the server sends each client's messages round robin through
+//! its connections to both clients' target QPs, so a target QP of one client process delivers
+//! into the XRC SRQ of the other (docs/xrc.md, "Domains shared between processes"): each
+//! client's counters (`SOFTIB_STATS`) must show such deliveries.
 //!
 //! A missing program skips its case with `SKIPPED: why` (Debian: `apt-get install
 //! ibverbs-utils perftest`).
@@ -140,6 +143,34 @@ fn pair(
     client_args: &[&str],
     client_env: &[(&str, &str)],
 ) -> Option<Outputs> {
+    let g = group(name, prog, package, server_args, client_args, client_env, 1)?;
+    Some(Outputs {
+        server: g.server,
+        client: g.clients.into_iter().next().unwrap_or_default(),
+        dir: g.dir,
+    })
+}
+
+/// What a case's server and clients printed.
+struct GroupOutputs {
+    server: String,
+    clients: Vec<String>,
+    dir: PathBuf,
+}
+
+/// Runs `prog` as a server (`server_args`) and then as `clients` client processes
+/// (`client_args`, started one after the other as the server accepts them in turn); panics
+/// unless all exit 0. `None` (after printing the skip line) if the program or the library is
+/// missing.
+fn group(
+    name: &str,
+    prog: &str,
+    package: &str,
+    server_args: &[&str],
+    client_args: &[&str],
+    client_env: &[(&str, &str)],
+    clients: usize,
+) -> Option<GroupOutputs> {
     let prog = match tool(prog, package) {
         Ok(p) => p,
         Err(why) => {
@@ -166,19 +197,36 @@ fn pair(
     while !listening(p) && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let client = Proc::spawn(&dir, "client", &libdir, &prog, &c_args, client_env);
+    let procs: Vec<Proc> = (0..clients)
+        .map(|k| {
+            let tag = if clients == 1 {
+                "client".to_string()
+            } else {
+                format!("client{k}")
+            };
+            Proc::spawn(&dir, &tag, &libdir, &prog, &c_args, client_env)
+        })
+        .collect();
     let deadline = Instant::now() + LIMIT;
-    let (c_status, c_out) = client.finish(deadline);
+    let done: Vec<(Option<ExitStatus>, String)> =
+        procs.into_iter().map(|c| c.finish(deadline)).collect();
     let (s_status, s_out) = server.finish(deadline);
     println!("{name}: {:.2} s", start.elapsed().as_secs_f64());
+    let all_ok = s_status.is_some_and(|s| s.success())
+        && done.iter().all(|(st, _)| st.is_some_and(|s| s.success()));
     assert!(
-        c_status.is_some_and(|s| s.success()) && s_status.is_some_and(|s| s.success()),
-        "{name}: client {c_status:?}, server {s_status:?} (None: killed after {LIMIT:?})\n\
-         client:\n{c_out}\nserver:\n{s_out}"
+        all_ok,
+        "{name}: clients {:?}, server {s_status:?} (None: killed after {LIMIT:?})\n\
+         clients:\n{}\nserver:\n{s_out}",
+        done.iter().map(|(st, _)| *st).collect::<Vec<_>>(),
+        done.iter()
+            .map(|(_, o)| o.as_str())
+            .collect::<Vec<_>>()
+            .join("\n--\n")
     );
-    Some(Outputs {
+    Some(GroupOutputs {
         server: s_out,
-        client: c_out,
+        clients: done.into_iter().map(|(_, o)| o).collect(),
         dir,
     })
 }
@@ -271,8 +319,8 @@ fn xsrq(name: &str, extra: &[&str], iters: usize, size: Option<usize>) {
             "{name}: the {who} did not print success:\n{out}"
         );
     }
-    // The client prints its own SRQ number and the server's; they differ (a context numbers its
-    // SRQs from the last byte of its address x 2^16 + 1), and the server prints the same two.
+    // The client prints its own SRQ number and the server's; they differ (an SRQ number's high
+    // byte names its process on the host-wide device), and the server prints the same two.
     let srqns = printed_srqns(&o.client);
     assert_eq!(srqns.len(), 2, "{name}: SRQ numbers printed: {srqns:?}");
     assert_eq!(
@@ -325,6 +373,64 @@ fn xsrq_pingpong_500_small_messages() {
         500,
         Some(64),
     );
+}
+
+/// A number in a `SOFTIB_STATS` line: `name: N` (the first one).
+fn stat(out: &str, name: &str) -> Option<u64> {
+    let at = out.find(&format!("{name}: "))? + name.len() + 2;
+    out[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// One server and two client processes (`-c 2` on the server), 100 messages of 4096 bytes
+/// each way per client, polling and then sleeping on completion events: the server sends a
+/// client's messages through both clients' target QPs, so each client's XRC SRQ receives
+/// through the other client's process (its runtime counts the delegations it took, and the
+/// other's target QP the ones it handed on).
+#[test]
+fn xsrq_pingpong_two_clients() {
+    for (name, extra) in [("xsrq-c2", &[][..]), ("xsrq-c2-e", &["-e"][..])] {
+        let mut s_args = vec!["-g", "0", "-c", "2", "-n", "100"];
+        s_args.extend_from_slice(extra);
+        let mut c_args = vec!["-g", "0", "-n", "100"];
+        c_args.extend_from_slice(extra);
+        let Some(o) = group(
+            name,
+            "ibv_xsrq_pingpong",
+            "ibverbs-utils",
+            &s_args,
+            &c_args,
+            &[("SOFTIB_STATS", "1")],
+            2,
+        ) else {
+            return;
+        };
+        for (who, out) in
+            std::iter::once(("server", &o.server)).chain(o.clients.iter().map(|c| ("a client", c)))
+        {
+            assert!(
+                out.lines().any(|l| l.trim() == "success"),
+                "{name}: {who} did not print success:\n{out}"
+            );
+        }
+        // Three processes, three SRQ numbers (each client prints its own and the server's).
+        let srqns: HashSet<u32> = o.clients.iter().flat_map(|c| printed_srqns(c)).collect();
+        assert_eq!(srqns.len(), 3, "{name}: {srqns:?}");
+        for c in &o.clients {
+            let taken = stat(c, "xrc_delegated_in").unwrap_or(0);
+            let handed = stat(c, "xrc_delegated").unwrap_or(0);
+            println!("{name}: a client took {taken} delegations and handed on {handed}");
+            assert!(
+                taken > 0 && handed > 0,
+                "{name}: each client receives through the other's target QP:\n{c}"
+            );
+            assert_eq!(stat(c, "xrc_delegations_dropped"), Some(0), "{name}:\n{c}");
+        }
+        let _ = std::fs::remove_dir_all(&o.dir);
+    }
 }
 
 // ----- perftest ------------------------------------------------------------------------------

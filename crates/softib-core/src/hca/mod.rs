@@ -33,6 +33,7 @@ mod responder;
 mod uc;
 mod ud;
 mod xrc;
+mod xrc_shared;
 
 pub(crate) use datapath::TxHeaders;
 pub use datapath::{
@@ -43,6 +44,9 @@ pub use placement::{PlacementSink, PlacementUpdate};
 pub use raw::{raw_header_len, raw_max_message};
 pub use ud::{
     is_multicast_gid, read_grh_area, GrhAreaInfo, GRH_AREA, GSI_QKEY, GSI_QPN, MCAST_QPN,
+};
+pub use xrc_shared::{
+    delegation_srqn, MemoryXrcShare, Reservation, XrcSrqShare, DELEGATION_HEADER,
 };
 
 #[cfg(test)]
@@ -236,6 +240,14 @@ pub struct Hca {
     /// the QP's attributes and the ports (fixed from [`Hca::new`]), so it is forgotten
     /// whenever a QP's attributes change ([`Hca::modify_qp`], a path migration) or a QP goes.
     pub(crate) express_from: Option<ExpressFrom>,
+    /// The table of XRC SRQs shared with other HCAs ([`Hca::set_xrc_share`]).
+    pub(crate) xrc_share: xrc_shared::ShareSlot,
+    /// Delegations for other HCAs' XRC SRQs, oldest first ([`Hca::poll_delegation`]), and
+    /// buffers of ones taken.
+    pub(crate) xrc_out: VecDeque<Vec<u8>>,
+    pub(crate) xrc_spare: Vec<Vec<u8>>,
+    /// Delegated messages under way into this HCA's XRC SRQs, by target QPN.
+    pub(crate) xrc_in: std::collections::BTreeMap<u32, xrc_shared::Inbound>,
 }
 
 /// What [`Hca::express_from`] remembers.
@@ -289,6 +301,10 @@ impl Hca {
             express: true,
             clock_lag: core::time::Duration::ZERO,
             express_from: None,
+            xrc_share: Default::default(),
+            xrc_out: VecDeque::new(),
+            xrc_spare: Vec::new(),
+            xrc_in: Default::default(),
         }
     }
 
@@ -885,6 +901,12 @@ impl Hca {
         self.srqs.remove(srq.0);
         self.srqs_by_num.remove(&srqn);
         self.pd_use(pd, -1);
+        if xrc.is_some_and(|x| x.published.is_some()) {
+            if let Some(share) = self.xrc_share.0.as_mut() {
+                share.withdraw(srqn);
+            }
+            self.xrc_forget_inbound(srq);
+        }
         if let Some(x) = xrc {
             if let Some(c) = self.cqs.get_mut(x.cq.0) {
                 c.users = c.users.saturating_sub(1);
@@ -924,12 +946,42 @@ impl Hca {
         for wr in wrs {
             s.queue.push_back(self.spare.recv_wqe(wr));
         }
+        if s.xrc.is_some_and(|x| x.published.is_some()) {
+            // Credits for the target QPs of other HCAs of the shared domain.
+            let (srqn, n) = (s.srqn, wrs.len() as u32);
+            if let Some(share) = self.xrc_share.0.as_mut() {
+                share.add_credits(srqn, n);
+            }
+        }
         Ok(())
     }
 
     /// Takes the oldest WQE of an SRQ for the data path, queuing `SrqLimitReached` when this
-    /// drops the WQE count below the armed limit.
+    /// drops the WQE count below the armed limit. An XRC SRQ published to other HCAs gives
+    /// only a WQE no other HCA's message has reserved: it reserves one first (none left:
+    /// `None`, an RNR as for an empty SRQ).
     pub(crate) fn take_srq_wqe(&mut self, srq: SrqHandle) -> Option<RecvWqe> {
+        let s = self.srqs.get(srq.0)?;
+        if let Some(domain) = s.xrc.and_then(|x| x.published) {
+            let srqn = s.srqn;
+            if self.xrc_reserve(srqn, domain) != Reservation::Reserved {
+                return None;
+            }
+            let w = self.pop_srq_wqe(srq);
+            if w.is_none() {
+                // Never so (a credit stands for a queued WQE): given back all the same.
+                if let Some(share) = self.xrc_share.0.as_mut() {
+                    share.add_credits(srqn, 1);
+                }
+            }
+            return w;
+        }
+        self.pop_srq_wqe(srq)
+    }
+
+    /// Takes the oldest WQE of an SRQ (reserved already, or of an SRQ nobody else reserves
+    /// from), queuing `SrqLimitReached` when this drops the WQE count below the armed limit.
+    pub(crate) fn pop_srq_wqe(&mut self, srq: SrqHandle) -> Option<RecvWqe> {
         let (wqe, fired) = self.srqs.get_mut(srq.0)?.pop();
         if fired {
             self.async_events
@@ -973,12 +1025,12 @@ impl Hca {
     }
 }
 
-/// The first SRQ number of the HCA whose node GUID is `node_guid`: the GUID's low byte (for a
-/// UDP device, the last byte of its IPv4 address) times 2^16, plus 1. SRQ numbers then differ
-/// between the softib devices of a host, so an XRCETH that names an SRQ of another device —
-/// which a domain shared across processes would reach on hardware, and which softib cannot
-/// reach (docs/xrc.md) — names no SRQ here and draws NAK-Invalid RD Request instead of landing
-/// in an SRQ of the same number.
+/// The first SRQ number of the HCA whose node GUID is `node_guid`, when no number range is
+/// configured: the GUID's low byte (for a UDP device, the last byte of its IPv4 address) times
+/// 2^16, plus 1. SRQ numbers then differ between softib devices that do not share a host-wide
+/// device (whose members number in their slots' ranges), so an XRCETH that names an SRQ of
+/// another device names no SRQ here and draws NAK-Invalid RD Request instead of landing in an
+/// SRQ of the same number.
 fn first_srqn(node_guid: u64) -> u32 {
     ((node_guid as u32 & 0xff) << 16) | 1
 }

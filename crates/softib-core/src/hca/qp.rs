@@ -297,6 +297,11 @@ impl Hca {
             qp.transport.resp.credits.ack_psn = attr.rq_psn.sub(1);
         }
         let reset = next == QpState::Reset;
+        // A SEND under way into another HCA's XRC SRQ ends there too (its owner holds the WQE).
+        let delegated = match &qp.transport.resp.msg {
+            crate::transport::rc::InMessage::Delegated { srqn } if reset => Some(*srqn),
+            _ => None,
+        };
         match next {
             QpState::Reset => qp.reset(),
             QpState::Rts => qp.sq_draining = false,
@@ -319,6 +324,9 @@ impl Hca {
                 QpState::Rtr if cur == QpState::Init => self.rc_offer_credits(key, true),
                 _ => {}
             }
+        }
+        if let Some(srqn) = delegated {
+            self.xrc_delegate_abort(srqn, key);
         }
         if mask.contains(QpAttrMask::PATH_MIG_STATE) && !reset {
             self.apply_path_mig_state(key, attr.path_mig_state, mig_was);
@@ -581,15 +589,22 @@ impl Hca {
         // A SEND in progress holds the oldest receive WQE it took: flushed first (an XRC
         // target's, taken from an XRC SRQ, to that SRQ's CQ).
         let mut cq = qp.recv_cq;
-        if let crate::transport::rc::InMessage::Send { wqe, .. } =
-            std::mem::take(&mut qp.transport.resp.msg)
-        {
-            rq.push_front(wqe);
-            if let Some((_, xrc_cq)) = qp.transport.resp.xrc_msg {
-                cq = xrc_cq;
+        let mut delegated = None;
+        match std::mem::take(&mut qp.transport.resp.msg) {
+            crate::transport::rc::InMessage::Send { wqe, .. } => {
+                rq.push_front(wqe);
+                if let Some((_, xrc_cq)) = qp.transport.resp.xrc_msg {
+                    cq = xrc_cq;
+                }
             }
+            // Into another HCA's XRC SRQ: its owner flushes the WQE.
+            crate::transport::rc::InMessage::Delegated { srqn } => delegated = Some(srqn),
+            _ => {}
         }
         qp.transport.resp.xrc_msg = None;
+        if let Some(srqn) = delegated {
+            self.xrc_delegate_abort(srqn, qpn.value());
+        }
         for wqe in rq {
             // A CQ that overran has lost the completion; the CqError event reports it.
             let _ = self.push_completion(

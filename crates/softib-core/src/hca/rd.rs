@@ -384,6 +384,7 @@ impl Hca {
             pd: qp.pd,
             srq: qp.srq,
             cq: qp.recv_cq,
+            remote: None,
         })
     }
 

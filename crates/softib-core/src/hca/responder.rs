@@ -64,12 +64,17 @@ const MAX_DMA_LEN: u32 = 1 << 31;
 /// `None`), the CQ of that WQE's completion, and the protection domain its buffers and R_Keys
 /// are checked in. An RC QP gives its own; an XRC target takes them from the XRC SRQ the
 /// request's XRCETH names; an EE context from the RD QP BTH:DestQP names (`rd.rs`).
+///
+/// `remote` is the SRQ number when the XRCETH names an XRC SRQ another HCA publishes in the
+/// target's shared domain (`xrc_shared.rs`): its receive WQEs are the owner's, and the
+/// protection domain is none of this HCA's (every R_Key check of a non-empty range fails).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RecvTarget {
     pub(super) qpn: u32,
     pub(super) pd: crate::verbs::PdHandle,
     pub(super) srq: Option<crate::verbs::SrqHandle>,
     pub(super) cq: crate::verbs::CqHandle,
+    pub(super) remote: Option<u32>,
 }
 
 /// Why a new request is refused.
@@ -445,9 +450,15 @@ impl Hca {
             (None, None) => (qp.recv_cq, qp.qpn),
         };
         r.xrc_msg = None;
-        if let InMessage::Send { wqe, .. } = std::mem::take(&mut r.msg) {
-            let wc = WorkCompletion::new(wqe.wr_id, status, WcOpcode::Recv, owner).with_byte_len(0);
-            let _ = self.push_completion(cq, wc, false);
+        match std::mem::take(&mut r.msg) {
+            InMessage::Send { wqe, .. } => {
+                let wc =
+                    WorkCompletion::new(wqe.wr_id, status, WcOpcode::Recv, owner).with_byte_len(0);
+                let _ = self.push_completion(cq, wc, false);
+            }
+            // The owner of the SRQ holds the WQE: it completes it with flush error.
+            InMessage::Delegated { srqn } => self.xrc_delegate_abort(srqn, qpn),
+            _ => {}
         }
     }
 
@@ -520,7 +531,7 @@ impl Hca {
             (&qp.transport.resp.msg, op, pos),
             (InMessage::None, _, Position::First | Position::Only)
                 | (
-                    InMessage::Send { .. },
+                    InMessage::Send { .. } | InMessage::Delegated { .. },
                     Operation::Send,
                     Position::Middle | Position::Last
                 )
@@ -536,8 +547,12 @@ impl Hca {
         // An XRC message arrives whole through one SRQ.
         let xrc = qp.qp_type == QpType::XrcRecv;
         if xrc && matches!(pos, Position::Middle | Position::Last) {
-            let msg_srq = qp.transport.resp.xrc_msg.map(|(srq, _)| srq);
-            if msg_srq != target.srq {
+            let same = match (&qp.transport.resp.msg, target.remote) {
+                (InMessage::Delegated { srqn }, remote) => remote == Some(*srqn),
+                (_, Some(_)) => false,
+                _ => qp.transport.resp.xrc_msg.map(|(srq, _)| srq) == target.srq,
+            };
+            if !same {
                 self.counters.xrc_bad_srq += 1;
                 return Err(Refusal::Fatal(
                     NAK_INVALID_RD_REQUEST,
@@ -572,7 +587,10 @@ impl Hca {
             }
         }
         match op {
-            Operation::Send => self.rc_exec_send(qpn, t, pos, target),
+            Operation::Send => match target.remote {
+                None => self.rc_exec_send(qpn, t, pos, target),
+                Some(srqn) => self.xrc_delegate_send(qpn, t, pos, srqn),
+            },
             Operation::RdmaWrite => {
                 if !access.contains(AccessFlags::REMOTE_WRITE) {
                     return Err(Refusal::Fatal(
@@ -609,13 +627,24 @@ impl Hca {
     ) -> Option<RecvTarget> {
         match qp.qp_type {
             QpType::XrcRecv => {
-                let x = self.xrc_target(qp, t.headers.xrceth?.xrcsrq.value())?;
-                Some(RecvTarget {
-                    qpn: qp.qpn.value(),
-                    pd: x.pd,
-                    srq: Some(x.srq),
-                    cq: x.cq,
-                })
+                let srqn = t.headers.xrceth?.xrcsrq.value();
+                match self.xrc_target(qp, srqn) {
+                    Some(x) => Some(RecvTarget {
+                        qpn: qp.qpn.value(),
+                        pd: x.pd,
+                        srq: Some(x.srq),
+                        cq: x.cq,
+                        remote: None,
+                    }),
+                    // Another HCA's SRQ of the shared domain.
+                    None => self.xrc_remote_srq(qp.xrcd, srqn).then(|| RecvTarget {
+                        qpn: qp.qpn.value(),
+                        pd: crate::verbs::PdHandle(crate::table::Key::NONE),
+                        srq: None,
+                        cq: crate::verbs::CqHandle(crate::table::Key::NONE),
+                        remote: Some(srqn),
+                    }),
+                }
             }
             // Only EE contexts take RD packets.
             QpType::Rd => self.rd_target(qp, t),
@@ -624,7 +653,118 @@ impl Hca {
                 pd: qp.pd,
                 srq: qp.srq,
                 cq: qp.recv_cq,
+                remote: None,
             }),
+        }
+    }
+
+    /// [`Hca::rc_exec_send`] for a SEND into another HCA's XRC SRQ `srqn` (`xrc_shared.rs`):
+    /// the message's first packet reserves one of the SRQ's receive WQEs (none: RNR NAK; the
+    /// SRQ gone: NAK-Invalid RD Request), and each packet is delegated to the SRQ's owner,
+    /// which places it. The transport moves as for a local SEND.
+    #[cold]
+    fn xrc_delegate_send(
+        &mut self,
+        qpn: u32,
+        t: &TransportPacket<'_>,
+        pos: Position,
+        srqn: u32,
+    ) -> Result<(), Refusal> {
+        let starts = matches!(pos, Position::First | Position::Only);
+        let ends = matches!(pos, Position::Last | Position::Only);
+        if starts {
+            self.xrc_reserve_for(qpn, srqn)?;
+        } else {
+            let qp = self.qps.get_mut(&qpn).expect("checked");
+            match std::mem::take(&mut qp.transport.resp.msg) {
+                InMessage::Delegated { srqn: s } if s == srqn => {}
+                _ => return Err(invalid()),
+            }
+        }
+        let h = &t.headers;
+        self.xrc_delegate(
+            super::xrc_shared::Delegated {
+                srqn,
+                tqpn: qpn,
+                pos,
+                psn: h.bth.psn.value(),
+                solicited: h.bth.solicited,
+                imm: h.immdt.map(|i| i.imm),
+                invalidate: h.ieth.map(|i| i.rkey),
+                write_imm: false,
+            },
+            t.payload,
+        );
+        self.xrc_delegated_packet(qpn, ends, InMessage::Delegated { srqn });
+        self.rc_ack_request(qpn, h.bth.psn, h.bth.ack_req);
+        Ok(())
+    }
+
+    /// A zero-length RDMA WRITE with immediate `imm` into another HCA's XRC SRQ `srqn`: it
+    /// places nothing (C9-88) and consumes a receive WQE of the SRQ, reserved and delegated
+    /// as a SEND's ([`Hca::xrc_delegate_send`]). Longer WRITEs failed their R_Key check.
+    #[cold]
+    fn xrc_delegate_write_imm(
+        &mut self,
+        qpn: u32,
+        t: &TransportPacket<'_>,
+        srqn: u32,
+        imm: u32,
+    ) -> Result<(), Refusal> {
+        self.xrc_reserve_for(qpn, srqn)?;
+        let h = &t.headers;
+        self.xrc_delegate(
+            super::xrc_shared::Delegated {
+                srqn,
+                tqpn: qpn,
+                pos: Position::Only,
+                psn: h.bth.psn.value(),
+                solicited: h.bth.solicited,
+                imm: Some(imm),
+                invalidate: None,
+                write_imm: true,
+            },
+            &[],
+        );
+        self.xrc_delegated_packet(qpn, true, InMessage::None);
+        self.rc_ack_request(qpn, h.bth.psn, h.bth.ack_req);
+        Ok(())
+    }
+
+    /// Reserves a receive WQE of SRQ `srqn` in the shared domain of target QP `qpn` for a new
+    /// message.
+    fn xrc_reserve_for(&mut self, qpn: u32, srqn: u32) -> Result<(), Refusal> {
+        let domain = self.qps[&qpn]
+            .xrcd
+            .and_then(|x| self.xrcds.get(x.0))
+            .and_then(|d| d.share);
+        match domain.map(|d| self.xrc_reserve(srqn, d)) {
+            Some(super::xrc_shared::Reservation::Reserved) => Ok(()),
+            Some(super::xrc_shared::Reservation::Empty) => Err(Refusal::Rnr),
+            _ => {
+                // Withdrawn since the look-up: an XRCETH violation.
+                self.counters.xrc_bad_srq += 1;
+                Err(Refusal::Fatal(
+                    NAK_INVALID_RD_REQUEST,
+                    QpErrorCause::InvalidRequest,
+                ))
+            }
+        }
+    }
+
+    /// The responder's state after a delegated packet: ePSN past it; at the message's end the
+    /// MSN counts it and the responder is between messages, else it is in `msg`.
+    fn xrc_delegated_packet(&mut self, qpn: u32, ends: bool, msg: InMessage) {
+        let qp = self.qps.get_mut(&qpn).expect("checked");
+        qp.transport.expected_psn = qp.transport.expected_psn.next();
+        let r = &mut qp.transport.resp;
+        if ends {
+            r.msn = r.msn.add(1);
+            r.msg = InMessage::None;
+            r.xrc_msg = None;
+            r.credits.consumed = r.credits.consumed.wrapping_add(1);
+        } else {
+            r.msg = msg;
         }
     }
 
@@ -740,6 +880,10 @@ impl Hca {
                 NAK_REMOTE_ACCESS,
                 QpErrorCause::AccessViolation,
             ));
+        }
+        if let (Some(srqn), Some(imm)) = (target.remote, h.immdt) {
+            // Zero-length (a longer one failed its R_Key check): the owner's WQE.
+            return self.xrc_delegate_write_imm(qpn, t, srqn, imm.imm);
         }
         // WRITE with immediate consumes a receive WQE: check for one before placing data.
         let wqe = if h.immdt.is_some() {

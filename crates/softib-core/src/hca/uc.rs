@@ -490,7 +490,8 @@ impl Hca {
         };
         match std::mem::take(&mut qp.transport.resp.msg) {
             InMessage::None => false,
-            InMessage::Write { .. } => {
+            // (Only an XRC target delegates.)
+            InMessage::Write { .. } | InMessage::Delegated { .. } => {
                 self.counters.uc_msgs_dropped += 1;
                 true
             }

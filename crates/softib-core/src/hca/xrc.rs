@@ -28,10 +28,12 @@ use softib_wire::Qpn;
 /// Largest number of XRC domains an HCA holds at once.
 pub const MAX_XRCD: u32 = 1 << 16;
 
-/// An XRC domain: only a count of the XRC SRQs and target QPs in it.
+/// An XRC domain: a count of the XRC SRQs and target QPs in it, and the host-wide domain it
+/// is this HCA's share of, if it is shared with other HCAs (`xrc_shared.rs`).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Xrcd {
     pub(crate) users: usize,
+    pub(crate) share: Option<u32>,
 }
 
 /// Where the receive side of an XRC request lands: the SRQ its XRCETH names, that SRQ's
@@ -88,8 +90,16 @@ impl Hca {
             d.users += 1;
         }
         let mut srq = Srq::new(pd, init.max_wr, init.max_sge);
-        srq.xrc = Some(XrcSrq { xrcd, cq });
-        Ok(self.insert_srq(srq))
+        srq.xrc = Some(XrcSrq {
+            xrcd,
+            cq,
+            published: None,
+        });
+        let h = self.insert_srq(srq);
+        if let Some(id) = self.xrcds.get(xrcd.0).and_then(|d| d.share) {
+            self.xrc_publish(h, id);
+        }
+        Ok(h)
     }
 
     /// Creates an XRC target QP in RESET (`ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`). It has

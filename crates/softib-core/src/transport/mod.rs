@@ -129,6 +129,15 @@ pub struct Counters {
     /// message one other than the message's). New requests are answered with NAK-Invalid RD
     /// Request; duplicates are dropped silently.
     pub xrc_bad_srq: u64,
+    /// XRC target: delegations emitted, one per request packet (and per message given up)
+    /// whose XRCETH names an XRC SRQ another HCA publishes in the target's shared domain
+    /// ([`crate::Hca::poll_delegation`]).
+    pub xrc_delegated: u64,
+    /// XRC SRQ owner: delegations taken ([`crate::Hca::handle_delegation`]).
+    pub xrc_delegations_in: u64,
+    /// XRC SRQ owner: delegations dropped: malformed, for no published XRC SRQ of this HCA
+    /// (destroyed meanwhile), or a packet of no message under way.
+    pub xrc_delegations_dropped: u64,
     /// RD EE context: requests for a QP that is not an RD QP able to receive, is of another
     /// RDD than the EE context, or holds another Q_Key (NAK-Invalid RD Request, C9-127, o9-38).
     pub rd_bad_dest: u64,
@@ -141,7 +150,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter by name, in declaration order.
-    pub fn named(&self) -> [(&'static str, u64); 49] {
+    pub fn named(&self) -> [(&'static str, u64); 52] {
         [
             ("sent_pkts", self.sent_pkts),
             ("rcvd_pkts", self.rcvd_pkts),
@@ -190,6 +199,9 @@ impl Counters {
             ("raw_no_wqe", self.raw_no_wqe),
             ("raw_delivered", self.raw_delivered),
             ("xrc_bad_srq", self.xrc_bad_srq),
+            ("xrc_delegated", self.xrc_delegated),
+            ("xrc_delegations_in", self.xrc_delegations_in),
+            ("xrc_delegations_dropped", self.xrc_delegations_dropped),
             ("rd_bad_dest", self.rd_bad_dest),
             ("rd_qpn_mismatch", self.rd_qpn_mismatch),
         ]

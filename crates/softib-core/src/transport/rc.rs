@@ -199,6 +199,9 @@ pub enum InMessage {
     Send { wqe: RecvWqe, offset: u64 },
     /// An RDMA WRITE: the checked target range and the bytes placed so far.
     Write { slice: MrSlice, offset: u64 },
+    /// An XRC target's SEND into SRQ `srqn` of another HCA: its packets are delegated to
+    /// the SRQ's owner, which holds the receive WQE (`hca/xrc_shared.rs`).
+    Delegated { srqn: u32 },
 }
 
 /// Responder state of an RC QP.

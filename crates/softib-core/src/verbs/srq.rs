@@ -55,6 +55,9 @@ pub(crate) struct XrcSrq {
     pub(crate) xrcd: XrcdHandle,
     /// The CQ of its receive completions.
     pub(crate) cq: CqHandle,
+    /// The host-wide domain it is published in, when its domain is shared with other HCAs:
+    /// its WQEs are then reserved before they are taken (`hca/xrc_shared.rs`).
+    pub(crate) published: Option<u32>,
 }
 
 #[derive(Debug, Clone)]

@@ -27,7 +27,7 @@ use softib_core::verbs::srq::SrqInitAttr;
 use softib_core::verbs::types::WcStatus;
 use softib_core::verbs::types::{AccessFlags, GidType, Mtu, QpState, QpType};
 use softib_core::verbs::wr::{RecvWr, SendWr, Sge};
-use softib_core::verbs::{CqHandle, PdHandle, RddHandle, SrqHandle};
+use softib_core::verbs::{CqHandle, PdHandle, RddHandle, SrqHandle, XrcdHandle};
 use softib_core::{gid_of_ipv4, mac_for_gid, udp_source_port, Hca, HcaConfig, MAX_FRAME};
 use softib_wire::aeth::AethSyndrome;
 use softib_wire::bth::Bth;
@@ -79,8 +79,9 @@ pub struct Side {
     pub cq: CqHandle,
     pub qpn: Qpn,
     pub mr: MrInfo,
-    /// XRC: B's XRC SRQ, which receives everything B's target QP takes.
+    /// XRC: B's XRC SRQ, which receives everything B's target QP takes, and its domain.
     pub srq: Option<SrqHandle>,
+    pub xrcd: Option<XrcdHandle>,
     /// RD: the side's reliable datagram domain and EE context (`qpn` is its RD QP).
     pub rdd: Option<RddHandle>,
     pub eecn: Option<Eecn>,
@@ -159,7 +160,7 @@ fn side(node: u32, ip: [u8; 4], mtu: Mtu, qp_type: QpType) -> Side {
         max_recv_sge: 4,
         max_inline_data: 64,
     };
-    let (mut rdd, mut eecn) = (None, None);
+    let (mut rdd, mut eecn, mut xrc_domain) = (None, None, None);
     let (qpn, srq) = if qp_type == QpType::Rd {
         let d = hca.alloc_rdd().unwrap();
         let qpn = hca
@@ -176,6 +177,7 @@ fn side(node: u32, ip: [u8; 4], mtu: Mtu, qp_type: QpType) -> Side {
             srq_limit: 0,
         };
         let srq = hca.create_xrc_srq(pd, xrcd, cq, &attr).unwrap();
+        xrc_domain = Some(xrcd);
         (hca.create_xrc_tgt_qp(xrcd).unwrap(), Some(srq))
     } else {
         let qpn = hca
@@ -195,6 +197,7 @@ fn side(node: u32, ip: [u8; 4], mtu: Mtu, qp_type: QpType) -> Side {
         qpn,
         mr,
         srq,
+        xrcd: xrc_domain,
         rdd,
         eecn,
     }
