@@ -202,6 +202,15 @@ pub fn destination(datagram: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes([0, n[0], n[1], n[2]]))
 }
 
+/// Whether a datagram (BTH first) is surely the member of slot `slot`'s, on one look: a
+/// RoCEv2 datagram (longer than a probe) that is no reliable datagram and whose destination
+/// QPN's high byte is the slot (QP1's is 0, no slot). `false` says nothing: [`destination`]
+/// and the CM rules decide.
+#[inline]
+pub fn surely_mine(datagram: &[u8], slot: u8) -> bool {
+    datagram.len() > PROBE_LEN && datagram[0] & 0xE0 != RD_CLASS && datagram[5] == slot
+}
+
 /// The opcode class of reliable datagrams (the top three bits of the BTH opcode).
 const RD_CLASS: u8 = 0x40;
 
@@ -1676,6 +1685,23 @@ mod tests {
         let mut d = vec![0u8; 28];
         d[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
         d
+    }
+
+    #[test]
+    fn surely_mine_takes_only_data_for_the_slot() {
+        assert!(surely_mine(&bth_to(0x05_0011), 5));
+        assert!(!surely_mine(&bth_to(0x06_0011), 5));
+        // QP1 (high byte 0) and reliable datagrams (by their EECN) are looked at closer.
+        for slot in [FIRST_SLOT, LAST_SLOT] {
+            assert!(!surely_mine(&bth_to(softib_core::GSI_QPN), slot));
+        }
+        let mut rd = bth_to(0x05_0011);
+        rd[0] = 0x40;
+        assert!(!surely_mine(&rd, 5));
+        // A probe is no datagram of anyone's.
+        let mut probe = bth_to(0x05_0011);
+        probe.truncate(PROBE_LEN);
+        assert!(!surely_mine(&probe, 5));
     }
 
     #[test]

@@ -1633,6 +1633,13 @@ impl Device {
             }
         };
         self.stats.rx_batches += 1;
+        // The member's slot, when datagrams here may be another member's (the device's own
+        // socket of a host-wide device).
+        let slot = self
+            .member
+            .as_ref()
+            .filter(|_| source == 0)
+            .map(host::Member::slot);
         let mut count = 0;
         for i in 0..n {
             let meta = self.rx_meta[i];
@@ -1661,17 +1668,19 @@ impl Device {
                     data + ((k + 1) * stride).min(len),
                 );
                 count += 1;
-                if let Some(m) = self.member.as_mut().filter(|_| source == 0) {
+                // What the steering program sent here is this member's (one comparison);
+                // the rest (probes, CM MADs, what reached the group before a rebuild) is
+                // looked at closer.
+                if let Some(m) = self.member.as_mut().filter(|_| {
+                    slot.is_some_and(|slot| !host::surely_mine(&self.rx_buf[start..end], slot))
+                }) {
                     let d = &self.rx_buf[start..end];
                     // A probe of the socket group is no RoCEv2 datagram (not counted as one).
                     if d.len() == host::PROBE_LEN && m.answer_probe(d) {
                         self.stats.probes += 1;
                         continue;
                     }
-                }
-                self.stats.rx_datagrams += 1;
-                if let Some(m) = self.member.as_ref().filter(|_| source == 0) {
-                    let d = &self.rx_buf[start..end];
+                    self.stats.rx_datagrams += 1;
                     match route(m, d) {
                         Routed::To(host::Route::Mine) => {}
                         Routed::Unlistened => {
@@ -1698,6 +1707,8 @@ impl Device {
                             continue;
                         }
                     }
+                } else {
+                    self.stats.rx_datagrams += 1;
                 }
                 if end - start != header_for {
                     header_for = end - start;
