@@ -1603,6 +1603,13 @@ impl Device {
             }
         };
         self.stats.rx_batches += 1;
+        if source == 0 && n > 0 {
+            // What a same-host peer put in the inbox before it sent one of these datagrams
+            // over UDP (the ACK of a SEND before its connection manager's DREQ) is handled
+            // first: the two paths keep the order of one sender's packets, as one wire does.
+            // It is in the ring by now: the peer wrote it before its send(2).
+            while self.receive_shm(now)? == SHM_RX_BATCH {}
+        }
         let mut count = 0;
         for i in 0..n {
             let meta = self.rx_meta[i];
