@@ -480,10 +480,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
                 .dev
                 .hca_mut()
                 .modify_qp(q.qpn, &reset, QpAttrMask::STATE);
-            // The completions it made before stay in its CQs, to be polled after it is gone,
-            // as rxe leaves them (mlx4 and mlx5 clean them, as softib does at RESET):
-            // libfabric's verbs provider polls them right after rdma_destroy_ep, and
-            // otherwise reports the sends they completed as flushed.
+            // Nor do the completions it had before stay (as after ibv_modify_qp to RESET).
+            let _ = eng.dev.hca_mut().purge_qp_completions(q.qpn);
         }
         if eng.dev.hca_mut().destroy_qp(q.qpn).is_err() {
             return ret_errno(libc::EINVAL);

@@ -251,9 +251,8 @@ fn create_qp_ex_create_flags() {
     run_case("create_qp_flags");
 }
 
-/// A QP moved to RESET leaves none of its unpolled completions in its CQs (as mlx4 and mlx5
-/// clean them); another QP's stay, and so does an SRQ's receive completion. A destroyed QP's
-/// stay, as rxe leaves them.
+/// A QP moved to RESET or destroyed leaves none of its unpolled completions in its CQs (as
+/// mlx4 and mlx5 clean them); another QP's stay, and so does an SRQ's receive completion.
 #[test]
 fn reset_cleans_the_qps_completions() {
     run_case("reset_cleans_cqs");
