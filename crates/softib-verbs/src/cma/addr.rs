@@ -95,10 +95,13 @@ pub unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
             }
             libc::AF_INET6 => {
                 let s = &*sa.cast::<libc::sockaddr_in6>();
-                Some(SocketAddr::new(
-                    IpAddr::V6(Ipv6Addr::from(s.sin6_addr.s6_addr)),
+                // The scope (interface) of a link-local address is kept.
+                Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                    Ipv6Addr::from(s.sin6_addr.s6_addr),
                     u16::from_be(s.sin6_port),
-                ))
+                    u32::from_be(s.sin6_flowinfo),
+                    s.sin6_scope_id,
+                )))
             }
             _ => None,
         }
@@ -126,6 +129,7 @@ pub unsafe fn to_sockaddr(dst: *mut u8, a: SocketAddr) -> libc::socklen_t {
                 (*s).sin6_family = libc::AF_INET6 as libc::sa_family_t;
                 (*s).sin6_port = v6.port().to_be();
                 (*s).sin6_addr.s6_addr = v6.ip().octets();
+                (*s).sin6_flowinfo = v6.flowinfo().to_be();
                 (*s).sin6_scope_id = v6.scope_id();
                 std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
             }
@@ -248,6 +252,10 @@ fn context_for_locked(ip: IpAddr) -> Result<*mut ibv_context, i32> {
         .find(|d| d.spec.bind.is_some_and(|b| b.ip() == ip))
     {
         device_context(sd)
+    } else if is_link_local(ip) {
+        // A RoCEv2 device of softib needs an address its peers reach without an interface
+        // scope: an "auto" device is not opened on an IPv6 link-local address.
+        Err(libc::EADDRNOTAVAIL)
     } else if let Some(sd) = devs.iter().find(|d| d.spec.bind.is_none()) {
         cm_open(sd, Some(SocketAddr::new(ip, ROCEV2_PORT)))
     } else {
@@ -313,6 +321,11 @@ pub fn all_contexts() -> Vec<usize> {
         .collect()
 }
 
+/// An IPv6 link-local address (fe80::/10).
+fn is_link_local(ip: IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80)
+}
+
 /// The host's interface addresses (IPv6 link-local ones left out: they need a scope).
 pub fn local_addresses() -> Vec<IpAddr> {
     let mut out = Vec::new();
@@ -327,9 +340,7 @@ pub fn local_addresses() -> Vec<IpAddr> {
         let ifa = unsafe { &*p };
         // SAFETY: ifa_addr, if set, is a sockaddr of the size its family says.
         if let Some(a) = unsafe { from_sockaddr(ifa.ifa_addr) } {
-            let link_local =
-                matches!(a.ip(), IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
-            if !link_local && !out.contains(&a.ip()) {
+            if !is_link_local(a.ip()) && !out.contains(&a.ip()) {
                 out.push(a.ip());
             }
         }
@@ -461,6 +472,13 @@ pub fn bind(sid: &mut SoftCmId, a: SocketAddr) -> Result<(), i32> {
         drop(st);
         sid.set_src(SocketAddr::new(a.ip(), key.2));
         return Ok(());
+    }
+    if let SocketAddr::V6(v6) = a {
+        // The kernel's rdma_cm (`cma_check_linklocal`): a link-local address names an
+        // interface only with its scope.
+        if is_link_local(a.ip()) && v6.scope_id() == 0 {
+            return Err(libc::EINVAL);
+        }
     }
     let (ctx, a) = match context_for(a.ip()) {
         Ok(ctx) => (ctx, a),
@@ -657,7 +675,7 @@ mod tests {
 
     #[test]
     fn sockaddrs_round_trip() {
-        for a in ["127.0.0.9:7174", "[fd00::1]:18515"] {
+        for a in ["127.0.0.9:7174", "[fd00::1]:18515", "[fe80::1%3]:4791"] {
             let a: SocketAddr = a.parse().unwrap();
             let mut buf = [0u8; std::mem::size_of::<libc::sockaddr_storage>()];
             // SAFETY: a buffer of sockaddr_storage's size.
