@@ -86,6 +86,14 @@ fn cm_peer_vanishes() {
     );
 }
 
+/// A DISCONNECTED event comes after the completions of what the peer sent before its DREQ
+/// were polled (libfabric's ofi_rxm reads its event channel between two polls of its CQ, and
+/// closed the connection over them); an event whose completions are never polled still comes.
+#[test]
+fn cm_disconnected_after_the_data_before_it() {
+    run_case("disconnect_after_data");
+}
+
 /// librdmacm's one context per device: with one device (on a loopback address of its own),
 /// `rdma_get_devices` lists it once and every id is on that context: bound to its address, to
 /// a loopback address no device holds (named the device, at its own address), resolved, or a

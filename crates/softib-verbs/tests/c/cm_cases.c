@@ -502,6 +502,81 @@ static void case_vanish(void)
 	rdma_destroy_id(a);
 }
 
+/* True if an event is queued on the channel (nothing is read). */
+static int event_queued(void)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	return poll(&p, 1, 0) == 1;
+}
+
+/* The passive side's DISCONNECTED comes after it polled what the peer sent before its DREQ:
+ * a SEND, then the DREQ at once; the passive process does not poll its CQ for 100 ms (its
+ * progress thread takes both meanwhile): no event yet. Once the receive completion is polled,
+ * the event comes. A second connection whose receive is never polled gets its event anyway
+ * (the hold is bounded). */
+static void case_disconnect_after_data(void)
+{
+	struct sockaddr_in addr;
+	struct rdma_cm_id *l = listener(RDMA_PS_TCP, &addr);
+	for (int round = 0; round < 2; round++) {
+		struct rdma_cm_id *a = resolved(RDMA_PS_TCP, &addr);
+		make_qp(a, IBV_QPT_RC);
+		struct rdma_conn_param cp = { .retry_count = 7, .rnr_retry_count = 7 };
+		if (rdma_connect(a, &cp))
+			DIE("rdma_connect");
+		struct rdma_cm_event *e = expect(RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+		if (!e)
+			return;
+		struct rdma_cm_id *p = e->id;
+		rdma_ack_cm_event(e);
+		make_qp(p, IBV_QPT_RC);
+		struct ibv_mr *pmr = ibv_reg_mr(p->pd, calloc(1, 64), 64, IBV_ACCESS_LOCAL_WRITE);
+		struct ibv_mr *amr = ibv_reg_mr(a->pd, calloc(1, 64), 64, IBV_ACCESS_LOCAL_WRITE);
+		if (!pmr || !amr)
+			DIE("ibv_reg_mr");
+		struct ibv_sge ps = { (uintptr_t)pmr->addr, 64, pmr->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 7, .sg_list = &ps, .num_sge = 1 }, *bad_r;
+		if (ibv_post_recv(p->qp, &rw, &bad_r))
+			DIE("ibv_post_recv");
+		struct rdma_conn_param ap = { .rnr_retry_count = 7 };
+		if (rdma_accept(p, &ap))
+			DIE("rdma_accept");
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED, 0));
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED, 0));
+		struct ibv_sge as = { (uintptr_t)amr->addr, 64, amr->lkey };
+		struct ibv_send_wr sw = { .sg_list = &as, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED },
+				   *bad_s;
+		if (ibv_post_send(a->qp, &sw, &bad_s))
+			DIE("ibv_post_send");
+		struct ibv_wc wc;
+		CHECK(poll_one(a->send_cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS,
+		      "the SEND was acknowledged");
+		if (rdma_disconnect(a))
+			DIE("rdma_disconnect");
+		usleep(100000);
+		if (round == 0) {
+			CHECK(!event_queued(),
+			      "no DISCONNECTED while the receive before the DREQ is not polled");
+			CHECK(poll_one(p->recv_cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+				      wc.wr_id == 7,
+			      "the receive completes");
+		}
+		e = expect(RDMA_CM_EVENT_DISCONNECTED, 0);
+		if (e) {
+			CHECK(e->id == p, "the passive side's DISCONNECTED (round %d)", round);
+			rdma_ack_cm_event(e);
+		}
+		rdma_disconnect(p);
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_DISCONNECTED, 0));
+		rdma_destroy_qp(a);
+		rdma_destroy_qp(p);
+		rdma_destroy_id(a);
+		rdma_destroy_id(p);
+	}
+	rdma_destroy_id(l);
+}
+
 /* An id bound to `a` (its port 0: a free one); NULL (and errno) if the bind fails. */
 static struct rdma_cm_id *bound_to(const struct sockaddr *a)
 {
@@ -665,8 +740,8 @@ static void case_loopback_no_device(void)
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: cm_cases establish|reject|ud|bad_calls|vanish|devices|"
-				"loopback_no_device\n");
+		fprintf(stderr, "usage: cm_cases establish|reject|ud|bad_calls|vanish|"
+				"disconnect_after_data|devices|loopback_no_device\n");
 		return 2;
 	}
 	ch = rdma_create_event_channel();
@@ -682,6 +757,8 @@ int main(int argc, char **argv)
 		case_bad_calls();
 	else if (!strcmp(argv[1], "vanish"))
 		case_vanish();
+	else if (!strcmp(argv[1], "disconnect_after_data"))
+		case_disconnect_after_data();
 	else if (!strcmp(argv[1], "devices"))
 		case_devices(getenv("SOFTIB_BIND") ? getenv("SOFTIB_BIND") : "127.0.0.1");
 	else if (!strcmp(argv[1], "loopback_no_device"))
