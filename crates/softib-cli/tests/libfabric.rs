@@ -4,12 +4,14 @@
 //! processes of this host for each endpoint type, every message checked (`-c`) and carried by
 //! softib (its counters). A C program (`tests/c/fi_msg.c`) connects MSG endpoints found the
 //! way applications find them: the server with fi_getinfo's passive-side hints (a service and
-//! FI_SOURCE), the client with the server's node and service.
+//! FI_SOURCE), the client with the server's node and service. Open MPI 4.1 (pml cm, mtl ofi)
+//! runs two ranks over `verbs;ofi_rxm` (`tests/c/mpi_check.c`, every message checked).
 //!
 //! Both processes use a device of their own on 127.0.93.1 (`SOFTIB_BIND`), apart from other
 //! tests' devices; every run has a deadline. Skips, saying why, where libfabric's tools (or,
-//! for the C program, its headers) or this build's libraries are missing; installs nothing
-//! (scripts/install-deps.sh installs libfabric-bin and libfabric-dev).
+//! for the C programs, libfabric's headers or Open MPI) or this build's libraries are missing;
+//! installs nothing (scripts/install-deps.sh installs libfabric-bin, libfabric-dev,
+//! openmpi-bin and libopenmpi-dev).
 
 #[allow(dead_code)]
 mod procs;
@@ -386,4 +388,78 @@ fn fi_msg_passive_hints_and_connect() {
         s.contains("server: 12 messages checked and answered"),
         "{s}"
     );
+}
+
+/// Open MPI 4.1 (pml cm, mtl ofi) over libfabric's verbs;ofi_rxm on softib: two ranks of
+/// `mpirun.openmpi` on this host, every message of a ping-pong of 1 byte to 4 MiB checked
+/// (tests/c/mpi_check.c), the traffic carried by softib.
+#[test]
+fn open_mpi_over_verbs_ofi_rxm() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lib = match setup() {
+        Ok(l) => l,
+        Err(r) => return skip(&r),
+    };
+    for tool in ["mpicc.openmpi", "mpirun.openmpi"] {
+        if !on_path(tool) {
+            return skip(&format!("{tool} is not installed (Debian: openmpi-bin)"));
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/mpi_check.c");
+    let prog = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi_check");
+    let cc = Command::new("mpicc.openmpi")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .expect("run mpicc.openmpi");
+    if !cc.status.success() {
+        return skip(&format!(
+            "mpicc.openmpi failed: {}",
+            String::from_utf8_lossy(&cc.stderr)
+        ));
+    }
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid() == 0
+    });
+    let mut argv = vec!["mpirun.openmpi"];
+    if root {
+        argv.push("--allow-run-as-root");
+    }
+    let prog = prog.to_str().expect("a UTF-8 path");
+    argv.extend_from_slice(&[
+        "-np",
+        "2",
+        "--mca",
+        "pml",
+        "cm",
+        "--mca",
+        "mtl",
+        "ofi",
+        "--mca",
+        "mtl_ofi_provider_include",
+        "verbs;ofi_rxm",
+        prog,
+    ]);
+    let out = procs::finish(
+        softib_run(&lib, &[("SOFTIB_STATS", "1")], &argv)
+            .spawn()
+            .expect("run mpirun.openmpi"),
+        "mpirun.openmpi",
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let line = t
+        .lines()
+        .find(|l| l.starts_with("mpi_check:"))
+        .unwrap_or_else(|| panic!("no result line:\n{t}"));
+    assert!(
+        line.starts_with("mpi_check: 48 messages checked each way, 0 bad;"),
+        "{line}"
+    );
+    println!("{line}");
+    // Both ranks' messages went through softib (10 000 round trips and the ping-pong).
+    let sent = datagrams_sent(&t);
+    assert!(sent >= 2 * 10_000, "softib sent {sent} datagrams:\n{t}");
 }
