@@ -47,6 +47,8 @@ if [ -z "${SOFTIB_LIB_DIR:-}" ]; then
 fi
 [ -x "$SOFTIB" ] || { echo "FAIL: no $SOFTIB"; exit 1; }
 mkdir -p "$OUT"
+# The programs run in the log directory (a crashing one may leave a backtrace file there).
+cd "$OUT" || exit 1
 FI_MSG=$OUT/fi_msg
 cc -O2 -Wall -Werror -o "$FI_MSG" "$CSRC/fi_msg.c" -lfabric || {
     echo "FAIL: cc $CSRC/fi_msg.c"

@@ -75,9 +75,12 @@ fn setup() -> Result<PathBuf, String> {
 /// inherited softib or libfabric settings.
 fn softib_run(lib: &Path, env: &[(&str, &str)], argv: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_softib"));
+    // In the build's temporary directory: whatever a crashing program leaves in its working
+    // directory (a backtrace file) stays out of the source tree.
     c.arg("run")
         .arg("--")
         .args(argv)
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
         .env("SOFTIB_LIB_DIR", lib)
         .env("SOFTIB_BIND", BIND)
         .env_remove("SOFTIB_CONFIG")
