@@ -39,6 +39,13 @@ command -v rping >/dev/null 2>&1 || missing+=(rdmacm-utils)
 [ -d /usr/lib/python3/dist-packages/pyverbs ] || missing+=(python3-pyverbs)
 # UCX runs unmodified on softib (crates/softib-cli/tests/ucx.rs: ucx_info, ucx_perftest).
 command -v ucx_perftest >/dev/null 2>&1 || missing+=(ucx-utils)
+# So does libfabric's verbs provider (crates/softib-cli/tests/libfabric.rs: fi_info,
+# fi_pingpong, and a C program built against <rdma/fabric.h>; scripts/libfabric.sh).
+command -v fi_pingpong >/dev/null 2>&1 || missing+=(libfabric-bin)
+[ -f /usr/include/rdma/fabric.h ] || missing+=(libfabric-dev)
+# Open MPI over libfabric's verbs;ofi_rxm (the same test: an MPI program built with mpicc).
+command -v mpicc.openmpi >/dev/null 2>&1 || missing+=(openmpi-bin)
+compgen -G '/usr/lib/*/openmpi/include/mpi.h' >/dev/null || missing+=(libopenmpi-dev)
 # libFuzzer is C++ built by the cc crate: needs a C++ compiler.
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 

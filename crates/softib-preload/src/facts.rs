@@ -14,6 +14,7 @@
 //! /sys/class/infiniband/NAME/device/local_cpus       every CPU, as the kernel prints a cpumask
 //! /sys/class/infiniband/NAME/device/driver           symlink to ../../../../bus/virtual/drivers/rdma_rxe
 //! /sys/class/infiniband/NAME/ports/1/gid_attrs/types/0   "RoCE v2\n"
+//! /sys/class/infiniband/NAME/ports/1/gid_attrs/types/1   "RoCE v2\n"
 //! ```
 //!
 //! Everything else under the two roots (another device's node, `rdma_cm`, a real `rxe0`) is
@@ -39,7 +40,8 @@ pub const DRIVER_NAME: &str = "rdma_rxe";
 /// The target of `device/driver`: a driver directory under `/sys/bus` as seen from
 /// `/sys/class/infiniband/NAME/device`, ending in [`DRIVER_NAME`].
 pub const DRIVER_LINK: &[u8] = b"../../../../bus/virtual/drivers/rdma_rxe";
-/// What `ports/1/gid_attrs/types/0` holds (softib's only GID is RoCE v2).
+/// What `ports/1/gid_attrs/types/<index>` holds for the port's two GIDs (the bound
+/// address's and the link-local default GID): both are RoCE v2.
 pub const GID_TYPE: &[u8] = b"RoCE v2\n";
 /// What `device/numa_node` holds: no NUMA affinity.
 pub const NUMA_NODE: &[u8] = b"-1\n";
@@ -127,7 +129,7 @@ pub enum File {
     NumaNode,
     /// `device/local_cpus`.
     LocalCpus,
-    /// `ports/1/gid_attrs/types/0`.
+    /// `ports/1/gid_attrs/types/0` and `types/1`.
     GidType,
 }
 
@@ -210,7 +212,13 @@ static DEVICE_TREE: &[Entry] = &[
             b"1",
             &[dir(
                 b"gid_attrs",
-                &[dir(b"types", &[leaf(b"0", Node::File(File::GidType))])],
+                &[dir(
+                    b"types",
+                    &[
+                        leaf(b"0", Node::File(File::GidType)),
+                        leaf(b"1", Node::File(File::GidType)),
+                    ],
+                )],
             )],
         )],
     ),
@@ -459,8 +467,15 @@ mod tests {
             libc::ENOENT
         );
         assert_eq!(
-            missing(
+            found(
                 "/sys/class/infiniband/softib0/ports/1/gid_attrs/types/1",
+                true
+            ),
+            Node::File(File::GidType)
+        );
+        assert_eq!(
+            missing(
+                "/sys/class/infiniband/softib0/ports/1/gid_attrs/types/2",
                 true
             ),
             libc::ENOENT

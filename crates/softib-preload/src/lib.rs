@@ -1024,7 +1024,11 @@ mod tests {
         let cpus = read_all(c"/sys/class/infiniband/softib0/device/local_cpus").unwrap();
         assert!(cpus.ends_with(b"\n") && cpus.len() > 1, "{cpus:?}");
         assert_eq!(
-            read_all(c"/sys/class/infiniband/softib0/ports/1/gid_attrs/types/1").err(),
+            read_all(c"/sys/class/infiniband/softib0/ports/1/gid_attrs/types/1").unwrap(),
+            b"RoCE v2\n"
+        );
+        assert_eq!(
+            read_all(c"/sys/class/infiniband/softib0/ports/1/gid_attrs/types/2").err(),
             Some(libc::ENOENT)
         );
         let s = st(c"/sys/class/infiniband/softib0/device/numa_node").unwrap();

@@ -263,18 +263,33 @@ impl DeviceConfig {
     }
 
     /// The HCA configuration of this device: rxe limits, one RoCEv2 port whose GID table
-    /// holds the GID of the bound address (IPv4-mapped for IPv4) at index 0, and headers
-    /// numbered for a kernel socket bound to the configured port.
+    /// holds the GID of the bound address (IPv4-mapped for IPv4) at index 0 and the port's
+    /// link-local default GID (`fe80::` and the port GUID, as every RoCE port of Linux lists
+    /// one) at index 1, and headers numbered for a kernel socket bound to the configured port.
+    ///
+    /// The link-local GID names the port, as on hardware (libfabric's verbs provider, for
+    /// one, offers connected endpoints only on a device with a GID whose subnet prefix is not
+    /// zero, or with an address on an interface other than loopback); it carries no traffic:
+    /// the device sends and receives from its bound address only.
     pub fn hca_config(&self) -> HcaConfig {
         let mut c = HcaConfig::new(self.node_id);
         c.max_unacked_psns = self.max_unacked_psns;
         c.udp_socket_port = Some(self.bind.port());
         let port = &mut c.ports[0];
         port.active_mtu = self.active_mtu;
-        port.gids = vec![GidEntry {
+        let own = GidEntry {
             gid: frame::gid_of_ip(self.bind.ip()),
             gid_type: GidType::RoceV2,
-        }];
+        };
+        let link_local = GidEntry {
+            gid: Gid::new(Gid::LINK_LOCAL_PREFIX, c.device.node_guid),
+            gid_type: GidType::RoceV2,
+        };
+        port.gids = if own.gid == link_local.gid {
+            vec![own]
+        } else {
+            vec![own, link_local]
+        };
         c
     }
 }
@@ -1633,6 +1648,13 @@ impl Device {
             }
         };
         self.stats.rx_batches += 1;
+        if source == 0 && n > 0 {
+            // What a same-host peer put in the inbox before it sent one of these datagrams
+            // over UDP (the ACK of a SEND before its connection manager's DREQ) is handled
+            // first: the two paths keep the order of one sender's packets, as one wire does.
+            // It is in the ring by now: the peer wrote it before its send(2).
+            while self.receive_shm(now)? == SHM_RX_BATCH {}
+        }
         // The member's slot, when datagrams here may be another member's (the device's own
         // socket of a host-wide device).
         let slot = self

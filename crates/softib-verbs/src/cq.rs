@@ -232,6 +232,10 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: i32, wc: *mut ibv
             }
         }
     }
+    if done > 0 {
+        // A DISCONNECTED event waiting for these completions to be polled goes out.
+        crate::cma::kern::release_held(&mut eng);
+    }
     drop(eng);
     shared.polled(done);
     done as i32

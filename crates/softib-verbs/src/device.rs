@@ -404,7 +404,7 @@ pub(crate) unsafe fn open_context(
     }));
     let ctx = (*sc).ctx_ptr();
     registry::add(ctx, Kind::Context);
-    crate::cma::addr::context_opened(ctx, ip);
+    crate::cma::addr::context_opened(ctx, ip, sd.index);
     Ok(ctx)
 }
 
@@ -943,29 +943,5 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
                 (*qp).events_completed += 1;
             }
         }
-    }
-}
-
-/// Opens every device (rdma_cm's device array, `cma::rdma_get_devices`): their contexts, as
-/// addresses. Here beside the verbs it calls, so that their definitions stay with their
-/// `.symver` directives.
-pub(crate) fn open_all() -> Vec<usize> {
-    let mut n = 0;
-    // SAFETY: this library's own device-list calls; the list is freed once the contexts are
-    // open.
-    unsafe {
-        let list = ibv_get_device_list(&mut n);
-        if list.is_null() {
-            return Vec::new();
-        }
-        let mut v = Vec::new();
-        for i in 0..n.max(0) as usize {
-            let ctx = ibv_open_device(*list.add(i));
-            if !ctx.is_null() {
-                v.push(ctx as usize);
-            }
-        }
-        ibv_free_device_list(list);
-        v
     }
 }

@@ -135,9 +135,15 @@ unsafe fn advance(cq: *mut ibv_cq_ex) -> i32 {
     let p = cq.cast::<SoftCq>();
     let mut w = [WorkCompletion::default()];
     let shared: &crate::context::Shared = &(*p).shared;
-    let got = shared
-        .app_poll()
-        .take_completions(shared, (*p).handle, &mut w);
+    let got = {
+        let mut eng = shared.app_poll();
+        let got = eng.take_completions(shared, (*p).handle, &mut w);
+        if matches!(got, Ok(1)) {
+            // A DISCONNECTED event waiting for this completion to be polled goes out.
+            crate::cma::kern::release_held(&mut eng);
+        }
+        got
+    };
     shared.polled(*got.as_ref().unwrap_or(&0));
     match got {
         Ok(1) => {

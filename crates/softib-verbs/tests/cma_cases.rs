@@ -92,3 +92,31 @@ fn cm_peer_vanishes() {
         ],
     );
 }
+
+/// A DISCONNECTED event comes after the completions of what the peer sent before its DREQ
+/// were polled (libfabric's ofi_rxm reads its event channel between two polls of its CQ, and
+/// closed the connection over them); an event whose completions are never polled still comes.
+#[test]
+fn cm_disconnected_after_the_data_before_it() {
+    run_case("disconnect_after_data");
+}
+
+/// librdmacm's one context per device: with one device (on a loopback address of its own),
+/// `rdma_get_devices` lists it once and every id is on that context: bound to its address, to
+/// a loopback address no device holds (named the device, at its own address), resolved, or a
+/// request; a PD of the listed context makes the request's QP (libfabric's verbs domain).
+#[test]
+fn cm_one_context_per_device() {
+    run_case_env("devices", &[("SOFTIB_BIND", "127.0.94.1")]);
+}
+
+/// A loopback address when no device is on a loopback address of its family (the one device
+/// on `::1`): bound to no device, as the kernel binds loopback addresses; its port held as the
+/// wildcard's; its listen hears the device.
+#[test]
+fn cm_loopback_without_device() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        return common::skip("this host has no IPv6 loopback address");
+    }
+    run_case_env("loopback_no_device", &[("SOFTIB_BIND", "::1")]);
+}

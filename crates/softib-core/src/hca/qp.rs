@@ -222,6 +222,20 @@ impl Hca {
         Ok(removed)
     }
 
+    /// True while QP `qpn`'s CQs hold a successful completion of its own queues that was not
+    /// polled yet (receives through an SRQ not counted). False for a QP that does not exist.
+    pub fn has_unpolled_successes(&self, qpn: Qpn) -> bool {
+        let Ok(i) = self.query_qp_init_attr(qpn) else {
+            return false;
+        };
+        let own_receives = i.srq.is_none();
+        let mine = |w: &WorkCompletion| {
+            w.qp_num == qpn && w.status.is_success() && (!w.opcode.is_recv() || own_receives)
+        };
+        self.cqs.get(i.send_cq.0).is_some_and(|c| c.any(mine))
+            || (i.recv_cq != i.send_cq && self.cqs.get(i.recv_cq.0).is_some_and(|c| c.any(mine)))
+    }
+
     // ----- modify -----------------------------------------------------------------------
 
     /// Modifies a QP (`ibv_modify_qp`): the fields of `attr` named by `mask`, and the state if

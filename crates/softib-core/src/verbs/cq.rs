@@ -176,6 +176,17 @@ impl Ring {
         self.head = 0;
     }
 
+    /// True if a queued completion satisfies `f`.
+    fn any(&self, mut f: impl FnMut(&WorkCompletion) -> bool) -> bool {
+        (0..self.len).any(|i| {
+            let mut at = self.head + i;
+            if at >= self.slots.len() {
+                at -= self.slots.len();
+            }
+            f(&self.slots[at])
+        })
+    }
+
     #[inline(always)]
     fn pop(&mut self) -> Option<WorkCompletion> {
         if self.len == 0 {
@@ -268,6 +279,11 @@ impl Cq {
             }
         }
         removed
+    }
+
+    /// True if a queued completion satisfies `f`.
+    pub(crate) fn any(&self, f: impl FnMut(&WorkCompletion) -> bool) -> bool {
+        self.entries.any(f)
     }
 
     pub(crate) fn overrun(&self) -> bool {

@@ -27,10 +27,27 @@ use crate::verbs_h::*;
 /// port).
 pub type PortKey = (IpAddr, rdma_port_space, u16);
 
-/// The open contexts of the process, with their addresses: the connection manager uses the
-/// application's own (its ids must be on the context whose address the peer connects to),
-/// and keeps the ones it opened for the life of the process, as librdmacm keeps its devices.
-static POOL: Mutex<Vec<(IpAddr, usize)>> = Mutex::new(Vec::new());
+/// A context the process has open.
+#[derive(Clone, Copy)]
+struct Entry {
+    /// The address its device is bound to.
+    ip: IpAddr,
+    /// The `ibv_context`.
+    ctx: usize,
+    /// The device (`SoftDevice::index`).
+    dev: i32,
+    /// The connection manager opened it (the application's own are not the CM's).
+    cm: bool,
+    /// The device's context of the connection manager: the one `rdma_get_devices` returns,
+    /// at the address the device opens on by itself (its configured one; an "auto" device's
+    /// first free loopback address).
+    home: bool,
+}
+
+/// The open contexts of the process. The connection manager uses the ones it opened, at most
+/// one per address, and keeps them for the life of the process, as librdmacm keeps one
+/// context per device; the application's are listed for what is done at exit.
+static POOL: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 /// Each context's protection domain for ids that are given none (rdma-core's per-device
 /// PD, `id->pd`), by context address.
 static PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
@@ -78,10 +95,13 @@ pub unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
             }
             libc::AF_INET6 => {
                 let s = &*sa.cast::<libc::sockaddr_in6>();
-                Some(SocketAddr::new(
-                    IpAddr::V6(Ipv6Addr::from(s.sin6_addr.s6_addr)),
+                // The scope (interface) of a link-local address is kept.
+                Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                    Ipv6Addr::from(s.sin6_addr.s6_addr),
                     u16::from_be(s.sin6_port),
-                ))
+                    u32::from_be(s.sin6_flowinfo),
+                    s.sin6_scope_id,
+                )))
             }
             _ => None,
         }
@@ -109,6 +129,7 @@ pub unsafe fn to_sockaddr(dst: *mut u8, a: SocketAddr) -> libc::socklen_t {
                 (*s).sin6_family = libc::AF_INET6 as libc::sa_family_t;
                 (*s).sin6_port = v6.port().to_be();
                 (*s).sin6_addr.s6_addr = v6.ip().octets();
+                (*s).sin6_flowinfo = v6.flowinfo().to_be();
                 (*s).sin6_scope_id = v6.scope_id();
                 std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
             }
@@ -123,13 +144,20 @@ pub fn context_ip(ctx: *mut ibv_context) -> Option<IpAddr> {
     Some(ip)
 }
 
-fn pool() -> std::sync::MutexGuard<'static, Vec<(IpAddr, usize)>> {
+fn pool() -> std::sync::MutexGuard<'static, Vec<Entry>> {
     POOL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A context was opened (by the application or the connection manager) at `ip`.
-pub fn context_opened(ctx: *mut ibv_context, ip: IpAddr) {
-    pool().push((ip, ctx as usize));
+/// A context of device `dev` was opened at `ip` (by the application, until the connection
+/// manager says it is its own: [`cm_open`]).
+pub fn context_opened(ctx: *mut ibv_context, ip: IpAddr, dev: i32) {
+    pool().push(Entry {
+        ip,
+        ctx: ctx as usize,
+        dev,
+        cm: false,
+        home: false,
+    });
 }
 
 /// In a child after fork(): the parent's contexts are not the child's (see
@@ -142,61 +170,114 @@ pub fn forget_after_fork() {
 
 /// A context is being closed.
 pub fn context_closed(ctx: *mut ibv_context) {
-    pool().retain(|&(_, c)| c != ctx as usize);
+    pool().retain(|e| e.ctx != ctx as usize);
     PDS.lock()
         .unwrap_or_else(|e| e.into_inner())
         .retain(|&(c, _)| c != ctx as usize);
 }
 
-/// Every open context of the process.
+/// Every open context of the process, the application's included.
 pub fn live_contexts() -> Vec<usize> {
-    pool().iter().map(|&(_, c)| c).collect()
+    pool().iter().map(|e| e.ctx).collect()
 }
 
-/// The context bound to `ip`: one the connection manager has, or a device configured there
-/// opened, or an "auto" device opened there. `EADDRNOTAVAIL` if `ip` is not an address of
-/// this host, `EADDRINUSE` if another process holds it.
+/// The connection manager's context at `ip`, if it has one.
+fn cm_context_at(ip: IpAddr) -> Option<*mut ibv_context> {
+    pool()
+        .iter()
+        .find(|e| e.cm && e.ip == ip)
+        .map(|e| e.ctx as *mut ibv_context)
+}
+
+/// Opens a context of `sd` for the connection manager (at `bind`, or where the device opens
+/// by itself), or takes the one it has on the same address: one context per address.
+fn cm_open(
+    sd: &'static device::SoftDevice,
+    bind: Option<SocketAddr>,
+) -> Result<*mut ibv_context, i32> {
+    if let Some(c) = bind.and_then(|b| cm_context_at(b.ip())) {
+        return Ok(c);
+    }
+    // SAFETY: one of this library's devices.
+    let ctx = unsafe { device::open_context(sd, bind)? };
+    let ip = context_ip(ctx).ok_or(libc::ENODEV)?;
+    if let Some(have) = cm_context_at(ip) {
+        // The device opened on an address the connection manager already has a context at
+        // (the engine is the same): that one stays the only one.
+        // SAFETY: the context just opened, never handed out.
+        unsafe { device::ibv_close_device(ctx) };
+        return Ok(have);
+    }
+    if let Some(e) = pool().iter_mut().find(|e| e.ctx == ctx as usize) {
+        e.cm = true;
+    }
+    Ok(ctx)
+}
+
+/// The connection manager's context of device `sd` (librdmacm's one context per device,
+/// what `rdma_get_devices` lists): opened where the device opens by itself, on first use.
+fn device_context(sd: &'static device::SoftDevice) -> Result<*mut ibv_context, i32> {
+    if let Some(e) = pool().iter().find(|e| e.cm && e.home && e.dev == sd.index) {
+        return Ok(e.ctx as *mut ibv_context);
+    }
+    let ctx = cm_open(sd, None)?;
+    if let Some(e) = pool().iter_mut().find(|e| e.ctx == ctx as usize) {
+        e.home = true;
+    }
+    Ok(ctx)
+}
+
+/// The context bound to `ip`: the connection manager's, or the device configured there, or
+/// an "auto" device opened there. `EADDRNOTAVAIL` if no device can be at `ip` or `ip` is not
+/// an address of this host, `EADDRINUSE` if another user's processes hold it.
 pub fn context_for(ip: IpAddr) -> Result<*mut ibv_context, i32> {
     let _one = opening();
     context_for_locked(ip)
 }
 
 /// Serializes the look-up-or-open of the CM's contexts: threads resolving at once share
-/// the device the first one opens instead of each opening its own (and taking a loopback
-/// address apiece).
+/// the device the first one opens instead of each opening its own.
 fn opening() -> std::sync::MutexGuard<'static, ()> {
     static OPENING: Mutex<()> = Mutex::new(());
     OPENING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn context_for_locked(ip: IpAddr) -> Result<*mut ibv_context, i32> {
-    if let Some(&(_, c)) = pool().iter().find(|(a, _)| *a == ip) {
-        return Ok(c as *mut ibv_context);
+    if let Some(c) = cm_context_at(ip) {
+        return Ok(c);
     }
     let devs = device::devices();
-    let ctx = if let Some(sd) = devs
+    if let Some(sd) = devs
         .iter()
         .find(|d| d.spec.bind.is_some_and(|b| b.ip() == ip))
     {
-        // SAFETY: one of this library's devices.
-        unsafe { device::open_context(sd, None)? }
+        device_context(sd)
+    } else if is_link_local(ip) {
+        // A RoCEv2 device of softib needs an address its peers reach without an interface
+        // scope: an "auto" device is not opened on an IPv6 link-local address.
+        Err(libc::EADDRNOTAVAIL)
     } else if let Some(sd) = devs.iter().find(|d| d.spec.bind.is_none()) {
-        // SAFETY: likewise.
-        unsafe { device::open_context(sd, Some(SocketAddr::new(ip, ROCEV2_PORT)))? }
+        cm_open(sd, Some(SocketAddr::new(ip, ROCEV2_PORT)))
     } else {
-        return Err(libc::EADDRNOTAVAIL);
-    };
-    Ok(ctx)
+        Err(libc::EADDRNOTAVAIL)
+    }
 }
 
-/// A context on a loopback address of `v6`'s family: one the connection manager has, or a
-/// device configured on loopback, or an "auto" device on the first free loopback address.
+/// A context on a loopback address of `v6`'s family: the connection manager's (a device's
+/// own first), or a device configured on loopback, or an "auto" device where it opens by
+/// itself (the first free loopback address).
 fn loopback_context(v6: bool) -> Result<*mut ibv_context, i32> {
     let _one = opening();
-    if let Some(&(_, c)) = pool()
-        .iter()
-        .find(|(a, _)| a.is_loopback() && a.is_ipv6() == v6)
-    {
+    let found = {
+        let p = pool();
+        let on_lo = |e: &&Entry| e.cm && e.ip.is_loopback() && e.ip.is_ipv6() == v6;
+        p.iter()
+            .filter(on_lo)
+            .find(|e| e.home)
+            .or_else(|| p.iter().find(on_lo))
+            .map(|e| e.ctx)
+    };
+    if let Some(c) = found {
         return Ok(c as *mut ibv_context);
     }
     let devs = device::devices();
@@ -209,22 +290,40 @@ fn loopback_context(v6: bool) -> Result<*mut ibv_context, i32> {
         })
         .or_else(|| devs.iter().find(|d| d.spec.bind.is_none() && !v6));
     match sd {
-        // SAFETY: one of this library's devices.
-        Some(sd) => unsafe { device::open_context(sd, None) },
+        Some(sd) => device_context(sd),
         None if v6 => context_for_locked(IpAddr::V6(Ipv6Addr::LOCALHOST)),
         None => Err(libc::EADDRNOTAVAIL),
     }
 }
 
-/// Every context of the connection manager; when it has none yet, every device opened where
-/// its configuration says (`rdma_get_devices`, a wildcard listen).
+/// The context of a device configured on a loopback address of `v6`'s family, if there is
+/// one.
+fn loopback_device(v6: bool) -> Option<*mut ibv_context> {
+    let _one = opening();
+    device::devices()
+        .iter()
+        .find(|d| {
+            d.spec
+                .bind
+                .is_some_and(|b| b.ip().is_loopback() && b.is_ipv6() == v6)
+        })
+        .and_then(|sd| device_context(sd).ok())
+}
+
+/// The connection manager's context of every device, one each, in the order of the device
+/// list (`rdma_get_devices`).
 pub fn all_contexts() -> Vec<usize> {
-    let have: Vec<usize> = pool().iter().map(|&(_, c)| c).collect();
-    if !have.is_empty() {
-        return have;
-    }
-    device::open_all();
-    pool().iter().map(|&(_, c)| c).collect()
+    let _one = opening();
+    device::devices()
+        .iter()
+        .filter_map(|sd| device_context(sd).ok())
+        .map(|c| c as usize)
+        .collect()
+}
+
+/// An IPv6 link-local address (fe80::/10).
+fn is_link_local(ip: IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80)
 }
 
 /// The host's interface addresses (IPv6 link-local ones left out: they need a scope).
@@ -241,9 +340,7 @@ pub fn local_addresses() -> Vec<IpAddr> {
         let ifa = unsafe { &*p };
         // SAFETY: ifa_addr, if set, is a sockaddr of the size its family says.
         if let Some(a) = unsafe { from_sockaddr(ifa.ifa_addr) } {
-            let link_local =
-                matches!(a.ip(), IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
-            if !link_local && !out.contains(&a.ip()) {
+            if !is_link_local(a.ip()) && !out.contains(&a.ip()) {
                 out.push(a.ip());
             }
         }
@@ -266,8 +363,8 @@ pub fn wildcard_contexts(v6: bool) -> Vec<usize> {
     }
     let have: Vec<usize> = pool()
         .iter()
-        .filter(|(ip, _)| v6 || ip.is_ipv4())
-        .map(|&(_, c)| c)
+        .filter(|e| e.cm && (v6 || e.ip.is_ipv4()))
+        .map(|e| e.ctx)
         .collect();
     if have.is_empty() {
         all_contexts()
@@ -359,7 +456,7 @@ fn with_member<T>(ip: IpAddr, f: impl FnOnce(&softib_udp::host::Member) -> T) ->
     if ip.is_unspecified() {
         return None;
     }
-    let ctx = pool().iter().find(|(a, _)| *a == ip).map(|&(_, c)| c)?;
+    let ctx = pool().iter().find(|e| e.ip == ip).map(|e| e.ctx)?;
     let sc = SoftContext::from_ctx(ctx as *mut ibv_context)?;
     let eng = sc.shared.lock();
     eng.dev.member().map(f)
@@ -416,7 +513,44 @@ pub fn bind(sid: &mut SoftCmId, a: SocketAddr) -> Result<(), i32> {
         sid.set_src(SocketAddr::new(a.ip(), key.2));
         return Ok(());
     }
-    let ctx = context_for(a.ip())?;
+    if let SocketAddr::V6(v6) = a {
+        // The kernel's rdma_cm (`cma_check_linklocal`): a link-local address names an
+        // interface only with its scope.
+        if is_link_local(a.ip()) && v6.scope_id() == 0 {
+            return Err(libc::EINVAL);
+        }
+    }
+    let (ctx, a) = match context_for(a.ip()) {
+        Ok(ctx) => (ctx, a),
+        Err(libc::EADDRNOTAVAIL) if a.ip().is_loopback() => match loopback_device(a.is_ipv6()) {
+            // A loopback address no device of the process can take names the host's own
+            // device, as a loopback destination does for the kernel's rdma_cm: the
+            // device on a loopback address, bound at its own address.
+            Some(ctx) => {
+                let ip = context_ip(ctx).ok_or(libc::ENODEV)?;
+                (ctx, SocketAddr::new(ip, a.port()))
+            }
+            // None: bound as the kernel binds every loopback address (its `cma_any_addr`),
+            // to no device, and listening on every one; libfabric's verbs provider then
+            // takes the addresses of its RDMA interfaces.
+            None => {
+                let any: IpAddr = if a.is_ipv6() {
+                    Ipv6Addr::UNSPECIFIED.into()
+                } else {
+                    Ipv4Addr::UNSPECIFIED.into()
+                };
+                let key = hold_port(any, ps, a.port())?;
+                let src = SocketAddr::new(a.ip(), key.2);
+                let mut st = sid.state();
+                st.port_held = Some(key);
+                st.src = Some(src);
+                drop(st);
+                sid.set_src(src);
+                return Ok(());
+            }
+        },
+        Err(e) => return Err(e),
+    };
     kern::ensure(ctx)?;
     let key = hold_port(a.ip(), ps, a.port())?;
     let src = SocketAddr::new(a.ip(), key.2);
@@ -452,9 +586,11 @@ pub unsafe extern "C" fn rdma_bind_addr(
 
 /// Chooses the id's context and source address towards `dst`.
 fn resolve(sid: &mut SoftCmId, dst: SocketAddr) -> Result<(), i32> {
-    let bound = sid.state().src;
+    // Bound to an address of a device (rather than to none: the wildcard, or a loopback
+    // address that named no device).
+    let bound = sid.state().src.filter(|_| !sid.id.verbs.is_null());
     let (ctx, src_ip) = match bound {
-        Some(s) if !s.ip().is_unspecified() => (sid.id.verbs, s.ip()),
+        Some(s) => (sid.id.verbs, s.ip()),
         _ => {
             let ctx = if dst.ip().is_loopback() || dst.ip().is_unspecified() {
                 loopback_context(dst.is_ipv6())?
@@ -467,7 +603,7 @@ fn resolve(sid: &mut SoftCmId, dst: SocketAddr) -> Result<(), i32> {
     };
     kern::ensure(ctx)?;
     let port = match bound {
-        Some(s) if !s.ip().is_unspecified() => s.port(),
+        Some(s) => s.port(),
         _ => {
             let old = sid.state().port_held.take();
             let want = old.map(|k| k.2).unwrap_or(0);
@@ -579,7 +715,7 @@ mod tests {
 
     #[test]
     fn sockaddrs_round_trip() {
-        for a in ["127.0.0.9:7174", "[fd00::1]:18515"] {
+        for a in ["127.0.0.9:7174", "[fd00::1]:18515", "[fe80::1%3]:4791"] {
             let a: SocketAddr = a.parse().unwrap();
             let mut buf = [0u8; std::mem::size_of::<libc::sockaddr_storage>()];
             // SAFETY: a buffer of sockaddr_storage's size.

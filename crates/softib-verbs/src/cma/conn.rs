@@ -675,8 +675,9 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: libc::c_int)
     if !sid.state().listens.is_empty() {
         return 0;
     }
-    let ctxs: Vec<usize> = if src.ip().is_unspecified() {
-        // An IPv6 wildcard listens on IPv4 too (no RDMA_OPTION_ID_AFONLY).
+    let ctxs: Vec<usize> = if sid.id.verbs.is_null() {
+        // Bound to no device (the wildcard, or a loopback address that named none): every
+        // device. An IPv6 wildcard listens on IPv4 too (no RDMA_OPTION_ID_AFONLY).
         super::addr::wildcard_contexts(src.is_ipv6())
     } else {
         vec![sid.id.verbs as usize]

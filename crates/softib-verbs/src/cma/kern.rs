@@ -35,6 +35,21 @@ pub struct CmKern {
     pub local: std::net::IpAddr,
     /// The port's active MTU (IB enum).
     pub mtu: u8,
+    /// DISCONNECTED events held back while their QP's CQs hold successful completions the
+    /// application has not polled yet ([`release_held`]).
+    pub held: Vec<Held>,
+}
+
+/// A DISCONNECTED event held back ([`CmKern::held`]).
+pub struct Held {
+    /// The id (address).
+    id: usize,
+    /// Its QP.
+    qpn: Qpn,
+    /// The event.
+    ev: Box<CmaEvent>,
+    /// When it goes out whatever the CQs hold.
+    until: Instant,
 }
 
 // SAFETY: the addresses name library objects, used with the engine lock held.
@@ -59,9 +74,85 @@ pub fn random_u32() -> u32 {
 }
 
 impl CmKern {
-    /// When the agent's next timer is due.
+    /// When the agent's next timer is due, or a held event's bound.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.port.poll_timeout()
+        let held = self.held.iter().map(|h| h.until).min();
+        match (self.port.poll_timeout(), held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// The longest a DISCONNECTED event waits for the completions before it to be polled.
+const DISCONNECT_HOLD: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Raises a DISCONNECTED event for `s`, or holds it back ([`CmKern::held`]) while the QP of
+/// the id is still usable (RTS, SQD, SQE) and its CQs hold successful completions of it that
+/// the application has not polled: those came before the peer's DREQ, and an application
+/// that reads its event channel between two polls of its CQ (libfabric's ofi_rxm) then closes
+/// the connection and loses them (the provider reports its last SENDs flushed). On hardware
+/// the DREQ reaches the kernel's CM well after the completions of what the peer sent before
+/// it; here the progress thread may take both while the application is between two calls.
+fn raise_disconnected(k: &mut CmKern, hca: &softib_core::Hca, now: Instant, s: &mut SoftCmId) {
+    let p: *mut SoftCmId = s;
+    let ev = CmaEvent::new(p, RDMA_CM_EVENT_DISCONNECTED, 0);
+    if let Some(qpn) = unpolled_qp(hca, s) {
+        k.held.push(Held {
+            id: p as usize,
+            qpn,
+            ev,
+            until: now.saturating_add(DISCONNECT_HOLD),
+        });
+    } else {
+        s.raise(ev);
+    }
+}
+
+/// The QP of `s` while it is usable and its CQs hold successful completions not yet polled.
+fn unpolled_qp(hca: &softib_core::Hca, s: &SoftCmId) -> Option<Qpn> {
+    if s.id.qp.is_null() {
+        return None;
+    }
+    // SAFETY: the id's QP, live while the id has it.
+    let qpn = Qpn::new(unsafe { (*s.id.qp).qp_num });
+    let usable = hca.qp(qpn).is_some_and(|q| {
+        matches!(
+            q.state(),
+            softib_core::verbs::types::QpState::Rts
+                | softib_core::verbs::types::QpState::Sqd
+                | softib_core::verbs::types::QpState::Sqe
+        )
+    });
+    (usable && hca.has_unpolled_successes(qpn)).then_some(qpn)
+}
+
+/// Raises the held events whose QP's completions were polled (or whose QP went, or left
+/// RTS), or whose bound passed; drops those of ids destroyed meanwhile. Called after a poll
+/// of a CQ and in every round of the engine's CM.
+pub fn release_held(eng: &mut Engine) {
+    let Some(k) = eng.cm.as_mut() else {
+        return;
+    };
+    if k.held.is_empty() {
+        return;
+    }
+    let hca = eng.dev.hca();
+    let now = eng.dev.now();
+    let mut i = 0;
+    while i < k.held.len() {
+        let h = &k.held[i];
+        let Some(s) = id_at(h.id) else {
+            k.held.swap_remove(i);
+            continue;
+        };
+        let still = now < h.until && unpolled_qp(hca, s).is_some_and(|q| q == h.qpn);
+        if still {
+            i += 1;
+            continue;
+        }
+        let h = k.held.remove(i);
+        s.raise(h.ev);
     }
 }
 
@@ -116,6 +207,7 @@ pub fn ensure(ctx: *mut ibv_context) -> Result<(), i32> {
         ctx: ctx as usize,
         local,
         mtu,
+        held: Vec::new(),
     }));
     Ok(())
 }
@@ -130,7 +222,7 @@ pub fn poll(eng: &mut Engine) {
     k.port.poll(eng.dev.hca_mut(), now);
     let mut any = false;
     while let Some(ev) = k.port.agent().poll_event() {
-        deliver(&mut k, now, ev);
+        deliver(&mut k, eng.dev.hca(), now, ev);
         any = true;
     }
     if any {
@@ -138,6 +230,7 @@ pub fn poll(eng: &mut Engine) {
     }
     let _ = eng.dev.flush(now);
     eng.cm = Some(k);
+    release_held(eng);
 }
 
 /// Listens on `service` for the id at address `me` on `ctx`'s device: in the context's CM,
@@ -296,7 +389,7 @@ pub fn debug_on() -> bool {
 }
 
 /// Turns one agent event into the rdma_cm event of its id.
-fn deliver(k: &mut CmKern, now: Instant, ev: CmEvent) {
+fn deliver(k: &mut CmKern, hca: &softib_core::Hca, now: Instant, ev: CmEvent) {
     if debug_on() {
         eprintln!("softib cm {}: {ev:?}", k.local);
     }
@@ -477,8 +570,7 @@ fn deliver(k: &mut CmKern, now: Instant, ev: CmEvent) {
             }
             st.disconnected = true;
             drop(st);
-            let p: *mut SoftCmId = s;
-            s.raise(CmaEvent::new(p, RDMA_CM_EVENT_DISCONNECTED, 0));
+            raise_disconnected(k, hca, now, s);
         }
         CmEvent::TimewaitExit { id: aid } => {
             let Some(p) = k.conns.remove(&aid) else {
@@ -532,6 +624,10 @@ pub fn service_id(ps: rdma_port_space, port: u16) -> u64 {
 /// handshake is ours to answer), its port.
 pub fn release(sid: &mut SoftCmId) {
     super::mcast::leave_all(sid);
+    if !sid.id.verbs.is_null() {
+        let me = sid as *mut SoftCmId as usize;
+        let _ = with(sid.id.verbs, |k, _| k.held.retain(|h| h.id != me));
+    }
     let (listens, agent, port) = {
         let mut st = sid.state();
         (

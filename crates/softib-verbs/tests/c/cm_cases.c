@@ -545,10 +545,246 @@ static void case_port_of_another_process(void)
 	rdma_destroy_id(udp);
 }
 
+/* True if an event is queued on the channel (nothing is read). */
+static int event_queued(void)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	return poll(&p, 1, 0) == 1;
+}
+
+/* The passive side's DISCONNECTED comes after it polled what the peer sent before its DREQ:
+ * a SEND, then the DREQ at once; the passive process does not poll its CQ for 100 ms (its
+ * progress thread takes both meanwhile): no event yet. Once the receive completion is polled,
+ * the event comes. A second connection whose receive is never polled gets its event anyway
+ * (the hold is bounded). */
+static void case_disconnect_after_data(void)
+{
+	struct sockaddr_in addr;
+	struct rdma_cm_id *l = listener(RDMA_PS_TCP, &addr);
+	for (int round = 0; round < 2; round++) {
+		struct rdma_cm_id *a = resolved(RDMA_PS_TCP, &addr);
+		make_qp(a, IBV_QPT_RC);
+		struct rdma_conn_param cp = { .retry_count = 7, .rnr_retry_count = 7 };
+		if (rdma_connect(a, &cp))
+			DIE("rdma_connect");
+		struct rdma_cm_event *e = expect(RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+		if (!e)
+			return;
+		struct rdma_cm_id *p = e->id;
+		rdma_ack_cm_event(e);
+		make_qp(p, IBV_QPT_RC);
+		struct ibv_mr *pmr = ibv_reg_mr(p->pd, calloc(1, 64), 64, IBV_ACCESS_LOCAL_WRITE);
+		struct ibv_mr *amr = ibv_reg_mr(a->pd, calloc(1, 64), 64, IBV_ACCESS_LOCAL_WRITE);
+		if (!pmr || !amr)
+			DIE("ibv_reg_mr");
+		struct ibv_sge ps = { (uintptr_t)pmr->addr, 64, pmr->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 7, .sg_list = &ps, .num_sge = 1 }, *bad_r;
+		if (ibv_post_recv(p->qp, &rw, &bad_r))
+			DIE("ibv_post_recv");
+		struct rdma_conn_param ap = { .rnr_retry_count = 7 };
+		if (rdma_accept(p, &ap))
+			DIE("rdma_accept");
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED, 0));
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED, 0));
+		struct ibv_sge as = { (uintptr_t)amr->addr, 64, amr->lkey };
+		struct ibv_send_wr sw = { .sg_list = &as, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED },
+				   *bad_s;
+		if (ibv_post_send(a->qp, &sw, &bad_s))
+			DIE("ibv_post_send");
+		struct ibv_wc wc;
+		CHECK(poll_one(a->send_cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS,
+		      "the SEND was acknowledged");
+		if (rdma_disconnect(a))
+			DIE("rdma_disconnect");
+		usleep(100000);
+		if (round == 0) {
+			CHECK(!event_queued(),
+			      "no DISCONNECTED while the receive before the DREQ is not polled");
+			CHECK(poll_one(p->recv_cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+				      wc.wr_id == 7,
+			      "the receive completes");
+		}
+		e = expect(RDMA_CM_EVENT_DISCONNECTED, 0);
+		if (e) {
+			CHECK(e->id == p, "the passive side's DISCONNECTED (round %d)", round);
+			rdma_ack_cm_event(e);
+		}
+		rdma_disconnect(p);
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_DISCONNECTED, 0));
+		rdma_destroy_qp(a);
+		rdma_destroy_qp(p);
+		rdma_destroy_id(a);
+		rdma_destroy_id(p);
+	}
+	rdma_destroy_id(l);
+}
+
+/* An id bound to `a` (its port 0: a free one); NULL (and errno) if the bind fails. */
+static struct rdma_cm_id *bound_to(const struct sockaddr *a)
+{
+	struct rdma_cm_id *id;
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		DIE("rdma_create_id");
+	if (rdma_bind_addr(id, (struct sockaddr *)a)) {
+		int e = errno;
+		rdma_destroy_id(id);
+		errno = e;
+		return NULL;
+	}
+	return id;
+}
+
+/* librdmacm's one context per device (run with SOFTIB_BIND=DEVICE_ADDR, one device on a
+ * loopback address): rdma_get_devices lists it once, and every id of the device is on that
+ * context, whatever address named it: its own, a loopback address no device holds (the
+ * kernel's rdma_cm takes the host's device for a loopback address), a resolved destination,
+ * a request that came to a listener. A PD of the listed context makes the QP of an accepted
+ * request (libfabric's verbs domain does exactly that: rdma_create_qp checks
+ * pd->context == id->verbs). */
+static void case_devices(const char *device_addr)
+{
+	int n = -1;
+	struct ibv_context **devs = rdma_get_devices(&n);
+	CHECK(devs && n == 1, "one context per device: %d", n);
+	if (!devs || n < 1)
+		return;
+	struct ibv_context **again = rdma_get_devices(NULL);
+	CHECK(again && again[0] == devs[0] && again[1] == NULL, "the same context every time");
+	rdma_free_devices(again);
+	struct ibv_context *dev = devs[0];
+	union ibv_gid g1;
+	CHECK(ibv_query_gid(dev, 1, 1, &g1) == 0 && g1.raw[0] == 0xfe && g1.raw[1] == 0x80 &&
+		      g1.global.interface_id != 0,
+	      "GID 1 is the port's link-local default GID");
+
+	struct sockaddr_in own = { .sin_family = AF_INET };
+	if (inet_pton(AF_INET, device_addr, &own.sin_addr) != 1)
+		DIE("device address %s", device_addr);
+	struct rdma_cm_id *a = bound_to((struct sockaddr *)&own);
+	CHECK(a && a->verbs == dev, "an id bound to the device's address is on its context");
+
+	struct sockaddr_in lo = { .sin_family = AF_INET };
+	lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (own.sin_addr.s_addr == lo.sin_addr.s_addr)
+		lo.sin_addr.s_addr = htonl(0x7f000002);
+	struct rdma_cm_id *l = bound_to((struct sockaddr *)&lo);
+	CHECK(l && l->verbs == dev, "a loopback address no device holds names the device");
+	if (!l)
+		return;
+	struct sockaddr_in *la = (struct sockaddr_in *)rdma_get_local_addr(l);
+	CHECK(la->sin_family == AF_INET && la->sin_addr.s_addr == own.sin_addr.s_addr &&
+		      la->sin_port != 0,
+	      "bound at the device's own address and a free port");
+	if (rdma_listen(l, 4))
+		DIE("rdma_listen");
+	struct sockaddr_in to = *la;
+	struct rdma_cm_id *c = resolved(RDMA_PS_TCP, &to);
+	CHECK(c->verbs == dev, "a resolved id is on the device's context");
+	make_qp(c, IBV_QPT_RC);
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1,
+				      .retry_count = 7, .rnr_retry_count = 7 };
+	if (rdma_connect(c, &cp))
+		DIE("rdma_connect");
+	struct rdma_cm_event *e = expect(RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+	if (e) {
+		struct rdma_cm_id *p = e->id;
+		rdma_ack_cm_event(e);
+		CHECK(p->verbs == dev, "a request's id is on the device's context");
+		struct ibv_pd *pd = ibv_alloc_pd(dev);
+		struct ibv_qp_init_attr qa = {
+			.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+				 .max_recv_sge = 1 },
+			.qp_type = IBV_QPT_RC,
+		};
+		qa.send_cq = qa.recv_cq = ibv_create_cq(dev, 8, NULL, NULL, 0);
+		CHECK(pd && qa.send_cq && rdma_create_qp(p, pd, &qa) == 0,
+		      "a QP of the listed context's PD on the request's id");
+		struct rdma_conn_param ap = { .responder_resources = 1, .initiator_depth = 1 };
+		CHECK(rdma_accept(p, &ap) == 0, "accept");
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED, 0));
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED, 0));
+		rdma_disconnect(c);
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_DISCONNECTED, 0));
+		rdma_destroy_qp(p);
+		rdma_destroy_id(p);
+		ibv_destroy_cq(qa.send_cq);
+		ibv_dealloc_pd(pd);
+	}
+	rdma_destroy_qp(c);
+	rdma_destroy_id(c);
+	rdma_destroy_id(l);
+	if (a)
+		rdma_destroy_id(a);
+	rdma_free_devices(devs);
+	devs = rdma_get_devices(&n);
+	CHECK(devs && n == 1 && devs[0] == dev, "still the one context");
+	rdma_free_devices(devs);
+}
+
+/* A loopback address when no device is on a loopback address of its family (run with
+ * SOFTIB_BIND=::1: the one device is IPv6): bound as the kernel's rdma_cm binds every
+ * loopback address (cma_any_addr), to no device, its port held as the wildcard's; a listen
+ * hears every device. */
+static void case_loopback_no_device(void)
+{
+	int n = -1;
+	struct ibv_context **devs = rdma_get_devices(&n);
+	CHECK(devs && n == 1, "the device on ::1: %d", n);
+	if (!devs || n < 1)
+		return;
+	rdma_free_devices(devs);
+	struct sockaddr_in lo = { .sin_family = AF_INET };
+	lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	struct rdma_cm_id *l = bound_to((struct sockaddr *)&lo);
+	CHECK(l != NULL, "bind 127.0.0.1");
+	if (!l)
+		return;
+	CHECK(l->verbs == NULL, "on no device");
+	struct sockaddr_in *la = (struct sockaddr_in *)rdma_get_local_addr(l);
+	CHECK(la->sin_family == AF_INET && la->sin_addr.s_addr == lo.sin_addr.s_addr &&
+		      la->sin_port != 0,
+	      "at 127.0.0.1 and a free port");
+	struct sockaddr_in any = { .sin_family = AF_INET, .sin_port = la->sin_port };
+	errno = 0;
+	CHECK(bound_to((struct sockaddr *)&any) == NULL && errno == EADDRINUSE,
+	      "its port is taken for the wildcard too");
+	CHECK(rdma_listen(l, 4) == 0, "it listens (on every device)");
+	struct sockaddr_in6 to = { .sin6_family = AF_INET6, .sin6_port = la->sin_port };
+	to.sin6_addr = in6addr_loopback;
+	struct rdma_cm_id *c;
+	if (rdma_create_id(ch, &c, NULL, RDMA_PS_TCP))
+		DIE("rdma_create_id");
+	if (rdma_resolve_addr(c, NULL, (struct sockaddr *)&to, 2000))
+		DIE("rdma_resolve_addr");
+	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ADDR_RESOLVED, 0));
+	if (rdma_resolve_route(c, 2000))
+		DIE("rdma_resolve_route");
+	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
+	make_qp(c, IBV_QPT_RC);
+	struct rdma_conn_param cp = { .retry_count = 7, .rnr_retry_count = 7 };
+	if (rdma_connect(c, &cp))
+		DIE("rdma_connect");
+	struct rdma_cm_event *e = expect(RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+	if (e) {
+		CHECK(e->listen_id == l && e->id->verbs != NULL,
+		      "the device's request reaches the listener");
+		struct rdma_cm_id *p = e->id;
+		rdma_ack_cm_event(e);
+		rdma_reject(p, NULL, 0);
+		rdma_ack_cm_event(expect(RDMA_CM_EVENT_REJECTED, 28));
+		rdma_destroy_id(p);
+	}
+	rdma_destroy_qp(c);
+	rdma_destroy_id(c);
+	rdma_destroy_id(l);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: cm_cases establish|reject|ud|bad_calls|vanish|ports\n");
+		fprintf(stderr, "usage: cm_cases establish|reject|ud|bad_calls|vanish|ports|"
+				"disconnect_after_data|devices|loopback_no_device\n");
 		return 2;
 	}
 	ch = rdma_create_event_channel();
@@ -566,6 +802,12 @@ int main(int argc, char **argv)
 		case_vanish();
 	else if (!strcmp(argv[1], "ports"))
 		case_port_of_another_process();
+	else if (!strcmp(argv[1], "disconnect_after_data"))
+		case_disconnect_after_data();
+	else if (!strcmp(argv[1], "devices"))
+		case_devices(getenv("SOFTIB_BIND") ? getenv("SOFTIB_BIND") : "127.0.0.1");
+	else if (!strcmp(argv[1], "loopback_no_device"))
+		case_loopback_no_device();
 	else
 		DIE("unknown case %s", argv[1]);
 	rdma_destroy_event_channel(ch);

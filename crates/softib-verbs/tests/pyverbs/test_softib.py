@@ -182,7 +182,16 @@ class SoftibTest(unittest.TestCase):
         port = self.ctx_a.query_port(PORT)
         self.assertEqual(port.state, e.IBV_PORT_ACTIVE)
         self.assertEqual(port.link_layer, e.IBV_LINK_LAYER_ETHERNET)
-        self.assertEqual(port.gid_tbl_len, 1)
+        # The bound address's GID, then the port's link-local default GID (fe80:: and the
+        # port GUID), as a RoCE port of Linux lists them.
+        self.assertEqual(port.gid_tbl_len, 2)
+        link_local = str(self.ctx_a.query_gid(PORT, 1))
+        self.assertTrue(link_local.startswith('fe80:0000:0000:0000:'), link_local)
+        # node_guid is the __be64 as the host reads it.
+        raw = self.ctx_a.query_device().node_guid
+        guid = int.from_bytes(raw.to_bytes(8, 'little'), 'big')
+        self.assertEqual(int(link_local.replace(':', '')[16:], 16), guid)
+        self.assertEqual(self.ctx_a.query_gid_ex(PORT, 1).gid_type, e.IBV_GID_TYPE_ROCE_V2)
         gid_a = str(self.ctx_a.query_gid(PORT, 0))
         gid_b = str(self.ctx_b.query_gid(PORT, 0))
         self.assertTrue(gid_a.startswith('0000:0000:0000:0000:0000:ffff:7f00:'), gid_a)

@@ -772,3 +772,36 @@ fn unknown_qp() {
     assert!(f.hca.set_sq_error(q).is_err());
     assert_eq!(AttrRule::default().allowed(), QpAttrMask::STATE);
 }
+
+/// `has_unpolled_successes`: a QP's successful completions count until they are polled;
+/// flushed ones do not.
+#[test]
+fn unpolled_successes_are_seen_until_polled() {
+    let mut f = Fixture::new();
+    let qpn = f.qp(QpType::Uc);
+    f.bring_to(qpn, QpState::Rts);
+    assert!(!f.hca.has_unpolled_successes(qpn));
+    f.hca
+        .post_send(qpn, &[SendWr::new(1, WrOpcode::Send).signaled()])
+        .unwrap();
+    let mut out = Vec::new();
+    while f.hca.poll_transmit(crate::time::Instant::ZERO, &mut out) {}
+    assert!(
+        f.hca.has_unpolled_successes(qpn),
+        "a UC SEND completes once sent"
+    );
+    let wcs = f.drain();
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    assert!(!f.hca.has_unpolled_successes(qpn), "polled");
+    f.hca.post_recv(qpn, &[RecvWr::new(2, vec![])]).unwrap();
+    f.hca
+        .modify_qp(qpn, &QpAttr::to_state(QpState::Err), QpAttrMask::STATE)
+        .unwrap();
+    assert!(
+        !f.hca.has_unpolled_successes(qpn),
+        "a flushed receive is no success"
+    );
+    assert_eq!(f.drain().len(), 1);
+    assert!(!f.hca.has_unpolled_successes(Qpn::new(0x77)), "no such QP");
+}
