@@ -904,9 +904,20 @@ fn unlink_if_same(path: &std::path::Path, fd: &OwnedFd) {
     }
 }
 
+/// Removes what processes of this user that died without leaving left in `/dev/shm`: the
+/// inboxes whose owner is gone and the host tables of this network namespace none of whose
+/// members lives. A device that joins does it first; so does every process of a `softib run`
+/// when it exits (the preload library), so that a launcher that outlives its ranks (mpirun,
+/// whose ranks were killed by a signal: no exit handler of theirs ran, and no member of the
+/// host was left to notice) leaves nothing behind.
+pub fn sweep_dead_files() {
+    crate::shm::sweep_dead_inboxes();
+    sweep_dead_tables();
+}
+
 /// Removes the host tables of this user and network namespace whose members all died (their
-/// last member was killed, so nobody left removed the table): a table is taken only while its
-/// mutex is free, and removed only if no slot's lock is held.
+/// last member was killed, so nobody left removed the table), with their members' inboxes: a
+/// table is taken only while its mutex is free, and removed only if no slot's lock is held.
 fn sweep_dead_tables() {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
         return;
@@ -917,14 +928,17 @@ fn sweep_dead_tables() {
         let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".host")) else {
             continue;
         };
-        if crate::shm::address_of_inbox_name(stem).is_none() {
+        let Some(addr) = crate::shm::address_of_inbox_name(stem) else {
             continue;
-        }
+        };
         let path = e.path();
         let Ok(fd) = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) else {
             continue;
         };
-        if !rustix::fs::fstat(&fd).is_ok_and(|s| s.st_uid == me) {
+        let Ok(st) = rustix::fs::fstat(&fd) else {
+            continue;
+        };
+        if st.st_uid != me {
             continue;
         }
         let Some(_g) = try_lock(fd.as_fd()) else {
@@ -933,6 +947,17 @@ fn sweep_dead_tables() {
         let held =
             (FIRST_SLOT..=LAST_SLOT).any(|s| ofd_held(fd.as_fd(), LOCK_SLOTS + i64::from(s)));
         if !held {
+            // The members' inboxes go with the table. A killed member's slot lock is free
+            // once its files are closed, before it is reaped: the inboxes' own sweep still
+            // takes such an owner for alive (a launcher that killed its ranks may exit, and
+            // sweep, before it waits for them).
+            if st.st_size as usize == FILE_LEN {
+                if let Ok(table) = Table::map(&fd) {
+                    if table.u64_at(OFF_MAGIC).load(Ordering::Acquire) == MAGIC {
+                        sweep(&table, fd.as_fd(), addr, None, boot_ns());
+                    }
+                }
+            }
             unlink_if_same(&path, &fd);
         }
     }
