@@ -440,28 +440,26 @@ pub(crate) fn wind_up(s: &Shared) {
     eng.flush(s);
     let _ = eng.dev.flush_pcap();
     if std::env::var_os("SOFTIB_STATS").is_some() {
-        eprintln!(
-            "softib {}: runtime {:?}",
-            eng.dev.local_addr(),
-            eng.dev.stats()
-        );
-        eprintln!(
-            "softib {}: hca {:?}",
-            eng.dev.local_addr(),
-            eng.dev.hca().counters()
-        );
-        eprintln!("softib {}: {:?}", eng.dev.local_addr(), eng.dev.clock());
-        eprintln!(
-            "softib {}: progress thread {:?}",
-            eng.dev.local_addr(),
-            s.progress
-        );
+        let at = eng.dev.local_addr();
+        let mut lines = vec![
+            format!("softib {at}: runtime {:?}", eng.dev.stats()),
+            format!("softib {at}: hca {:?}", eng.dev.hca().counters()),
+            format!("softib {at}: {:?}", eng.dev.clock()),
+            format!("softib {at}: progress thread {:?}", s.progress),
+        ];
         let pages = crate::fault::pages_mapped();
         if pages > 0 {
-            eprintln!(
-                "softib: {pages} page(s) mapped where the process had unmapped registered memory \
-                 softib then wrote or read"
-            );
+            lines.push(format!(
+                "softib: {pages} page(s) mapped where the process had unmapped registered \
+                 memory softib then wrote or read"
+            ));
+        }
+        // Each line in one write(2): eprintln! writes a line in pieces, which the output of
+        // other processes sharing the stream (MPI ranks) splits, and which launchers that
+        // tag what they forward (mpirun --tag-output, mpiexec -l) tag piece by piece.
+        for mut line in lines {
+            line.push('\n');
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         }
     }
 }
