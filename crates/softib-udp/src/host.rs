@@ -436,7 +436,7 @@ impl Member {
     /// the bind when the address is held another way (another user's softib, a program that
     /// holds the port without reuse), with `ENOSPC` when every slot is live.
     pub fn join(addr: SocketAddr, socket: &socket2::Socket) -> io::Result<Member> {
-        sweep_dead_tables();
+        sweep_dead_tables(Duration::ZERO);
         let path = host_path(addr);
         loop {
             let fd = rustix::fs::open(
@@ -912,13 +912,19 @@ fn unlink_if_same(path: &std::path::Path, fd: &OwnedFd) {
 /// host was left to notice) leaves nothing behind.
 pub fn sweep_dead_files() {
     crate::shm::sweep_dead_inboxes();
-    sweep_dead_tables();
+    sweep_dead_tables(EXIT_WAIT);
 }
+
+/// How long [`sweep_dead_files`] waits for members that are exiting to release their slots.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
 
 /// Removes the host tables of this user and network namespace whose members all died (their
 /// last member was killed, so nobody left removed the table), with their members' inboxes: a
 /// table is taken only while its mutex is free, and removed only if no slot's lock is held.
-fn sweep_dead_tables() {
+/// While every slot still held is a member that is exiting, it waits for them, up to `wait`:
+/// a killed member holds its slot's lock until the kernel has torn down its memory and closes
+/// its files, which takes milliseconds, and a launcher exits right after it killed its ranks.
+fn sweep_dead_tables(wait: Duration) {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
         return;
     };
@@ -944,23 +950,65 @@ fn sweep_dead_tables() {
         let Some(_g) = try_lock(fd.as_fd()) else {
             continue;
         };
-        let held =
-            (FIRST_SLOT..=LAST_SLOT).any(|s| ofd_held(fd.as_fd(), LOCK_SLOTS + i64::from(s)));
-        if !held {
+        let table = (st.st_size as usize == FILE_LEN)
+            .then(|| Table::map(&fd).ok())
+            .flatten()
+            .filter(|t| t.u64_at(OFF_MAGIC).load(Ordering::Acquire) == MAGIC);
+        let held = |s: &u8| ofd_held(fd.as_fd(), LOCK_SLOTS + i64::from(*s));
+        let deadline = std::time::Instant::now() + wait;
+        while (FIRST_SLOT..=LAST_SLOT).any(|s| held(&s)) {
+            let exiting = |s: &u8| {
+                table.as_ref().is_some_and(|t| {
+                    t.u64_at(t.slot(*s, S_PID_NS)).load(Ordering::Relaxed)
+                        == crate::shm::pid_namespace()
+                        && exiting(t.u32_at(t.slot(*s, S_PID)).load(Ordering::Relaxed))
+                })
+            };
+            if std::time::Instant::now() >= deadline
+                || !(FIRST_SLOT..=LAST_SLOT).filter(held).all(|s| exiting(&s))
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !(FIRST_SLOT..=LAST_SLOT).any(|s| held(&s)) {
             // The members' inboxes go with the table. A killed member's slot lock is free
             // once its files are closed, before it is reaped: the inboxes' own sweep still
             // takes such an owner for alive (a launcher that killed its ranks may exit, and
             // sweep, before it waits for them).
-            if st.st_size as usize == FILE_LEN {
-                if let Ok(table) = Table::map(&fd) {
-                    if table.u64_at(OFF_MAGIC).load(Ordering::Acquire) == MAGIC {
-                        sweep(&table, fd.as_fd(), addr, None, boot_ns());
-                    }
-                }
+            if let Some(t) = &table {
+                sweep(t, fd.as_fd(), addr, None, boot_ns());
             }
             unlink_if_same(&path, &fd);
         }
     }
+}
+
+/// True when process `pid` (of this PID namespace) is exiting or has exited: gone, a zombie,
+/// or its main thread in the kernel's exit path (`PF_EXITING` in the flags of
+/// `/proc/PID/stat`, set as it starts to exit, before its memory and files go).
+fn exiting(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // The fields after the command name, which is in parentheses and may hold anything.
+    let Some(rest) = stat
+        .iter()
+        .rposition(|&b| b == b')')
+        .and_then(|i| stat.get(i + 1..))
+    else {
+        return false;
+    };
+    let rest = String::from_utf8_lossy(rest);
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next().unwrap_or("");
+    // state ppid pgrp session tty_nr tpgid flags
+    let flags = fields
+        .nth(5)
+        .and_then(|f| f.parse::<u64>().ok())
+        .unwrap_or(0);
+    matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0
 }
 
 /// Sweeps the table (the mutex held): live slots whose lock is gone (their member died) go
@@ -1412,6 +1460,34 @@ mod tests {
         let mut d = vec![0u8; 28];
         d[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
         d
+    }
+
+    /// What the exit sweep waits for: a process that is gone, a zombie, or one in the
+    /// kernel's exit path; not one that runs.
+    #[test]
+    fn exiting_tells_a_dying_process_from_a_live_one() {
+        assert!(!exiting(std::process::id()));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(!exiting(pid));
+        child.kill().unwrap();
+        // Killed and not reaped: exiting, then a zombie.
+        let t = std::time::Instant::now();
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        }) {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(exiting(pid));
+        child.wait().unwrap();
+        // Gone (a pid above any pid_max names no process).
+        assert!(exiting(4_194_304 + 1));
     }
 
     #[test]
