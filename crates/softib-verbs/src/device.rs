@@ -503,7 +503,7 @@ unsafe fn destroy_objects_of(ctx: *mut ibv_context) {
             .collect::<Vec<usize>>()
     };
     for p in of_ctx(Kind::Qp) {
-        crate::qp::ibv_destroy_qp(p as *mut ibv_qp);
+        crate::qp::destroy_qp(p as *mut ibv_qp, false);
     }
     for p in of_ctx(Kind::Eec) {
         crate::rd::softib_destroy_eec(p as *mut crate::rd::SoftEec);
@@ -892,21 +892,20 @@ pub unsafe extern "C" fn ibv_get_async_event(
     if event.is_null() {
         return minus_one(libc::EINVAL);
     }
-    if util::wait_one(sc.events.fd) != 0 {
-        return -1;
-    }
-    let item = sc
-        .events
-        .queue
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .pop_front();
-    match item {
-        Some(i) => {
-            *event = i.0;
-            0
+    loop {
+        if util::wait_one(sc.events.fd) != 0 {
+            return -1;
         }
-        None => minus_one(libc::EAGAIN),
+        match sc.events.pop() {
+            Some(Some(e)) => {
+                *event = e;
+                return 0;
+            }
+            // An event of a QP destroyed since: the next one (or EAGAIN on a non-blocking
+            // descriptor with nothing more).
+            Some(None) => continue,
+            None => return minus_one(libc::EAGAIN),
+        }
     }
 }
 
@@ -941,7 +940,11 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
         _ => {
             let qp = e.element.qp;
             if registry::is_live(qp, Kind::Qp) {
-                (*qp).events_completed += 1;
+                // Atomically: ibv_destroy_qp, on another thread, waits for it.
+                std::sync::atomic::AtomicU32::from_ptr(std::ptr::addr_of_mut!(
+                    (*qp).events_completed
+                ))
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             }
         }
     }
