@@ -16,7 +16,8 @@
 #     2000 round trips, 100 for the others);
 #   - the checks bite: each C program with -c (one received value flipped) must fail;
 #   - a rank killed (SIGKILL) mid-run: mpirun must exit non-zero within 30 s, and nothing of
-#     softib's may be left in /dev/shm of the namespaces.
+#     softib's may be left in /dev/shm of the namespaces (on the other host: Open MPI's daemon
+#     runs under softib run, --launch-agent; after MPICH's, a softib process runs there).
 # Prints PASS/FAIL per case and "N passed, M failed"; exits non-zero on any failure. Prints
 # "SKIPPED: why" and exits 0 when neither MPI (or UCX) is installed; without root (network
 # namespaces) runs the one-host cases in the current namespace and prints
@@ -278,6 +279,8 @@ kill_case() {
     launch "$m" "$layout"
     local env=(-x MPI_CHECK_PIDS="$pids")
     [ "$m" = mpich ] && env=(-genv MPI_CHECK_PIDS "$pids")
+    # Open MPI starts the other host's daemon under softib run: its exit cleans up there.
+    [ "$m:$layout" = openmpi:2x2 ] && env+=(--launch-agent "$SOFTIB run -- orted")
     echo "${LAUNCH[*]} ${env[*]} $OUT/bin/pt2pt.$m -n 100000000" >"$log.cmd"
     # In a subshell: the job killed on purpose is no job of this shell's to report.
     (timeout -k 5 120 "${LAUNCH[@]}" "${env[@]}" "$OUT/bin/pt2pt.$m" -n 100000000 >"$log" 2>&1
@@ -300,13 +303,17 @@ kill_case() {
     local rc dt=$((SECONDS - t))
     rc=$(cat "$log.rc")
     local left=""
+    local b_before=""
     if [ "$layout" = 2x2 ]; then
         left="$(shm_left "$NA")"
-        # On the other host, the ranks its daemon killed are the daemon's children, not
-        # mpirun's: their files go when a softib process there exits (here: softib run -- true).
-        local b_before
-        b_before=$(shm_left "$NB" | wc -l)
-        ip netns exec "$NB" "$SOFTIB" run -- true
+        # On the other host the ranks its daemon killed are the daemon's children, not
+        # mpirun's. Open MPI's daemon ran under softib run (--launch-agent) and cleaned up as it
+        # exited; MPICH's proxy did not: their files go when a softib process there exits
+        # (here: softib run -- true).
+        if [ "$m" = mpich ]; then
+            b_before=$(shm_left "$NB" | wc -l)
+            ip netns exec "$NB" "$SOFTIB" run -- true
+        fi
         left+="$(shm_left "$NB")"
     else
         left="$(shm_left "$ONE_NS")"
@@ -320,7 +327,7 @@ kill_case() {
     elif [ -n "$left" ]; then
         result "$name" 0 "left in /dev/shm: $(echo "$left" | tr '\n' ' ')"
     else
-        result "$name" 1 "rank $victim killed: mpirun rc=$rc within ${dt}s (${said:-no message}); /dev/shm clean${b_before:+ (10.82.0.2: $b_before files until a softib process there exited)}"
+        result "$name" 1 "rank $victim killed: mpirun rc=$rc within ${dt}s (${said:-no message}); /dev/shm clean${b_before:+ (10.82.0.2: $b_before file(s) until a softib process there exited)}"
     fi
 }
 
