@@ -985,8 +985,10 @@ fn sweep_dead_tables(wait: Duration) {
 }
 
 /// True when process `pid` (of this PID namespace) is exiting or has exited: gone, a zombie,
-/// or its main thread in the kernel's exit path (`PF_EXITING` in the flags of
-/// `/proc/PID/stat`, set as it starts to exit, before its memory and files go).
+/// its main thread in the kernel's exit path (`PF_EXITING` in the flags of
+/// `/proc/PID/stat`, set as it starts to exit, before its memory and files go), or a SIGKILL
+/// pending that it has not taken yet (`SigPnd`/`ShdPnd` of `/proc/PID/status`: a launcher
+/// that kills its ranks exits before they are even scheduled).
 fn exiting(pid: u32) -> bool {
     const PF_EXITING: u64 = 0x4;
     let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
@@ -1008,7 +1010,18 @@ fn exiting(pid: u32) -> bool {
         .nth(5)
         .and_then(|f| f.parse::<u64>().ok())
         .unwrap_or(0);
-    matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0
+    if matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0 {
+        return true;
+    }
+    let kill = 1u64 << (libc::SIGKILL - 1);
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+        status.lines().any(|l| {
+            l.strip_prefix("SigPnd:")
+                .or_else(|| l.strip_prefix("ShdPnd:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .is_some_and(|m| m & kill != 0)
+        })
+    })
 }
 
 /// Sweeps the table (the mutex held): live slots whose lock is gone (their member died) go
@@ -1473,7 +1486,22 @@ mod tests {
             .unwrap();
         let pid = child.id();
         assert!(!exiting(pid));
+        // Stopped, then killed: the SIGKILL is pending until the kernel wakes it to die, and
+        // it is already exiting for the sweep (or has died meanwhile).
+        // SAFETY: signals to our own child.
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        let t = std::time::Instant::now();
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('T'))
+        }) {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!exiting(pid), "a stopped process is not exiting");
         child.kill().unwrap();
+        assert!(exiting(pid));
         // Killed and not reaped: exiting, then a zombie.
         let t = std::time::Instant::now();
         while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
