@@ -107,6 +107,10 @@ teardown() {
     [ "${MPI_KEEP:-0}" = 1 ] && return
     for ns in $N1 $NA $NB; do
         ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+        # What a failed case left in /dev/shm (reported already) goes with its namespace:
+        # nothing would remove files named after a namespace that no longer exists.
+        ip netns exec "$ns" sh -c 'rm -f /dev/shm/softib-$(stat -L -c %i /proc/self/ns/net)-*' \
+            2>/dev/null
         ip netns del "$ns" 2>/dev/null
     done
 }
@@ -223,7 +227,9 @@ case_run() {
     timeout -k 5 120 "${LAUNCH[@]}" "${exe[@]}" >"$log" 2>&1
     local rc=$? dt=$((SECONDS - t))
     local verdict
-    verdict=$(grep -ohE "(pt2pt|allreduce|alltoall|mpi4py): [0-9]+ ranks: .*" "$log" | head -n 1)
+    # (Open MPI may forward a line in pieces, each tagged: the tags of the pieces go.)
+    verdict=$(grep -ohE "(pt2pt|allreduce|alltoall|mpi4py): [0-9]+ ranks: .*" "$log" | head -n 1 |
+        sed -E 's/\[[0-9]+,[0-9]+\]<std(out|err)>://g')
     local figures
     figures=$(grep -ohE "(pt2pt: [0-9]+ pairs|allreduce: sum|alltoall: 64-bit).*" "$log" | head -n 1 |
         sed -E 's/ \(slowest pair[^)]*\)//g; s/average per call by count: //' | cut -c1-110)
