@@ -6,6 +6,7 @@
 #                 dissector (Debian package; the wireshark-common "non-root capture"
 #                 debconf question is answered "no" ahead of time).
 #   valgrind      instruction-count measurements.
+#   Open MPI, MPICH, mpi4py   scripts/mpi.sh (MPI programs over softib through UCX).
 #   cargo-fuzz    coverage-guided fuzzing with libFuzzer (scripts/fuzz.sh). Built from
 #                 crates.io into the cargo home once; later runs find it there.
 #
@@ -39,13 +40,17 @@ command -v rping >/dev/null 2>&1 || missing+=(rdmacm-utils)
 [ -d /usr/lib/python3/dist-packages/pyverbs ] || missing+=(python3-pyverbs)
 # UCX runs unmodified on softib (crates/softib-cli/tests/ucx.rs: ucx_info, ucx_perftest).
 command -v ucx_perftest >/dev/null 2>&1 || missing+=(ucx-utils)
-# So does libfabric's verbs provider (crates/softib-cli/tests/libfabric.rs: fi_info,
-# fi_pingpong, and a C program built against <rdma/fabric.h>; scripts/libfabric.sh).
+# MPI on softib (scripts/mpi.sh): Open MPI and MPICH, each with its compiler's headers, and
+# mpi4py for Debian's python3 (built on Open MPI).
+command -v mpirun.openmpi >/dev/null 2>&1 || missing+=(openmpi-bin)
+[ -f /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || missing+=(libopenmpi-dev)
+command -v mpirun.mpich >/dev/null 2>&1 || missing+=(mpich)
+[ -f /usr/include/x86_64-linux-gnu/mpich/mpi.h ] || missing+=(libmpich-dev)
+[ -d /usr/lib/python3/dist-packages/mpi4py ] || missing+=(python3-mpi4py)
+# libfabric's verbs provider (crates/softib-cli/tests/libfabric.rs: fi_info, fi_pingpong,
+# and a C program built against <rdma/fabric.h>; scripts/libfabric.sh).
 command -v fi_pingpong >/dev/null 2>&1 || missing+=(libfabric-bin)
 [ -f /usr/include/rdma/fabric.h ] || missing+=(libfabric-dev)
-# Open MPI over libfabric's verbs;ofi_rxm (the same test: an MPI program built with mpicc).
-command -v mpicc.openmpi >/dev/null 2>&1 || missing+=(openmpi-bin)
-compgen -G '/usr/lib/*/openmpi/include/mpi.h' >/dev/null || missing+=(libopenmpi-dev)
 # libFuzzer is C++ built by the cc crate: needs a C++ compiler.
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 

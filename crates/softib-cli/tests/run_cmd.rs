@@ -111,3 +111,74 @@ fn run_ibv_devices_lists_softib0() {
     assert!(out.status.success(), "{s}");
     assert!(s.contains("softib0"), "{s}");
 }
+
+/// A process of `softib run` removes, when it exits, what killed softib processes left in
+/// `/dev/shm`: a device's only member killed by SIGKILL (no exit handler ran, no member was
+/// left to notice) leaves its inbox and the host table; `softib run -- true` exiting removes
+/// both, while the killed process is still a zombie (what `softib run -- mpirun` does after a
+/// failed job whose ranks the launcher killed and did not wait for).
+#[test]
+fn run_removes_what_killed_processes_left_in_dev_shm() {
+    let Some(lib) = library() else {
+        println!("SKIPPED: softib's libibverbs.so was not built beside the softib binary");
+        return;
+    };
+    if !lib.with_file_name("libsoftib_preload.so").is_file() {
+        println!(
+            "SKIPPED: libsoftib_preload.so was not built beside {}",
+            lib.display()
+        );
+        return;
+    }
+    let at: std::net::SocketAddr = "127.0.31.77:4791".parse().unwrap();
+    let table = softib_udp::host::host_path(at);
+    let inboxes = || -> Vec<PathBuf> {
+        let stem = softib_udp::shm::inbox_path(at);
+        (1..=255u8)
+            .map(|s| softib_udp::shm::member_inbox_path(at, s))
+            .chain(std::iter::once(stem))
+            .filter(|p| p.exists())
+            .collect()
+    };
+    // A ping-pong server holds the device while it waits for a client.
+    let mut server = softib()
+        .args(["pingpong", "--bind", "127.0.31.77", "-p", "18977"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run softib pingpong");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !table.exists() || inboxes().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server made no host table {} and inbox",
+            table.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Killed and not yet reaped (a zombie), as ranks are when their launcher exits.
+    server.kill().unwrap();
+    let zombie = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{}/stat", server.id())).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    }) {
+        assert!(std::time::Instant::now() < zombie, "the server did not die");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let left = inboxes();
+    assert!(
+        table.exists() && !left.is_empty(),
+        "the killed server's files are already gone"
+    );
+    let st = softib_run()
+        .args(["run", "--", "true"])
+        .status()
+        .expect("run softib");
+    assert!(st.success());
+    let left = (table.exists(), inboxes());
+    server.wait().unwrap();
+    assert!(!left.0, "{} is left", table.display());
+    assert_eq!(left.1, Vec::<PathBuf>::new(), "inboxes are left");
+}

@@ -19,6 +19,10 @@
 //! list softib's libibverbs reads from the same environment), so every process a launcher
 //! starts under `softib run` sees the devices its libibverbs will list.
 //!
+//! When a process of the run exits, the library removes what killed softib processes of the
+//! user left in `/dev/shm` (`softib_udp::host::sweep_dead_files`): a launcher outlives the
+//! ranks it killed.
+//!
 //! An interposed function never allocates, never holds a lock and never panics into the
 //! program: a path outside the two roots costs a prefix test and a cached call through
 //! `dlsym(RTLD_NEXT)`; a file of the tree is opened as a sealed memfd holding its contents.
@@ -62,6 +66,20 @@ extern "C" fn init() {
     let _ = std::panic::catch_unwind(|| {
         table();
     });
+    // SAFETY: registers a handler that only looks at and removes softib's files in /dev/shm.
+    unsafe { libc::atexit(sweep_at_exit) };
+}
+
+/// When a process of the run exits: removes what processes of this user that died without
+/// leaving (killed by a signal) left in `/dev/shm`, their shared-memory inboxes and the host
+/// tables of which no member lives. A launcher outlives its ranks (`softib run -- mpirun`):
+/// when a launcher kills the ranks of a failed job (SIGTERM, SIGKILL), no exit handler of
+/// theirs runs and no member of the host is left to notice, and its own exit removes their
+/// files. Registered first, it runs after the exit handlers of softib's libibverbs (which
+/// remove the process's own files).
+#[cfg(not(test))]
+extern "C" fn sweep_at_exit() {
+    let _ = std::panic::catch_unwind(softib_udp::host::sweep_dead_files);
 }
 
 /// A libc function found by `dlsym(RTLD_NEXT)`, cached.

@@ -488,7 +488,7 @@ impl Member {
     /// the bind when the address is held another way (another user's softib, a program that
     /// holds the port without reuse), with `ENOSPC` when every slot is live.
     pub fn join(addr: SocketAddr, socket: &socket2::Socket) -> io::Result<Member> {
-        sweep_dead_tables();
+        sweep_dead_tables(Duration::ZERO);
         let path = host_path(addr);
         loop {
             let fd = rustix::fs::open(
@@ -1163,10 +1163,27 @@ fn unlink_if_same(path: &std::path::Path, fd: &OwnedFd) {
     }
 }
 
+/// Removes what processes of this user that died without leaving left in `/dev/shm`: the
+/// inboxes whose owner is gone and the host tables of this network namespace none of whose
+/// members lives. A device that joins does it first; so does every process of a `softib run`
+/// when it exits (the preload library), so that a launcher that outlives its ranks (mpirun,
+/// whose ranks were killed by a signal: no exit handler of theirs ran, and no member of the
+/// host was left to notice) leaves nothing behind.
+pub fn sweep_dead_files() {
+    crate::shm::sweep_dead_inboxes();
+    sweep_dead_tables(EXIT_WAIT);
+}
+
+/// How long [`sweep_dead_files`] waits for members that are exiting to release their slots.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
 /// Removes the host tables of this user and network namespace whose members all died (their
-/// last member was killed, so nobody left removed the table): a table is taken only while its
-/// mutex is free, and removed only if no slot's lock is held.
-fn sweep_dead_tables() {
+/// last member was killed, so nobody left removed the table), with their members' inboxes: a
+/// table is taken only while its mutex is free, and removed only if no slot's lock is held.
+/// While every slot still held is a member that is exiting, it waits for them, up to `wait`:
+/// a killed member holds its slot's lock until the kernel has torn down its memory and closes
+/// its files, which takes milliseconds, and a launcher exits right after it killed its ranks.
+fn sweep_dead_tables(wait: Duration) {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
         return;
     };
@@ -1176,25 +1193,94 @@ fn sweep_dead_tables() {
         let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".host")) else {
             continue;
         };
-        if crate::shm::address_of_inbox_name(stem).is_none() {
+        let Some(addr) = crate::shm::address_of_inbox_name(stem) else {
             continue;
-        }
+        };
         let path = e.path();
         let Ok(fd) = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) else {
             continue;
         };
-        if !rustix::fs::fstat(&fd).is_ok_and(|s| s.st_uid == me) {
+        let Ok(st) = rustix::fs::fstat(&fd) else {
+            continue;
+        };
+        if st.st_uid != me {
             continue;
         }
         let Some(_g) = try_lock(fd.as_fd()) else {
             continue;
         };
-        let held =
-            (FIRST_SLOT..=LAST_SLOT).any(|s| ofd_held(fd.as_fd(), LOCK_SLOTS + i64::from(s)));
-        if !held {
+        let table = (st.st_size as usize == FILE_LEN)
+            .then(|| Table::map(&fd).ok())
+            .flatten()
+            .filter(|t| t.u64_at(OFF_MAGIC).load(Ordering::Acquire) == MAGIC);
+        let held = |s: &u8| ofd_held(fd.as_fd(), LOCK_SLOTS + i64::from(*s));
+        let deadline = std::time::Instant::now() + wait;
+        while (FIRST_SLOT..=LAST_SLOT).any(|s| held(&s)) {
+            let exiting = |s: &u8| {
+                table.as_ref().is_some_and(|t| {
+                    t.u64_at(t.slot(*s, S_PID_NS)).load(Ordering::Relaxed)
+                        == crate::shm::pid_namespace()
+                        && exiting(t.u32_at(t.slot(*s, S_PID)).load(Ordering::Relaxed))
+                })
+            };
+            if std::time::Instant::now() >= deadline
+                || !(FIRST_SLOT..=LAST_SLOT).filter(held).all(|s| exiting(&s))
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !(FIRST_SLOT..=LAST_SLOT).any(|s| held(&s)) {
+            // The members' inboxes go with the table. A killed member's slot lock is free
+            // once its files are closed, before it is reaped: the inboxes' own sweep still
+            // takes such an owner for alive (a launcher that killed its ranks may exit, and
+            // sweep, before it waits for them).
+            if let Some(t) = &table {
+                sweep(t, fd.as_fd(), addr, None, boot_ns());
+            }
             unlink_if_same(&path, &fd);
         }
     }
+}
+
+/// True when process `pid` (of this PID namespace) is exiting or has exited: gone, a zombie,
+/// its main thread in the kernel's exit path (`PF_EXITING` in the flags of
+/// `/proc/PID/stat`, set as it starts to exit, before its memory and files go), or a SIGKILL
+/// pending that it has not taken yet (`SigPnd`/`ShdPnd` of `/proc/PID/status`: a launcher
+/// that kills its ranks exits before they are even scheduled).
+fn exiting(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // The fields after the command name, which is in parentheses and may hold anything.
+    let Some(rest) = stat
+        .iter()
+        .rposition(|&b| b == b')')
+        .and_then(|i| stat.get(i + 1..))
+    else {
+        return false;
+    };
+    let rest = String::from_utf8_lossy(rest);
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next().unwrap_or("");
+    // state ppid pgrp session tty_nr tpgid flags
+    let flags = fields
+        .nth(5)
+        .and_then(|f| f.parse::<u64>().ok())
+        .unwrap_or(0);
+    if matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0 {
+        return true;
+    }
+    let kill = 1u64 << (libc::SIGKILL - 1);
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+        status.lines().any(|l| {
+            l.strip_prefix("SigPnd:")
+                .or_else(|| l.strip_prefix("ShdPnd:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .is_some_and(|m| m & kill != 0)
+        })
+    })
 }
 
 /// Sweeps the table (the mutex held): live slots whose lock is gone (their member died) go
@@ -1685,6 +1771,49 @@ mod tests {
         let mut d = vec![0u8; 28];
         d[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
         d
+    }
+
+    /// What the exit sweep waits for: a process that is gone, a zombie, or one in the
+    /// kernel's exit path; not one that runs.
+    #[test]
+    fn exiting_tells_a_dying_process_from_a_live_one() {
+        assert!(!exiting(std::process::id()));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(!exiting(pid));
+        // Stopped, then killed: the SIGKILL is pending until the kernel wakes it to die, and
+        // it is already exiting for the sweep (or has died meanwhile).
+        // SAFETY: signals to our own child.
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        let t = std::time::Instant::now();
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('T'))
+        }) {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!exiting(pid), "a stopped process is not exiting");
+        child.kill().unwrap();
+        assert!(exiting(pid));
+        // Killed and not reaped: exiting, then a zombie.
+        let t = std::time::Instant::now();
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        }) {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(exiting(pid));
+        child.wait().unwrap();
+        // Gone (a pid above any pid_max names no process).
+        assert!(exiting(4_194_304 + 1));
     }
 
     #[test]

@@ -284,7 +284,7 @@ impl Mapping {
 /// killed by SIGKILL, which runs no exit handler): well formed, owned by a process of this
 /// PID namespace that no longer exists. A file is unlinked only while its path still names
 /// the file looked at (a new owner may have replaced it meanwhile).
-fn sweep_dead_inboxes() {
+pub(crate) fn sweep_dead_inboxes() {
     let Ok(dir) = std::fs::read_dir(INBOX_DIR) else {
         return;
     };

@@ -307,6 +307,60 @@ impl AsyncEvents {
             .push_back(item);
         util::signal(self.fd);
     }
+
+    /// The next event for `ibv_get_async_event`, one count of the descriptor already taken:
+    /// `Some(None)` for an event of a destroyed QP (its count is spent, the caller waits for
+    /// the next), `None` when the queue is empty. A QP event handed out is counted on its QP
+    /// (under the queue's lock, so that [`AsyncEvents::forget_qp`] sees it).
+    pub fn pop(&self) -> Option<Option<ibv_async_event>> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let AsyncItem(e) = q.pop_front()?;
+        if e.event_type == DROPPED_EVENT {
+            return Some(None);
+        }
+        if is_qp_event(e.event_type) {
+            // SAFETY: a queued QP event names a live QP: ibv_destroy_qp marks its QP's
+            // events dropped, under this lock, before it frees it.
+            let q = unsafe { &*e.element.qp.cast::<crate::qp::SoftQp>() };
+            q.events_reported.fetch_add(1, Ordering::AcqRel);
+        }
+        Some(Some(e))
+    }
+
+    /// A QP being destroyed: its queued events are dropped (each keeps its count on the
+    /// descriptor, spent by the `ibv_get_async_event` that meets it). Returns how many of its
+    /// events were handed out, for the destroy to wait for their acks.
+    pub fn forget_qp(&self, qp: *mut ibv_qp) -> u32 {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        for AsyncItem(e) in q.iter_mut() {
+            // SAFETY: reading the union's pointer member, written for QP events.
+            if is_qp_event(e.event_type) && unsafe { e.element.qp } == qp {
+                e.event_type = DROPPED_EVENT;
+                e.element.qp = std::ptr::null_mut();
+            }
+        }
+        // SAFETY: `qp` is a live QP of this library until its destroy frees it, after this.
+        let q = unsafe { &*qp.cast::<crate::qp::SoftQp>() };
+        q.events_reported.load(Ordering::Acquire)
+    }
+}
+
+/// The event type of a queued event whose QP was destroyed (no ibv_event_type has it).
+const DROPPED_EVENT: ibv_event_type = ibv_event_type::MAX;
+
+/// True for the async events about a QP (`element.qp`).
+pub fn is_qp_event(t: ibv_event_type) -> bool {
+    matches!(
+        t,
+        IBV_EVENT_QP_FATAL
+            | IBV_EVENT_QP_REQ_ERR
+            | IBV_EVENT_QP_ACCESS_ERR
+            | IBV_EVENT_COMM_EST
+            | IBV_EVENT_SQ_DRAINED
+            | IBV_EVENT_PATH_MIG
+            | IBV_EVENT_PATH_MIG_ERR
+            | IBV_EVENT_QP_LAST_WQE_REACHED
+    )
 }
 
 impl Drop for AsyncEvents {

@@ -435,28 +435,26 @@ pub(crate) fn wind_up(s: &Shared) {
     eng.flush(s);
     let _ = eng.dev.flush_pcap();
     if std::env::var_os("SOFTIB_STATS").is_some() {
-        eprintln!(
-            "softib {}: runtime {:?}",
-            eng.dev.local_addr(),
-            eng.dev.stats()
-        );
-        eprintln!(
-            "softib {}: hca {:?}",
-            eng.dev.local_addr(),
-            eng.dev.hca().counters()
-        );
-        eprintln!("softib {}: {:?}", eng.dev.local_addr(), eng.dev.clock());
-        eprintln!(
-            "softib {}: progress thread {:?}",
-            eng.dev.local_addr(),
-            s.progress
-        );
+        let at = eng.dev.local_addr();
+        let mut lines = vec![
+            format!("softib {at}: runtime {:?}", eng.dev.stats()),
+            format!("softib {at}: hca {:?}", eng.dev.hca().counters()),
+            format!("softib {at}: {:?}", eng.dev.clock()),
+            format!("softib {at}: progress thread {:?}", s.progress),
+        ];
         let pages = crate::fault::pages_mapped();
         if pages > 0 {
-            eprintln!(
-                "softib: {pages} page(s) mapped where the process had unmapped registered memory \
-                 softib then wrote or read"
-            );
+            lines.push(format!(
+                "softib: {pages} page(s) mapped where the process had unmapped registered \
+                 memory softib then wrote or read"
+            ));
+        }
+        // Each line in one write(2): eprintln! writes a line in pieces, which the output of
+        // other processes sharing the stream (MPI ranks) splits, and which launchers that
+        // tag what they forward (mpirun --tag-output, mpiexec -l) tag piece by piece.
+        for mut line in lines {
+            line.push('\n');
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         }
     }
 }
@@ -500,7 +498,7 @@ unsafe fn destroy_objects_of(ctx: *mut ibv_context) {
             .collect::<Vec<usize>>()
     };
     for p in of_ctx(Kind::Qp) {
-        crate::qp::ibv_destroy_qp(p as *mut ibv_qp);
+        crate::qp::destroy_qp(p as *mut ibv_qp, false);
     }
     for p in of_ctx(Kind::Eec) {
         crate::rd::softib_destroy_eec(p as *mut crate::rd::SoftEec);
@@ -891,21 +889,20 @@ pub unsafe extern "C" fn ibv_get_async_event(
     if event.is_null() {
         return minus_one(libc::EINVAL);
     }
-    if util::wait_one(sc.events.fd) != 0 {
-        return -1;
-    }
-    let item = sc
-        .events
-        .queue
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .pop_front();
-    match item {
-        Some(i) => {
-            *event = i.0;
-            0
+    loop {
+        if util::wait_one(sc.events.fd) != 0 {
+            return -1;
         }
-        None => minus_one(libc::EAGAIN),
+        match sc.events.pop() {
+            Some(Some(e)) => {
+                *event = e;
+                return 0;
+            }
+            // An event of a QP destroyed since: the next one (or EAGAIN on a non-blocking
+            // descriptor with nothing more).
+            Some(None) => continue,
+            None => return minus_one(libc::EAGAIN),
+        }
     }
 }
 
@@ -940,7 +937,11 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
         _ => {
             let qp = e.element.qp;
             if registry::is_live(qp, Kind::Qp) {
-                (*qp).events_completed += 1;
+                // Atomically: ibv_destroy_qp, on another thread, waits for it.
+                std::sync::atomic::AtomicU32::from_ptr(std::ptr::addr_of_mut!(
+                    (*qp).events_completed
+                ))
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             }
         }
     }

@@ -25,6 +25,9 @@ use crate::xrc::SoftXrcd;
 pub struct SoftQp {
     /// Must be first.
     pub ex: ibv_qp_ex,
+    /// Async events of this QP that `ibv_get_async_event` handed out (the application acks
+    /// each, counted in `ibv_qp::events_completed`): `ibv_destroy_qp` waits for the acks.
+    pub events_reported: std::sync::atomic::AtomicU32,
     /// The context's engine.
     pub shared: Arc<Shared>,
     /// QP number.
@@ -215,6 +218,7 @@ pub unsafe fn create_in(
     }
     let p = Box::into_raw(Box::new(SoftQp {
         ex,
+        events_reported: std::sync::atomic::AtomicU32::new(0),
         shared: sc.shared.clone(),
         qpn,
         qp_type,
@@ -287,6 +291,7 @@ pub unsafe fn new_xrc_tgt_holder(
     ex.qp_base.qp_type = IBV_QPT_XRC_RECV;
     let p = Box::into_raw(Box::new(SoftQp {
         ex,
+        events_reported: std::sync::atomic::AtomicU32::new(0),
         shared: sc.shared.clone(),
         qpn,
         qp_type: QpType::XrcRecv,
@@ -448,6 +453,12 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(
 symver!(ibv_destroy_qp);
 #[export_name = "softib_ibv_destroy_qp"]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
+    destroy_qp(qp, true)
+}
+
+/// `ibv_destroy_qp`; with `wait_acks` false (a context being closed destroys what was made
+/// through it) it does not wait for the acks of the QP's events handed out.
+pub(crate) unsafe fn destroy_qp(qp: *mut ibv_qp, wait_acks: bool) -> i32 {
     let Some(q) = soft_qp(qp) else {
         return ret_errno(libc::EINVAL);
     };
@@ -499,6 +510,19 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> i32 {
             (*q.xrcd)
                 .users
                 .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+    // As rdma-core's: no async event of a destroyed QP is delivered, and ibv_destroy_qp
+    // returns once every event of it that was delivered is acknowledged
+    // (ibv_get_async_event(3)), so that the application's event thread never reads a QP that
+    // is gone. UCX's reads `element.qp->qp_num` of every event: the QP it destroys at
+    // teardown left its IBV_EVENT_QP_LAST_WQE_REACHED in the queue.
+    if let Some(sc) = crate::device::SoftContext::from_ctx((*qp).context) {
+        let reported = sc.events.forget_qp(qp);
+        let acked =
+            std::sync::atomic::AtomicU32::from_ptr(std::ptr::addr_of_mut!((*qp).events_completed));
+        while wait_acks && acked.load(std::sync::atomic::Ordering::Acquire) != reported {
+            std::thread::sleep(std::time::Duration::from_micros(100));
         }
     }
     registry::remove(qp, Kind::Qp);

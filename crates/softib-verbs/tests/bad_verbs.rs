@@ -281,3 +281,10 @@ fn middleware_conventions() {
 fn unmapped_registered_memory() {
     run_case("unmapped_registered_memory");
 }
+
+/// Async events of a destroyed QP: an unread one is never delivered, and `ibv_destroy_qp`
+/// waits for the acks of those read (rdma-core's ibv_get_async_event(3)).
+#[test]
+fn destroyed_qp_events_are_not_delivered_and_destroy_waits_for_acks() {
+    run_case("destroyed_qp_events");
+}

@@ -140,3 +140,62 @@ fn nothing_is_placed_for_a_qp_in_error() {
         assert_eq!(n, 0);
     }
 }
+
+/// Each line of `SOFTIB_STATS` reaches stderr in one write(2), so that the output of other
+/// processes on the same stream (MPI ranks) cannot split it, nor a launcher that tags what it
+/// forwards (`mpirun --tag-output`, `mpiexec -l`) tag it piece by piece: stderr is a datagram
+/// socket here, where every write is one datagram.
+#[test]
+fn every_stats_line_is_one_write() {
+    let (exe, libdir) = match program() {
+        Ok(v) => v,
+        Err(reason) => return common::skip(reason),
+    };
+    let (mine, theirs) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let mut child = Command::new(exe)
+        .arg("lands")
+        .env("LD_LIBRARY_PATH", libdir)
+        .env("SOFTIB_STATS", "1")
+        .env_remove("SOFTIB_BIND")
+        .stderr(std::os::fd::OwnedFd::from(theirs))
+        .spawn()
+        .unwrap();
+    // Read while it runs: a datagram socket queues only a few datagrams unread.
+    mine.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut writes = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        match mine.recv(&mut buf) {
+            Ok(n) => writes.push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+            Err(_) => {
+                if let Some(st) = child.try_wait().unwrap() {
+                    while let Ok(n) = mine.recv(&mut buf) {
+                        writes.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                    }
+                    break st;
+                }
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("no exit within 60 s: {writes:?}");
+        }
+    };
+    assert!(status.success(), "{status}: {writes:?}");
+    let stats: Vec<&String> = writes.iter().filter(|w| w.starts_with("softib ")).collect();
+    assert!(
+        stats.iter().any(|w| w.contains("runtime DeviceStats")),
+        "no statistics in {writes:?}"
+    );
+    for w in writes
+        .iter()
+        .filter(|w| w.contains("DeviceStats") || w.contains("Counters"))
+    {
+        assert!(
+            w.starts_with("softib ") && w.ends_with("}\n") && w.matches('\n').count() == 1,
+            "a statistics line in pieces: {w:?}\nall writes: {writes:?}"
+        );
+    }
+}

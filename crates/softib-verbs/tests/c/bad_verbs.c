@@ -15,6 +15,9 @@
 #include <time.h>
 #include <arpa/inet.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -2863,6 +2866,109 @@ static void unmapped_registered_memory(void)
 	ibv_close_device(c);
 }
 
+/* Async events of a destroyed QP, as rdma-core has them (ibv_get_async_event(3)): an event
+ * the application has not read yet is never delivered once its QP is destroyed, and
+ * ibv_destroy_qp waits until every event of the QP that was read is acknowledged. A QP on an
+ * SRQ moved to ERR raises IBV_EVENT_QP_LAST_WQE_REACHED (UCX waits for it at teardown). */
+struct destroyer {
+	struct ibv_qp *qp;
+	volatile int done;
+};
+
+static void *destroy_in_thread(void *arg)
+{
+	struct destroyer *d = arg;
+	CHECK(ibv_destroy_qp(d->qp) == 0, "ibv_destroy_qp in a thread");
+	d->done = 1;
+	return NULL;
+}
+
+static void to_err(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr at = {0};
+	at.qp_state = IBV_QPS_ERR;
+	if (ibv_modify_qp(qp, &at, IBV_QP_STATE))
+		DIE("ERR");
+}
+
+/* The next async event within `secs` (0 if none came). */
+static int next_event(struct ibv_context *ctx, struct ibv_async_event *ev, double secs)
+{
+	double end = now() + secs;
+	for (;;) {
+		if (ibv_get_async_event(ctx, ev) == 0)
+			return 1;
+		if (errno != EAGAIN || now() > end)
+			return 0;
+		struct pollfd p = {ctx->async_fd, POLLIN, 0};
+		poll(&p, 1, 10);
+	}
+}
+
+static void destroyed_qp_events(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 8, .max_sge = 1}};
+	struct ibv_srq *srq = pd ? ibv_create_srq(pd, &sa) : NULL;
+	if (!pd || !cq || !srq)
+		DIE("setup");
+	int fl = fcntl(ctx->async_fd, F_GETFL);
+	if (fl < 0 || fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		DIE("async_fd O_NONBLOCK");
+	struct ibv_qp *q[2];
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .srq = srq,
+					      .qp_type = IBV_QPT_RC,
+					      .cap = {.max_send_wr = 4, .max_send_sge = 1}};
+		q[i] = ibv_create_qp(pd, &ia);
+		if (!q[i])
+			DIE("ibv_create_qp on an SRQ");
+		to_init(q[i]);
+	}
+	struct ibv_async_event ev;
+
+	/* Its event queued, not read: the destroy takes it away. */
+	to_err(q[0]);
+	struct ibv_qp *gone = q[0];
+	CHECK(ibv_destroy_qp(q[0]) == 0, "ibv_destroy_qp");
+	/* The event of a QP that lives is delivered: QP 1's comes, and nothing of QP 0's. */
+	to_err(q[1]);
+	int got1 = 0;
+	while (next_event(ctx, &ev, got1 ? 0.2 : 5.0)) {
+		CHECK(ev.element.qp != gone, "event %s of a destroyed QP delivered",
+		      ibv_event_type_str(ev.event_type));
+		if (ev.element.qp == q[1] && ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
+			got1 = 1;
+			break;
+		}
+		ibv_ack_async_event(&ev);
+	}
+	CHECK(got1, "no IBV_EVENT_QP_LAST_WQE_REACHED for the QP on the SRQ moved to ERR");
+
+	/* Read, not acknowledged: the destroy waits for the ack. */
+	if (got1) {
+		struct destroyer d = {q[1], 0};
+		pthread_t t;
+		if (pthread_create(&t, NULL, destroy_in_thread, &d))
+			DIE("pthread_create");
+		usleep(200000);
+		CHECK(!d.done, "ibv_destroy_qp returned before its event was acknowledged");
+		ibv_ack_async_event(&ev);
+		pthread_join(t, NULL);
+		CHECK(d.done, "ibv_destroy_qp did not return after the ack");
+	} else {
+		ibv_destroy_qp(q[1]);
+	}
+	CHECK(!next_event(ctx, &ev, 0.1), "an async event left: %s",
+	      ibv_event_type_str(ev.event_type));
+	ibv_destroy_srq(srq);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2901,6 +3007,7 @@ static const struct {
 	{"resize_after_posts", resize_after_posts},
 	{"middleware_conventions", middleware_conventions},
 	{"unmapped_registered_memory", unmapped_registered_memory},
+	{"destroyed_qp_events", destroyed_qp_events},
 };
 
 int main(int argc, char **argv)
