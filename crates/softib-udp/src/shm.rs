@@ -396,6 +396,10 @@ impl Inbox {
             Mode::RUSR | Mode::WUSR,
         )?;
         rustix::fs::ftruncate(&fd, FILE_LEN as u64)?;
+        // The ring's pages are allocated now, not by the first datagram that reaches each
+        // (a fault and a page to zero on the data path); a full /dev/shm then fails here, and
+        // the device goes without an inbox, instead of a SIGBUS in a sender's write.
+        rustix::fs::fallocate(&fd, rustix::fs::FallocateFlags::empty(), 0, FILE_LEN as u64)?;
         let map = Mapping::map(&fd)?;
         for i in 0..SLOTS {
             map.seq(i).store(i, Ordering::Relaxed);

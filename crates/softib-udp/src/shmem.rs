@@ -36,7 +36,10 @@ impl Drop for SharedMap {
 
 impl SharedMap {
     /// Maps the first `len` bytes of `fd`'s file, which the caller has checked (or made) to be
-    /// at least that long.
+    /// at least that long. The page tables are filled at once (`MAP_POPULATE`): a page first
+    /// touched on the data path would cost its process a page fault in the middle of a
+    /// message (every 32 slots of an inbox's ring on its first lap: a round trip in every 16
+    /// of a small-message ping-pong took 6-8 us more).
     pub(crate) fn map(fd: &OwnedFd, len: usize) -> io::Result<SharedMap> {
         // SAFETY: a new mapping at an address of the kernel's choosing, of a range the file
         // backs (the caller's contract).
@@ -45,7 +48,7 @@ impl SharedMap {
                 std::ptr::null_mut(),
                 len,
                 ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
+                MapFlags::SHARED | MapFlags::POPULATE,
                 fd,
                 0,
             )?
