@@ -36,8 +36,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use rustix::fs::{Mode, OFlags};
 
-/// "SOFTIBQ4": the inbox format.
-const MAGIC: u64 = u64::from_be_bytes(*b"SOFTIBQ4");
+/// "SOFTIBQ5": the inbox format.
+const MAGIC: u64 = u64::from_be_bytes(*b"SOFTIBQ5");
 /// Slots of a ring (a power of two): 4 MiB of data, what a UDP socket buffer holds, so that a
 /// requester's window of full-MTU packets fits as it fits in the kernel's buffers.
 pub const SLOTS: u64 = 32768;
@@ -73,7 +73,11 @@ const OFF_PID: usize = 16;
 const OFF_PID_NS: usize = 24;
 const OFF_TAIL: usize = 64;
 const OFF_HEAD: usize = 128;
+/// 0 while the owner is awake; while it sleeps, the number of that sleep (never 0), so that
+/// a sender rings once per sleep ([`Outbox::peer_sleeping`]).
 const OFF_SLEEPING: usize = 192;
+/// How many sleeps the owner has announced (the source of [`OFF_SLEEPING`]'s numbers).
+const OFF_SLEEPS: usize = 196;
 /// Senders placing a WRITE into the owner's memory right now (see [`Outbox::place_write`]).
 const OFF_PLACING: usize = 256;
 /// The UDP port a sleeping owner is rung at ([`Outbox::bell`]); 0: the inbox's own address.
@@ -662,11 +666,14 @@ pub struct Waker {
 }
 
 impl Waker {
-    /// About to sleep on the device's socket: sets the sleeping flag (senders that fill a slot
-    /// from now on ring the doorbell) and returns false, clearing it again, when a datagram
-    /// is already waiting (then do not sleep: poll the device).
+    /// About to sleep on the device's socket: sets the sleeping flag to the number of this
+    /// sleep (senders that fill a slot from now on ring the doorbell, each once) and returns
+    /// false, clearing it again, when a datagram is already waiting (then do not sleep: poll
+    /// the device).
     pub fn sleep_begin(&self) -> bool {
-        self.map.u32_at(OFF_SLEEPING).store(1, Ordering::SeqCst);
+        let n = self.map.u32_at(OFF_SLEEPS).fetch_add(1, Ordering::Relaxed);
+        let sleep = n.wrapping_add(1).max(1);
+        self.map.u32_at(OFF_SLEEPING).store(sleep, Ordering::SeqCst);
         if ready(&self.map) {
             self.sleep_end();
             return false;
@@ -729,6 +736,8 @@ pub struct Outbox {
     may_place: std::sync::atomic::AtomicBool,
     /// The kernel refused a placement, not yet reported ([`Outbox::take_refusal`]).
     refused: std::sync::atomic::AtomicBool,
+    /// The owner's sleep this outbox rang last ([`Outbox::peer_sleeping`]).
+    rung: AtomicU32,
     /// Positions below this are free for the lap they are in: the consumer's head, as last
     /// read, one lap on. A push inside it claims its slots without reading the consumer's
     /// cache lines; past it, the head is read again.
@@ -766,6 +775,7 @@ impl Outbox {
             map,
             path,
             free_below: AtomicU64::new(0),
+            rung: AtomicU32::new(0),
         })
     }
 
@@ -1048,14 +1058,20 @@ impl Outbox {
     }
 
     /// True when the peer sleeps (or is about to) without having seen what was pushed
-    /// before this call: ring its doorbell. Asked once after a batch of pushes, not after
-    /// each: the fence waits for the batch's stores to become visible, which costs a
-    /// cache miss per line the peer last held (measured: a fence per 64-byte push was most
-    /// of the sender's time in `Outbox::push`).
+    /// before this call, and this outbox has not rung it in this sleep yet: ring its
+    /// doorbell. Asked once after a batch of pushes, not after each: the fence waits for the
+    /// batch's stores to become visible, which costs a cache miss per line the peer last held
+    /// (measured: a fence per 64-byte push was most of the sender's time in `Outbox::push`).
+    ///
+    /// One ring per sleep: the first wakes the sleeper, and until it runs and clears its flag
+    /// the next ones only cost the sender (an empty UDP send that wakes a thread on another
+    /// CPU took the sender 15-20 us in a VM; a UCX ping-pong's first round trip rang three
+    /// times). A sleeper that sleeps again has a new number and is rung again.
     pub fn peer_sleeping(&self) -> bool {
         // Pairs with the receiver's SeqCst store of the flag and its second look at the ring.
         std::sync::atomic::fence(Ordering::SeqCst);
-        self.map.u32_at(OFF_SLEEPING).load(Ordering::Relaxed) != 0
+        let sleep = self.map.u32_at(OFF_SLEEPING).load(Ordering::Relaxed);
+        sleep != 0 && self.rung.swap(sleep, Ordering::Relaxed) != sleep
     }
 }
 
@@ -1103,6 +1119,17 @@ mod tests {
         assert!(w.sleep_begin());
         assert_eq!(out.push(from, &[9]), Pushed::Queued);
         assert!(out.peer_sleeping(), "pushed while the owner sleeps: ring");
+        assert_eq!(out.push(from, &[9]), Pushed::Queued);
+        assert!(!out.peer_sleeping(), "rung in this sleep already");
+        let other = Outbox::attach(me).unwrap();
+        assert_eq!(other.push(from, &[9]), Pushed::Queued);
+        assert!(other.peer_sleeping(), "another sender rings once too");
+        w.sleep_end();
+        assert!(inbox.pop(&mut buf).is_some() && inbox.pop(&mut buf).is_some());
+        assert!(inbox.pop(&mut buf).is_some() && inbox.pop(&mut buf).is_none());
+        assert!(w.sleep_begin(), "nothing waits: a new sleep");
+        assert_eq!(out.push(from, &[9]), Pushed::Queued);
+        assert!(out.peer_sleeping(), "a new sleep: ring again");
         assert!(inbox.ready());
         assert!(!w.sleep_begin(), "a datagram waits: no sleep");
         assert_eq!(out.push(from, &[9]), Pushed::Queued);
