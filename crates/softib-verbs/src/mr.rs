@@ -183,6 +183,7 @@ fn reg(
     if !accessible(addr as usize, length, writable) {
         return null_errno(libc::EFAULT);
     }
+    populate(addr as usize, length, writable);
     let mem = MrMemory::External(Box::new(AppMemory::new(addr.cast(), length)));
     let info = match sc
         .shared
@@ -210,6 +211,33 @@ fn reg(
     unsafe { (*m).mr.handle = info.lkey };
     registry::add(m.cast::<ibv_mr>(), Kind::Mr);
     m.cast()
+}
+
+/// Faults in the pages of `[addr, addr + len)` now, writable if `write`, as pinning them does
+/// on hardware and rxe (`ib_umem_get`): a page first touched by the data path would cost a
+/// page fault in the middle of a message instead (UCX's UD transport, whose receive buffers
+/// come fresh from its pool for its first few hundred messages, measured 4-10 us round trips
+/// for them against 1.9 us after). Best effort: a kernel without `MADV_POPULATE_*` (before
+/// 5.14) or a mapping it refuses leaves the pages to fault later, as before.
+fn populate(addr: usize, len: usize, write: bool) {
+    if len == 0 {
+        return;
+    }
+    let page = 4096;
+    let start = addr & !(page - 1);
+    let Some(end) = addr.checked_add(len) else {
+        return;
+    };
+    let advice = if write {
+        libc::MADV_POPULATE_WRITE
+    } else {
+        libc::MADV_POPULATE_READ
+    };
+    // SAFETY: madvise only faults in pages of the caller's own mappings (checked accessible
+    // above); it never changes their contents.
+    unsafe {
+        libc::madvise(start as *mut libc::c_void, end - start, advice);
+    }
 }
 
 /// True if every byte of `[addr, addr + len)` lies in mappings of this process that are
