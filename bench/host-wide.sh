@@ -43,10 +43,13 @@ fi
 PORT=${SOFTIB_BENCH_PORT:-18781}
 TMP=$(mktemp -d)
 NA=softib-hwb-a NB=softib-hwb-b
+root=0
+# shellcheck source=scripts/two-hosts.sh
+. scripts/two-hosts.sh
 cleanup() {
     rm -rf "$TMP"
-    ip netns del $NA 2>/dev/null || true
-    ip netns del $NB 2>/dev/null || true
+    [[ $root = 1 ]] && hosts_down $NA $NB
+    return 0
 }
 trap cleanup EXIT
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -76,13 +79,7 @@ pair() {
     jq -r .msg_rate_mpps "$TMP/c" >>"$out.rate"
 }
 
-root=0
-if [[ $(id -u) = 0 ]] && ip netns add $NA 2>/dev/null && ip netns add $NB &&
-    ip link add softib-hwb-va type veth peer name softib-hwb-vb &&
-    ip link set softib-hwb-va netns $NA && ip link set softib-hwb-vb netns $NB &&
-    ip -n $NA addr add 10.78.0.1/24 dev softib-hwb-va && ip -n $NB addr add 10.78.0.2/24 dev softib-hwb-vb &&
-    ip -n $NA link set lo up && ip -n $NB link set lo up &&
-    ip -n $NA link set softib-hwb-va up && ip -n $NB link set softib-hwb-vb up; then
+if [[ $(id -u) = 0 ]] && two_hosts_up $NA $NB 10.78.0.1 10.78.0.2 2>/dev/null; then
     root=1
 fi
 

@@ -54,24 +54,13 @@ cc -std=gnu11 -O2 -Wall -Wextra -Werror -o "$MESH" "$REPO/scripts/c/rc_mesh.c" -
 # --- the two hosts ---------------------------------------------------------------------------
 NA=softib-hw-a NB=softib-hw-b
 IPA=10.77.0.1 IPB=10.77.0.2
+# shellcheck source=scripts/two-hosts.sh
+. "$REPO/scripts/two-hosts.sh"
 teardown() {
     [ "${HOST_WIDE_KEEP:-0}" = 1 ] && return
-    ip netns pids "$NA" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns pids "$NB" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns del "$NA" 2>/dev/null
-    ip netns del "$NB" 2>/dev/null
+    hosts_down "$NA" "$NB"
 }
-setup() {
-    teardown
-    ip netns add "$NA" && ip netns add "$NB" &&
-        ip link add softib-hw-va type veth peer name softib-hw-vb &&
-        ip link set softib-hw-va netns "$NA" && ip link set softib-hw-vb netns "$NB" &&
-        ip -n "$NA" addr add "$IPA/24" dev softib-hw-va &&
-        ip -n "$NB" addr add "$IPB/24" dev softib-hw-vb &&
-        ip -n "$NA" link set lo up && ip -n "$NB" link set lo up &&
-        ip -n "$NA" link set softib-hw-va up && ip -n "$NB" link set softib-hw-vb up
-}
-setup || skip "cannot make the network namespaces (ip netns add, veth)"
+two_hosts_up "$NA" "$NB" "$IPA" "$IPB" || skip "cannot make the network namespaces (ip netns add, veth)"
 trap teardown EXIT
 export SOFTIB_CONFIG=/nonexistent
 unset SOFTIB_PCAP SOFTIB_TRANSPORT

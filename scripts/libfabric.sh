@@ -58,24 +58,13 @@ cc -O2 -Wall -Werror -o "$FI_MSG" "$CSRC/fi_msg.c" -lfabric || {
 # --- the two hosts ---------------------------------------------------------------------------
 NA=softib-lf-a NB=softib-lf-b
 IPA=10.82.0.1 IPB=10.82.0.2
+# shellcheck source=scripts/two-hosts.sh
+. "$REPO/scripts/two-hosts.sh"
 teardown() {
     [ "${LIBFABRIC_KEEP:-0}" = 1 ] && return
-    ip netns pids "$NA" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns pids "$NB" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns del "$NA" 2>/dev/null
-    ip netns del "$NB" 2>/dev/null
+    hosts_down "$NA" "$NB"
 }
-setup() {
-    teardown
-    ip netns add "$NA" && ip netns add "$NB" &&
-        ip link add softib-lf-va type veth peer name softib-lf-vb &&
-        ip link set softib-lf-va netns "$NA" && ip link set softib-lf-vb netns "$NB" &&
-        ip -n "$NA" addr add "$IPA/24" dev softib-lf-va &&
-        ip -n "$NB" addr add "$IPB/24" dev softib-lf-vb &&
-        ip -n "$NA" link set lo up && ip -n "$NB" link set lo up &&
-        ip -n "$NA" link set softib-lf-va up && ip -n "$NB" link set softib-lf-vb up
-}
-setup || skip "cannot make the network namespaces (ip netns add, veth)"
+two_hosts_up "$NA" "$NB" "$IPA" "$IPB" || skip "cannot make the network namespaces (ip netns add, veth)"
 trap teardown EXIT
 export SOFTIB_CONFIG=/nonexistent
 unset SOFTIB_PCAP SOFTIB_TRANSPORT LD_PRELOAD

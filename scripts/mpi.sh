@@ -103,16 +103,11 @@ fi
 N1=softib-mpi-1 NA=softib-mpi-a NB=softib-mpi-b
 IPA=10.82.0.1 IPB=10.82.0.2
 export SOFTIB_NETNS_HOSTS="$IPA=$NA $IPB=$NB"
+# shellcheck source=scripts/two-hosts.sh
+. "$REPO/scripts/two-hosts.sh"
 teardown() {
     [ "${MPI_KEEP:-0}" = 1 ] && return
-    for ns in $N1 $NA $NB; do
-        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
-        # What a failed case left in /dev/shm (reported already) goes with its namespace:
-        # nothing would remove files named after a namespace that no longer exists.
-        ip netns exec "$ns" sh -c 'rm -f /dev/shm/softib-$(stat -L -c %i /proc/self/ns/net)-*' \
-            2>/dev/null
-        ip netns del "$ns" 2>/dev/null
-    done
+    hosts_down "$N1" "$NA" "$NB"
 }
 ONE=()       # the prefix that runs a command on the one host
 ONE_NS=""    # its namespace
@@ -129,13 +124,7 @@ else
     else
         echo "note: cannot make namespace $N1: the one-host cases run in this namespace"
     fi
-    if ! { ip netns add "$NA" && ip netns add "$NB" &&
-        ip link add softib-mpi-va type veth peer name softib-mpi-vb &&
-        ip link set softib-mpi-va netns "$NA" && ip link set softib-mpi-vb netns "$NB" &&
-        ip -n "$NA" addr add "$IPA/24" dev softib-mpi-va &&
-        ip -n "$NB" addr add "$IPB/24" dev softib-mpi-vb &&
-        ip -n "$NA" link set lo up && ip -n "$NB" link set lo up &&
-        ip -n "$NA" link set softib-mpi-va up && ip -n "$NB" link set softib-mpi-vb up; }; then
+    if ! two_hosts_up "$NA" "$NB" "$IPA" "$IPB"; then
         two_hosts="cannot make the network namespaces (ip netns add, veth)"
     fi
 fi
