@@ -13,8 +13,9 @@
 //! installs nothing (scripts/install-deps.sh installs libfabric-bin, libfabric-dev,
 //! openmpi-bin and libopenmpi-dev).
 
-#[allow(dead_code)]
 mod procs;
+
+use procs::{on_path, skip};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -27,36 +28,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// The device address both processes bind (no other test uses it).
 const BIND: &str = "127.0.93.1";
 
-fn skip(reason: &str) {
-    println!("SKIPPED: {reason}");
-    eprintln!("SKIPPED: {reason}");
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-}
-
-/// The directory of this build's libibverbs.so and librdmacm.so that also holds
-/// libsoftib_preload.so (what `softib run` needs): `deps/` after `cargo test`, beside the
-/// binary after `cargo build`.
-fn library_dir() -> Option<PathBuf> {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_softib"));
-    let dir = exe.parent()?;
-    [dir.join("deps"), dir.to_path_buf()]
-        .into_iter()
-        .filter(|d| {
-            ["libibverbs.so", "librdmacm.so", "libsoftib_preload.so"]
-                .iter()
-                .all(|l| d.join(l).is_file())
-        })
-        .max_by_key(|d| {
-            std::fs::metadata(d.join("libibverbs.so"))
-                .and_then(|m| m.modified())
-                .ok()
-        })
-}
-
 /// What the tests need, or why they cannot run here.
 fn setup() -> Result<PathBuf, String> {
     for tool in ["fi_info", "fi_pingpong"] {
@@ -64,11 +35,13 @@ fn setup() -> Result<PathBuf, String> {
             return Err(format!("{tool} is not installed (Debian: libfabric-bin)"));
         }
     }
-    library_dir().ok_or_else(|| {
-        "this build's libibverbs.so, librdmacm.so and libsoftib_preload.so are not beside the \
+    procs::library_dir(&["libibverbs.so", "librdmacm.so", "libsoftib_preload.so"]).ok_or_else(
+        || {
+            "this build's libibverbs.so, librdmacm.so and libsoftib_preload.so are not beside the \
          softib binary (cargo build --release)"
-            .to_string()
-    })
+                .to_string()
+        },
+    )
 }
 
 /// `softib run -- argv` with the build's libraries on softib's device at [`BIND`], no

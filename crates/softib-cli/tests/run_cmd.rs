@@ -1,7 +1,6 @@
 //! `softib run`: the program runs with softib's libibverbs.so.1 (and librdmacm.so.1) first on
 //! the loader path.
 
-#[allow(dead_code)]
 mod procs;
 
 use procs::softib;

@@ -2,7 +2,6 @@
 //! would) are shown as the two live members of one host-wide device, with their QPs; a member
 //! that is dropped is shown as left with `--all`, and the device disappears with the last.
 
-#[allow(dead_code)]
 mod procs;
 
 use procs::softib;

@@ -4,8 +4,9 @@
 //! Skips, saying why, where UCX's tools or this build's libraries are missing; installs
 //! nothing (scripts/install-deps.sh installs ucx-utils).
 
-#[allow(dead_code)]
 mod procs;
+
+use procs::{on_path, skip};
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -16,31 +17,6 @@ use std::time::{Duration, Instant};
 /// One UCX test at a time: two busy-polling processes each already fill a small machine.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn skip(reason: &str) {
-    println!("SKIPPED: {reason}");
-    eprintln!("SKIPPED: {reason}");
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-}
-
-/// The directory of this build's libibverbs.so that also holds libsoftib_preload.so (what
-/// `softib run` needs): `deps/` after `cargo test`, beside the binary after `cargo build`.
-fn library_dir() -> Option<PathBuf> {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_softib"));
-    let dir = exe.parent()?;
-    [dir.join("deps"), dir.to_path_buf()]
-        .into_iter()
-        .filter(|d| d.join("libibverbs.so").is_file() && d.join("libsoftib_preload.so").is_file())
-        .max_by_key(|d| {
-            std::fs::metadata(d.join("libibverbs.so"))
-                .and_then(|m| m.modified())
-                .ok()
-        })
-}
-
 /// What the tests need, or why they cannot run here.
 fn setup() -> Result<PathBuf, String> {
     for tool in ["ucx_info", "ucx_perftest"] {
@@ -48,7 +24,7 @@ fn setup() -> Result<PathBuf, String> {
             return Err(format!("{tool} is not installed (Debian: ucx-utils)"));
         }
     }
-    library_dir().ok_or_else(|| {
+    procs::library_dir(&["libibverbs.so", "libsoftib_preload.so"]).ok_or_else(|| {
         "this build's libibverbs.so and libsoftib_preload.so are not beside the softib binary \
          (cargo build --release)"
             .to_string()

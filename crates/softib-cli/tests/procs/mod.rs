@@ -1,5 +1,8 @@
 //! Running `softib` as child processes in integration tests.
+// Each test file uses a part of this module.
+#![allow(dead_code)]
 
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -42,4 +45,32 @@ pub fn ok(out: &Output, what: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// Says why a test does not run here, on stdout and stderr.
+pub fn skip(reason: &str) {
+    println!("SKIPPED: {reason}");
+    eprintln!("SKIPPED: {reason}");
+}
+
+/// True if `tool` is a file in a directory of `PATH`.
+pub fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// The directory of this build's libraries that holds all of `libs` (`softib run` needs
+/// libibverbs.so and libsoftib_preload.so there): `deps/` after `cargo test`, beside the
+/// binary after `cargo build`; the newer if both do.
+pub fn library_dir(libs: &[&str]) -> Option<PathBuf> {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_softib"));
+    let dir = exe.parent()?;
+    [dir.join("deps"), dir.to_path_buf()]
+        .into_iter()
+        .filter(|d| libs.iter().all(|l| d.join(l).is_file()))
+        .max_by_key(|d| {
+            std::fs::metadata(d.join(libs[0]))
+                .and_then(|m| m.modified())
+                .ok()
+        })
 }
