@@ -50,6 +50,9 @@ const LINGER: Duration = Duration::from_micros(50);
 const LINGER_RT: Duration = Duration::from_micros(10);
 /// Longest run of real-time lingers before an ordinary one ([`LINGER_RT`]).
 const RT_RUN_MAX: Duration = Duration::from_millis(1);
+/// An application that made a call this recently is taken as about to make the next: the
+/// progress thread pauses beside it rather than sleeping announced.
+const ACTIVE_RECENT: Duration = Duration::from_micros(200);
 /// The application is passive when it made no call for this long.
 const PASSIVE_AFTER: Duration = Duration::from_millis(1);
 /// Longest sleep of an idle progress thread (it also wakes on packets, deadlines and close).
@@ -688,6 +691,8 @@ fn progress_loop(shared: &Shared) {
     // The application's call counter as last seen, and since when it has not moved.
     let mut idle_ref = seen_polls;
     let mut idle_since = None;
+    // When this thread last saw the counter move.
+    let mut moved_at = std::time::Instant::now();
     // The last turn served packets for a passive application: look for more before sleeping.
     let mut lingering = false;
     // Since when the thread has lingered real-time without stepping aside or sleeping.
@@ -727,7 +732,22 @@ fn progress_loop(shared: &Shared) {
                 wait = Duration::ZERO;
             }
         }
-        if !wait.is_zero() {
+        // An application that called lately is most likely about to call again (UCX between
+        // its wire-up and its first messages, a poller between two bursts): this thread
+        // pauses beside it as beside a polling one. An announced sleep would have every
+        // datagram a same-host peer sends meanwhile ring a doorbell, an empty UDP send that
+        // took that peer 12-20 us on a 2-CPU VM (it wakes a thread on another CPU): a UCX
+        // ping-pong's first round trip carried two of them in a third of the runs.
+        let polls = shared.app_polls.load(Ordering::Relaxed);
+        if polls != idle_ref {
+            idle_ref = polls;
+            idle_since = None;
+            moved_at = std::time::Instant::now();
+        }
+        let recent = !wait.is_zero()
+            && moved_at.elapsed() < ACTIVE_RECENT
+            && shared.cq_waiters.load(Ordering::Acquire) == 0;
+        if !wait.is_zero() && !recent {
             rt_run = None;
             // Announced in the device's shared-memory inbox, so that same-host peers ring
             // the socket; a datagram already there cancels the sleep.
@@ -761,11 +781,6 @@ fn progress_loop(shared: &Shared) {
         // the watch each time and slept announced again, so that the peer rang with every
         // datagram: round trips of 20-170 us instead of 2. An application that spins on
         // memory leaves the datagram it waits for in the inbox.
-        let polls = shared.app_polls.load(Ordering::Relaxed);
-        if polls != idle_ref {
-            idle_ref = polls;
-            idle_since = None;
-        }
         //
         // The second test is the same case where the application had not taken them yet:
         // an application that polled during the sleep, last on this very CPU, is the thread
@@ -774,14 +789,21 @@ fn progress_loop(shared: &Shared) {
         // again after the pause. Without it, a UCX ping-pong whose progress threads woke on
         // the applications' CPUs went on for hundreds of round trips at 20-40 us, every
         // datagram ringing a doorbell, instead of 2.
+        let polls = shared.app_polls.load(Ordering::Relaxed);
+        if polls != idle_ref {
+            idle_ref = polls;
+            idle_since = None;
+            moved_at = std::time::Instant::now();
+        }
         let took = std::mem::take(&mut taken_while_asleep);
         let preempted = || {
             let cpu = shared.app_cpu.load(Ordering::Relaxed);
             cpu != u32::MAX && cpu == this_cpu()
         };
-        let mut polling = polls != seen_polls
-            && shared.cq_waiters.load(Ordering::Acquire) == 0
-            && (took || preempted() || app_is_polling(shared));
+        let mut polling = recent
+            || (polls != seen_polls
+                && shared.cq_waiters.load(Ordering::Acquire) == 0
+                && (took || preempted() || app_is_polling(shared)));
         // This thread drives the engine, unless the application holds it right now (it is
         // in a call that moves the packets itself): waiting for the lock would only trade
         // futex wake-ups with it.
