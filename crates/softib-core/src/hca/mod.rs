@@ -943,6 +943,7 @@ impl Hca {
                 });
             }
         }
+        crate::verbs::wr::reserve_recv(&mut s.queue, wrs.len(), s.max_wr);
         for wr in wrs {
             s.queue.push_back(self.spare.recv_wqe(wr));
         }

@@ -965,7 +965,7 @@ impl Hca {
         } else if let Some(qp) = self.qps.get_mut(&qpn.value()) {
             // A plain loop: `extend` over the mapped iterator costs several times as much per
             // WR (a repost of one consumed WQE per completion is the common case).
-            qp.rq.reserve(wrs.len());
+            crate::verbs::wr::reserve_recv(&mut qp.rq, wrs.len(), cap.max_recv_wr);
             for wr in wrs {
                 qp.rq.push_back(self.spare.recv_wqe(wr));
             }

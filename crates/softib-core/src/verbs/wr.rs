@@ -538,8 +538,37 @@ impl std::ops::Deref for SgList {
     }
 }
 
+/// Receive WQEs a queue's storage is made for at once, when its first WQE is posted (up to the
+/// queue's size): see [`reserve_recv`].
+const RECV_STORAGE_UP_FRONT: usize = 16_384;
+
+/// Makes room in a receive queue (or SRQ) of `max_wr` entries for `more` WQEs. The first time
+/// the queue needs storage it gets all of it, up to [`RECV_STORAGE_UP_FRONT`] entries, written
+/// through once, as hardware and rxe allocate a queue when it is made: a queue grown a step at a
+/// time touched a fresh page in the middle of a message every few posts (UCX's UD transport
+/// posts one or two receives per message for its first few hundred: a page fault each, some
+/// 7 us in a VM). A QP that never posts a receive keeps no storage.
+pub(crate) fn reserve_recv(q: &mut std::collections::VecDeque<RecvWqe>, more: usize, max_wr: u32) {
+    let need = q.len() + more;
+    if need <= q.capacity() {
+        return;
+    }
+    if q.capacity() > 0 {
+        q.reserve(more);
+        return;
+    }
+    let target = need.max((max_wr as usize).min(RECV_STORAGE_UP_FRONT));
+    let mut v: Vec<RecvWqe> = Vec::with_capacity(target);
+    v.extend(q.drain(..));
+    let len = v.len();
+    v.resize_with(target, RecvWqe::default);
+    v.truncate(len);
+    // Reuses the vector's storage (no copy, no allocation).
+    *q = std::collections::VecDeque::from(v);
+}
+
 /// A receive WR on a receive queue or SRQ.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecvWqe {
     /// Caller's identifier.
     pub wr_id: u64,
