@@ -109,6 +109,10 @@ pub struct Shared {
     pub app_polls: AtomicU64,
     /// The CPU the application's last `ibv_poll_cq` ran on (`u32::MAX`: none yet).
     pub app_cpu: AtomicU32,
+    /// I/O rounds the application's `ibv_poll_cq` ran (it found its CQ empty): while this
+    /// moves, the application moves the packets itself. Its other calls (posts, polls that
+    /// find completions) move `app_polls` but no packet.
+    pub app_io: AtomicU64,
     /// Polls of the application in a row that found no completion, and after how many an
     /// empty poll yields the CPU ([`Shared::polled`]).
     pub empty_polls: AtomicU32,
@@ -408,6 +412,7 @@ impl Engine {
     ) -> Result<usize, softib_core::error::CqError> {
         match self.dev.hca_mut().poll_cq_into(cq, out) {
             Ok(0) if !out.is_empty() => {
+                shared.app_io.fetch_add(1, Ordering::Relaxed);
                 self.io(shared);
                 self.dev.hca_mut().poll_cq_into(cq, out)
             }
@@ -691,8 +696,11 @@ fn progress_loop(shared: &Shared) {
     // The application's call counter as last seen, and since when it has not moved.
     let mut idle_ref = seen_polls;
     let mut idle_since = None;
-    // When this thread last saw the counter move.
+    // The application's I/O rounds as last seen, and when this thread last saw them move.
+    let mut io_ref = shared.app_io.load(Ordering::Relaxed);
     let mut moved_at = std::time::Instant::now();
+    // The application's I/O rounds when this thread last drove the engine or paused.
+    let mut seen_io = io_ref;
     // The last turn served packets for a passive application: look for more before sleeping.
     let mut lingering = false;
     // Since when the thread has lingered real-time without stepping aside or sleeping.
@@ -738,10 +746,9 @@ fn progress_loop(shared: &Shared) {
         // datagram a same-host peer sends meanwhile ring a doorbell, an empty UDP send that
         // took that peer 12-20 us on a 2-CPU VM (it wakes a thread on another CPU): a UCX
         // ping-pong's first round trip carried two of them in a third of the runs.
-        let polls = shared.app_polls.load(Ordering::Relaxed);
-        if polls != idle_ref {
-            idle_ref = polls;
-            idle_since = None;
+        let io = shared.app_io.load(Ordering::Relaxed);
+        if io != io_ref {
+            io_ref = io;
             moved_at = std::time::Instant::now();
         }
         let recent = !wait.is_zero()
@@ -793,12 +800,16 @@ fn progress_loop(shared: &Shared) {
         if polls != idle_ref {
             idle_ref = polls;
             idle_since = None;
+        }
+        let io = shared.app_io.load(Ordering::Relaxed);
+        if io != io_ref {
+            io_ref = io;
             moved_at = std::time::Instant::now();
         }
         let took = std::mem::take(&mut taken_while_asleep);
         let preempted = || {
             let cpu = shared.app_cpu.load(Ordering::Relaxed);
-            cpu != u32::MAX && cpu == this_cpu()
+            io != seen_io && cpu != u32::MAX && cpu == this_cpu()
         };
         let mut polling = recent
             || (polls != seen_polls
@@ -839,6 +850,7 @@ fn progress_loop(shared: &Shared) {
                 PARK_MIN
             };
             seen_polls = shared.app_polls.load(Ordering::Relaxed);
+            seen_io = shared.app_io.load(Ordering::Relaxed);
             wait = Duration::ZERO;
             continue;
         };
@@ -874,6 +886,7 @@ fn progress_loop(shared: &Shared) {
         };
         drop(eng);
         seen_polls = shared.app_polls.load(Ordering::Relaxed);
+        seen_io = shared.app_io.load(Ordering::Relaxed);
     }
 }
 
@@ -998,6 +1011,7 @@ pub fn new_shared(dev: Device) -> std::io::Result<Arc<Shared>> {
         app_polls: AtomicU64::new(0),
         empty_polls: AtomicU32::new(0),
         yield_after: AtomicU32::new(YIELD_AFTER),
+        app_io: AtomicU64::new(0),
         app_cpu: AtomicU32::new(u32::MAX),
         cq_waiters: AtomicU32::new(0),
         parked: AtomicBool::new(false),
