@@ -50,8 +50,8 @@ const LINGER: Duration = Duration::from_micros(50);
 const LINGER_RT: Duration = Duration::from_micros(10);
 /// Longest run of real-time lingers before an ordinary one ([`LINGER_RT`]).
 const RT_RUN_MAX: Duration = Duration::from_millis(1);
-/// An application that made a call this recently is taken as about to make the next: the
-/// progress thread pauses beside it rather than sleeping announced.
+/// An application whose `ibv_poll_cq` ran an I/O round this recently is taken as about to run
+/// the next: the progress thread pauses beside it rather than sleeping announced.
 const ACTIVE_RECENT: Duration = Duration::from_micros(200);
 /// The application is passive when it made no call for this long.
 const PASSIVE_AFTER: Duration = Duration::from_millis(1);
@@ -696,11 +696,10 @@ fn progress_loop(shared: &Shared) {
     // The application's call counter as last seen, and since when it has not moved.
     let mut idle_ref = seen_polls;
     let mut idle_since = None;
-    // The application's I/O rounds as last seen, and when this thread last saw them move.
-    let mut io_ref = shared.app_io.load(Ordering::Relaxed);
-    let mut moved_at = std::time::Instant::now();
+    // The application's I/O rounds, and when this thread last saw them move.
+    let mut app_io = AppIo::new(shared);
     // The application's I/O rounds when this thread last drove the engine or paused.
-    let mut seen_io = io_ref;
+    let mut seen_io = app_io.last;
     // The last turn served packets for a passive application: look for more before sleeping.
     let mut lingering = false;
     // Since when the thread has lingered real-time without stepping aside or sleeping.
@@ -740,19 +739,15 @@ fn progress_loop(shared: &Shared) {
                 wait = Duration::ZERO;
             }
         }
-        // An application that called lately is most likely about to call again (UCX between
-        // its wire-up and its first messages, a poller between two bursts): this thread
-        // pauses beside it as beside a polling one. An announced sleep would have every
+        // An application whose polls ran I/O lately is most likely about to again (UCX
+        // between its wire-up and its first messages, a poller between two bursts): this
+        // thread pauses beside it as beside a polling one. An announced sleep would have every
         // datagram a same-host peer sends meanwhile ring a doorbell, an empty UDP send that
         // took that peer 12-20 us on a 2-CPU VM (it wakes a thread on another CPU): a UCX
         // ping-pong's first round trip carried two of them in a third of the runs.
-        let io = shared.app_io.load(Ordering::Relaxed);
-        if io != io_ref {
-            io_ref = io;
-            moved_at = std::time::Instant::now();
-        }
+        app_io.look(shared);
         let recent = !wait.is_zero()
-            && moved_at.elapsed() < ACTIVE_RECENT
+            && app_io.moved_at.elapsed() < ACTIVE_RECENT
             && shared.cq_waiters.load(Ordering::Acquire) == 0;
         if !wait.is_zero() && !recent {
             rt_run = None;
@@ -801,11 +796,7 @@ fn progress_loop(shared: &Shared) {
             idle_ref = polls;
             idle_since = None;
         }
-        let io = shared.app_io.load(Ordering::Relaxed);
-        if io != io_ref {
-            io_ref = io;
-            moved_at = std::time::Instant::now();
-        }
+        let io = app_io.look(shared);
         let took = std::mem::take(&mut taken_while_asleep);
         let preempted = || {
             let cpu = shared.app_cpu.load(Ordering::Relaxed);
@@ -909,6 +900,32 @@ fn linger(shared: &Shared, d: Duration) -> bool {
 /// sockets (behind one epoll descriptor), the wake-up eventfd.
 fn sleep_fds(shared: &Shared) -> [RawFd; 3] {
     [shared.sock_fd, shared.aux_fd, shared.wake_fd]
+}
+
+/// The application's I/O rounds ([`Shared::app_io`]) as the progress thread last saw them, and
+/// when it saw them move.
+struct AppIo {
+    last: u64,
+    moved_at: std::time::Instant,
+}
+
+impl AppIo {
+    fn new(shared: &Shared) -> AppIo {
+        AppIo {
+            last: shared.app_io.load(Ordering::Relaxed),
+            moved_at: std::time::Instant::now(),
+        }
+    }
+
+    /// Looks at the count again; returns it.
+    fn look(&mut self, shared: &Shared) -> u64 {
+        let io = shared.app_io.load(Ordering::Relaxed);
+        if io != self.last {
+            self.last = io;
+            self.moved_at = std::time::Instant::now();
+        }
+        io
+    }
 }
 
 /// The CPU the calling thread runs on (`u32::MAX` if unknown). glibc reads it from the
