@@ -69,26 +69,9 @@ shm_left() {
     ip netns exec "$1" sh -c 'ls /dev/shm | grep "^softib-$(stat -L -c %i /proc/self/ns/net)-" || true'
 }
 
-passed=0 failed=0 failures=()
-result() {
-    if [ "$2" = 1 ]; then
-        passed=$((passed + 1))
-        printf 'PASS %-34s %s\n' "$1" "$3"
-    else
-        failed=$((failed + 1))
-        failures+=("$1")
-        printf 'FAIL %-34s %s\n' "$1" "$3"
-    fi
-}
+# shellcheck source=scripts/tally.sh
+. "$REPO/scripts/tally.sh"
 
-# Waits until the TCP port of a server in namespace $1 listens (at most 10 s).
-wait_port() {
-    for _ in $(seq 1 200); do
-        ip netns exec "$1" ss -ltn 2>/dev/null | grep -q ":$2 " && return 0
-        sleep 0.05
-    done
-    return 1
-}
 
 # --- four pairs at once ----------------------------------------------------------------------
 pairs=("ibv_rc_pingpong -g 0 -n 2000|bytes in"

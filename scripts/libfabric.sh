@@ -77,26 +77,9 @@ in_ns() {
     timeout 120 ip netns exec "$ns" env SOFTIB_BIND="$ip" "$SOFTIB" run -- "$@"
 }
 
-passed=0 failed=0 failures=()
-result() {
-    if [ "$2" = 1 ]; then
-        passed=$((passed + 1))
-        printf 'PASS %-34s %s\n' "$1" "$3"
-    else
-        failed=$((failed + 1))
-        failures+=("$1")
-        printf 'FAIL %-34s %s\n' "$1" "$3"
-    fi
-}
+# shellcheck source=scripts/tally.sh
+. "$REPO/scripts/tally.sh"
 
-# Waits until a TCP port of namespace $1 listens (at most 10 s).
-wait_port() {
-    for _ in $(seq 1 200); do
-        ip netns exec "$1" ss -ltn 2>/dev/null | grep -q ":$2 " && return 0
-        sleep 0.05
-    done
-    return 1
-}
 
 # --- fi_info ---------------------------------------------------------------------------------
 in_ns "$NA" "$IPA" fi_info -p verbs -v >"$OUT/fi_info.log" 2>&1

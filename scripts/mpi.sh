@@ -68,17 +68,8 @@ fi
 [ -f "$LIBDIR/libsoftib_preload.so" ] || { echo "FAIL: no $LIBDIR/libsoftib_preload.so"; echo "0 passed, 1 failed"; exit 1; }
 rm -rf "$OUT" && mkdir -p "$OUT/bin"
 
-passed=0 failed=0 failures=()
-result() {
-    if [ "$2" = 1 ]; then
-        passed=$((passed + 1))
-        printf 'PASS %-30s %s\n' "$1" "$3"
-    else
-        failed=$((failed + 1))
-        failures+=("$1")
-        printf 'FAIL %-30s %s\n' "$1" "$3"
-    fi
-}
+# shellcheck source=scripts/tally.sh
+. "$REPO/scripts/tally.sh"
 
 # --- the programs, built once per MPI ---------------------------------------------------------
 declare -A built

@@ -8,6 +8,8 @@
 #                                      softib left in its /dev/shm (a failed case reports
 #                                      them first; files named after a deleted namespace
 #                                      would stay for good), deletes it
+#   wait_port NS PORT                  waits until a TCP port of namespace NS listens (at
+#                                      most 10 s)
 
 two_hosts_up() {
     local a=$1 b=$2 ipa=$3 ipb=$4
@@ -30,4 +32,12 @@ hosts_down() {
         ip netns del "$ns" 2>/dev/null
     done
     return 0
+}
+
+wait_port() {
+    for _ in $(seq 1 200); do
+        ip netns exec "$1" ss -ltn 2>/dev/null | grep -q ":$2 " && return 0
+        sleep 0.05
+    done
+    return 1
 }
