@@ -15,10 +15,10 @@
 
 mod procs;
 
-use procs::{on_path, skip};
+use procs::{datagrams_sent, free_port, on_path, skip, text};
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -69,12 +69,6 @@ fn softib_run(lib: &Path, env: &[(&str, &str)], argv: &[&str]) -> Command {
     c
 }
 
-/// A TCP port free right now, for fi_pingpong's control connection.
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// True once a socket of this network namespace listens on TCP `port` (fi_pingpong's
 /// server accepts one control connection: a probe would take its place).
 fn listening(port: u16) -> bool {
@@ -92,14 +86,6 @@ fn listening(port: u16) -> bool {
             })
         })
     })
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// Kills the server if the client side of a pair fails.
@@ -151,21 +137,6 @@ fn pair(server: Command, ready: impl Fn(&mut Child) -> bool, client: Command) ->
     assert!(client.status.success(), "client failed:\n{c}\nserver:\n{s}");
     assert!(server.status.success(), "server failed:\n{s}\nclient:\n{c}");
     (c, s)
-}
-
-/// The datagrams softib sent, summed over the devices' `SOFTIB_STATS` lines.
-fn datagrams_sent(out: &str) -> u64 {
-    out.lines()
-        .filter(|l| l.contains("runtime DeviceStats"))
-        .filter_map(|l| {
-            let at = l.find("tx_datagrams: ")? + "tx_datagrams: ".len();
-            l[at..]
-                .split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
 }
 
 /// `fi_info -p verbs` lists softib's device for MSG, DGRAM and (through ofi_rxm) RDM.

@@ -6,11 +6,11 @@
 
 mod procs;
 
-use procs::{on_path, skip};
+use procs::{datagrams_sent, free_port, on_path, skip, text};
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -63,20 +63,6 @@ fn softib_run_as(prefix: &[&str], lib: &Path, env: &[(&str, &str)], argv: &[&str
 
 fn softib_run(lib: &Path, env: &[(&str, &str)], argv: &[&str]) -> Command {
     softib_run_as(&[], lib, env, argv)
-}
-
-/// A TCP port free right now, for ucx_perftest's address exchange.
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 fn lists_verbs_transports(out: &str) {
@@ -174,21 +160,6 @@ fn final_latency(out: &str) -> f64 {
     f.get(3)
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no latency in {line:?}"))
-}
-
-/// The datagrams softib sent, summed over the devices' `SOFTIB_STATS` lines.
-fn datagrams_sent(out: &str) -> u64 {
-    out.lines()
-        .filter(|l| l.contains("runtime DeviceStats"))
-        .filter_map(|l| {
-            let at = l.find("tx_datagrams: ")? + "tx_datagrams: ".len();
-            l[at..]
-                .split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
 }
 
 fn tag_lat(tls: &str, lane: &str) {

@@ -74,3 +74,33 @@ pub fn library_dir(libs: &[&str]) -> Option<PathBuf> {
                 .ok()
         })
 }
+
+/// A TCP port free right now (for a tool's own control connection or address exchange).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A process's stdout and stderr, as text.
+pub fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The datagrams softib sent, summed over the devices' `SOFTIB_STATS` lines.
+pub fn datagrams_sent(out: &str) -> u64 {
+    out.lines()
+        .filter(|l| l.contains("runtime DeviceStats"))
+        .filter_map(|l| {
+            let at = l.find("tx_datagrams: ")? + "tx_datagrams: ".len();
+            l[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
