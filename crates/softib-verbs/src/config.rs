@@ -129,18 +129,4 @@ mod tests {
             ]
         );
     }
-
-    #[test]
-    fn bind_forms() {
-        assert_eq!(parse_bind("127.0.0.2"), Some(loopback(2)));
-        assert_eq!(
-            parse_bind("[::1]:7"),
-            Some("[::1]:7".parse::<SocketAddr>().unwrap())
-        );
-        assert_eq!(
-            parse_bind("::1"),
-            Some("[::1]:4791".parse::<SocketAddr>().unwrap())
-        );
-        assert_eq!(parse_bind("nope"), None);
-    }
 }
