@@ -1288,12 +1288,10 @@ mod tests {
         let me = addr(40_031);
         let inbox = Inbox::create(me).unwrap();
         let path = inbox_path(me);
-        let real = inbox.map.u32_at(OFF_PID).load(Ordering::Relaxed);
-        // As the child sees it: the creator's pid is not its own.
-        inbox
-            .map
-            .u32_at(OFF_PID)
-            .store(real ^ 0x4000_0000, Ordering::Relaxed);
+        // As the child sees it: the creator is another process, and a live one (the test
+        // runner's parent), so that no other test's open sweeps the file away meanwhile.
+        let parent = rustix::process::getppid().map_or(1, |p| p.as_raw_nonzero().get() as u32);
+        inbox.map.u32_at(OFF_PID).store(parent, Ordering::Relaxed);
         drop(inbox);
         assert!(path.exists(), "a child's drop removed the inbox");
         let _ = rustix::fs::unlink(&path);
