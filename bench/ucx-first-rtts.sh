@@ -15,7 +15,7 @@
 # skip the posix runs, SOFTIB (the softib binary, default target/release/softib),
 # SOFTIB_LIB_DIR as for softib run, PINS="A B" to pin the server to CPU A and the client to
 # CPU B (taskset), NICE=N to run both at that nice value (negative values need root),
-# VERBOSE=1 to keep each run's round trips in /tmp/ucx-first-rtts.<run>.txt.
+# VERBOSE=1 to keep each run's round trips in /tmp/ucx-first-rtts.<softib|posix>.<run>.txt.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
