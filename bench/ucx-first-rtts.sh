@@ -71,26 +71,27 @@ one_pair() {
     }'
 }
 
-# The summary of one kind's runs.
+# The summary of one kind's runs; leaves round trip 1's median in $dir/$kind.median.
 summary() {
     local kind="$1" label="$2"
-    sort -k2 -g "$dir/$kind" | awk -v l="$label" '
+    sort -k2 -g "$dir/$kind" | awk -v l="$label" -v med="$dir/$kind.median" '
         { slow += $1; if ($2 >= 0) first[++n] = $2 }
         END {
             printf "%s: runs %d, with a round trip of 1..9 over 10x the median: %d; round trip 1 quartiles %s / %s / %s us, worst %s us\n",
                 l, NR, slow, first[int((n + 3) / 4)], first[int((n + 1) / 2)], first[int((3 * n + 3) / 4)], first[n]
+            print first[int((n + 1) / 2)] > med
         }'
 }
 
+baseline="${BASELINE:-1}"
 echo "softib: UCX_TLS=$tls; baseline: UCX_TLS=posix; $iters round trips a run, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$runs"); do
     one_pair "$r" softib
-    [ "${BASELINE:-1}" = 0 ] || one_pair "$r" posix
+    [ "$baseline" = 0 ] || one_pair "$r" posix
 done
 summary softib "softib ($tls)"
-[ "${BASELINE:-1}" = 0 ] || summary posix "UCX posix"
-if [ "${BASELINE:-1}" != 0 ]; then
-    med() { awk '$2 >= 0 { print $2 }' "$dir/$1" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-    s="$(med softib)" p="$(med posix)"
-    awk -v s="$s" -v p="$p" 'BEGIN { if (s > 0 && p > 0) printf "round trip 1, median of the runs: softib %s us, UCX posix %s us: %.2fx\n", s, p, s / p }'
+if [ "$baseline" != 0 ]; then
+    summary posix "UCX posix"
+    awk -v s="$(cat "$dir/softib.median")" -v p="$(cat "$dir/posix.median")" 'BEGIN {
+        if (s > 0 && p > 0) printf "round trip 1, median of the runs: softib %s us, UCX posix %s us: %.2fx\n", s, p, s / p }'
 fi
